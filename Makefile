@@ -1,0 +1,33 @@
+# The two entry points a newcomer needs (see README): `make serve` and `make test`.
+PYTHON ?= python3
+PIP ?= $(PYTHON) -m pip
+DATA_DIR ?= ./data
+LISTEN ?= 127.0.0.1:9092
+PYTEST_ARGS ?=
+
+.PHONY: serve test install install-test system-deps build bench clean
+
+system-deps:
+	bash scripts/install-system-deps.sh
+
+install: system-deps
+	$(PIP) install -q -e .
+
+install-test: system-deps
+	$(PIP) install -q -e '.[test,spark,bench]'
+
+# Rebuild the native modules in place after editing csrc/ or pybroker/_native/.
+build:
+	$(PYTHON) setup.py -q build_ext --inplace
+
+serve: install
+	pybroker serve --data-dir $(DATA_DIR) --listen $(LISTEN)
+
+test: install-test
+	$(PYTHON) -m pytest -n 2 -q $(PYTEST_ARGS)
+
+bench: install-test
+	$(PYTHON) -m pytest bench/micro --benchmark-only -q
+
+clean:
+	rm -rf build *.egg-info pybroker/_native/*.so pybroker/_native/*.c

@@ -1,0 +1,29 @@
+"""The native core: CRC32C, record batches, index search, zero-copy sends, appends.
+
+Each domain is one Cython module over plain C in ``csrc/`` (STYLE 1-3). This package
+re-exports the public entry points and says which implementation of each is in use.
+"""
+
+from __future__ import annotations
+
+from pybroker._native.crc32c import crc32c, crc32c_implementation
+
+__all__ = ["crc32c", "features"]
+
+
+def features() -> dict[str, str]:
+    """Which implementation of each hot path this process uses.
+
+    ``crc32c``: ``"sse4.2-3way"`` (hardware, three interleaved streams), ``"sse4.2"`` or
+    ``"table"``. ``append``: ``"io_uring"`` or ``"pwritev"``. ``zerocopy``: ``"splice"`` or
+    ``"sendfile"``. A test checks this machine reports the hardware CRC and io_uring,
+    because a fast path that silently never runs is the failure this guards against.
+    """
+    from pybroker._native.appender import append_implementation
+    from pybroker._native.zerocopy import zerocopy_implementation
+
+    return {
+        "crc32c": crc32c_implementation(),
+        "append": append_implementation(),
+        "zerocopy": zerocopy_implementation(),
+    }

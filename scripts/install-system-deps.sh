@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# System packages pybroker builds and tests against (Debian/Ubuntu). Idempotent: installs
+# only what is missing, so repeated `make` runs cost one dpkg query.
+set -euo pipefail
+packages=(
+  build-essential    # gcc for the native core
+  liburing-dev       # io_uring appends (cffi binding); a pwritev fallback is chosen at run time
+  kcat               # a real Kafka client used by the tests
+  zookeeper          # cluster mode coordinates through ZooKeeper
+  default-jre-headless  # ZooKeeper and Spark run on the JVM
+  linux-perf strace  # perf/ profiling scripts
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
