@@ -1,0 +1,634 @@
+"""Generic Kafka request/response codec driven by the generated message table.
+
+Wire format (https://kafka.apache.org/protocol, all integers big-endian):
+
+    frame           := size:int32 header body          (size counts header + body)
+    request header  v0: api_key:int16 api_version:int16 correlation_id:int32
+                    v1: v0 + client_id:nullable_string (always int16-length, never compact)
+                    v2: v1 + tagged_fields
+    response header v0: correlation_id:int32      v1: v0 + tagged_fields
+    string          := int16 length (-1 null) + utf-8   | compact: uvarint(length+1), 0 null
+    bytes, records  := int32 length (-1 null) + data    | compact: uvarint(length+1), 0 null
+    array           := int32 count (-1 null) + items    | compact: uvarint(count+1), 0 null
+    nullable struct := int8 (-1 null, 1 present) + struct
+    tagged_fields   := uvarint count, then per field uvarint tag, uvarint size, value
+
+Flexible versions (``flexibleVersions`` of each API) use the compact forms and end every
+struct with tagged fields. Request header v2 goes with flexible request versions (but
+ControlledShutdown v0 uses v0); response header v1 with flexible responses, except
+ApiVersions, always v0 so a client can read it whatever version it asked (KIP-511).
+
+Decoded bodies are dicts with snake_case keys; every field of the struct is present (fields
+absent from the version take their defaults), arrays of structs are lists of dicts,
+``records`` fields are memoryview slices of the caller's buffer (no copy), uuids are
+``uuid.UUID``. Malformed input raises ``InvalidRequestError``; a read never goes past the end
+of the buffer given, so callers pass exactly one frame.
+
+Encoding takes the same dicts; missing keys take their defaults. A ``records`` value may be
+a bytes-like object, a ``FileRegion``, or a list of both: when any region is present the
+encoder returns a list of segments (bytes and FileRegions) for sendfile, else one bytes.
+
+Why closures per (message, version): the per-field type, nullability and flexibility
+decisions are made once when a plan is compiled (lazily, cached), so decoding a request is
+one call per field with no branching on the schema.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from pybroker.errors import InvalidRequestError, UnsupportedVersionError
+from pybroker.file_region import FileRegion
+from pybroker.net.protocol import messages
+from pybroker.net.protocol.schema import TYPE_DEFAULT, F, in_range
+
+__all__ = [
+    "RequestHeader", "read_request_header", "decode_request", "encode_response",
+    "encode_request", "read_response_header", "decode_response", "supported_versions",
+    "request_header_version", "response_header_version", "api_name", "ZERO_UUID",
+]
+
+API_VERSIONS_KEY = 18
+CONTROLLED_SHUTDOWN_KEY = 7
+ZERO_UUID = uuid.UUID(int=0)
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_U16 = struct.Struct(">H")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+_F64 = struct.Struct(">d")
+
+Segments = list  # list[bytes | FileRegion]
+
+
+class RequestHeader(NamedTuple):
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    header_size: int  # the body starts at this offset of the frame
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class _Reader:
+    """A bounded cursor over one frame; every read checks the bound."""
+
+    __slots__ = ("buf", "pos", "end")
+
+    def __init__(self, buf: memoryview, pos: int, end: int) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.end = end
+
+    def take(self, n: int) -> int:
+        p = self.pos
+        q = p + n
+        if n < 0 or q > self.end:
+            raise InvalidRequestError(f"truncated: need {n} bytes at {p}, frame ends at {self.end}")
+        self.pos = q
+        return p
+
+    def uvarint(self) -> int:
+        buf, p, end = self.buf, self.pos, self.end
+        value = shift = 0
+        while True:
+            if p >= end:
+                raise InvalidRequestError("truncated varint")
+            b = buf[p]
+            p += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+            if shift > 28:
+                raise InvalidRequestError("varint longer than 5 bytes")
+        if value > 0x7FFFFFFF:
+            raise InvalidRequestError("varint out of range")
+        self.pos = p
+        return value
+
+    def count(self, n: int) -> int:
+        """An array count or length, which can never exceed what is left of the frame."""
+        if n > self.end - self.pos:
+            raise InvalidRequestError(f"length {n} exceeds the {self.end - self.pos} bytes left")
+        return n
+
+
+def _fixed(st: struct.Struct) -> Callable[[_Reader], Any]:
+    size, unpack = st.size, st.unpack_from
+
+    def read(r: _Reader) -> Any:
+        return unpack(r.buf, r.take(size))[0]
+    return read
+
+
+def _read_bool(r: _Reader) -> bool:
+    return r.buf[r.take(1)] != 0
+
+
+def _read_uuid(r: _Reader) -> uuid.UUID:
+    p = r.take(16)
+    return uuid.UUID(bytes=bytes(r.buf[p:p + 16]))
+
+
+def _length_reader(flexible: bool, wide: bool) -> Callable[[_Reader], int]:
+    """Reads a length or count; -1 means null."""
+    if flexible:
+        def read(r: _Reader) -> int:
+            return r.count(r.uvarint() - 1)
+        return read
+    st = _I32 if wide else _I16
+
+    def read_fixed(r: _Reader) -> int:
+        n = st.unpack_from(r.buf, r.take(st.size))[0]
+        if n < -1:
+            raise InvalidRequestError(f"negative length {n}")
+        return r.count(n)
+    return read_fixed
+
+
+def _null_check(name: str, nullable: bool) -> Callable[[], None]:
+    def null() -> None:
+        if not nullable:
+            raise InvalidRequestError(f"null for non-nullable field {name}")
+        return None
+    return null
+
+
+def _string_reader(name: str, flexible: bool, nullable: bool) -> Callable[[_Reader], Any]:
+    length, null = _length_reader(flexible, False), _null_check(name, nullable)
+
+    def read(r: _Reader) -> str | None:
+        n = length(r)
+        if n < 0:
+            return null()
+        p = r.take(n)
+        try:
+            return str(r.buf[p:p + n], "utf-8")
+        except UnicodeDecodeError as e:
+            raise InvalidRequestError(f"field {name}: invalid utf-8") from e
+    return read
+
+
+def _bytes_reader(name: str, flexible: bool, nullable: bool, view: bool) -> Callable:
+    length, null = _length_reader(flexible, True), _null_check(name, nullable)
+
+    def read(r: _Reader) -> Any:
+        n = length(r)
+        if n < 0:
+            return null()
+        p = r.take(n)
+        # records stay a view of the receive buffer (zero copy); small bytes are copied so
+        # handlers may keep them after the buffer is reused.
+        return r.buf[p:p + n] if view else bytes(r.buf[p:p + n])
+    return read
+
+
+_FIXED_READERS = {
+    "int8": _fixed(_I8), "int16": _fixed(_I16), "uint16": _fixed(_U16),
+    "int32": _fixed(_I32), "uint32": _fixed(_U32), "int64": _fixed(_I64),
+    "float64": _fixed(_F64), "bool": _read_bool, "uuid": _read_uuid,
+}
+
+
+def _array_reader(name: str, flexible: bool, nullable: bool, item: Callable) -> Callable:
+    length, null = _length_reader(flexible, True), _null_check(name, nullable)
+
+    def read(r: _Reader) -> list | None:
+        n = length(r)
+        if n < 0:
+            return null()
+        return [item(r) for _ in range(n)]
+    return read
+
+
+def _nullable_struct_reader(item: Callable) -> Callable:
+    def read(r: _Reader) -> dict | None:
+        if _I8.unpack_from(r.buf, r.take(1))[0] < 0:
+            return None
+        return item(r)
+    return read
+
+
+# --------------------------------------------------------------------------- writing
+
+
+class _Writer:
+    """Output buffer; FileRegions split it into segments sent with sendfile."""
+
+    __slots__ = ("buf", "segments", "size")
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.segments: list | None = None
+        self.size = 0  # bytes already moved to segments
+
+    def uvarint(self, n: int) -> None:
+        buf = self.buf
+        while n > 0x7F:
+            buf.append((n & 0x7F) | 0x80)
+            n >>= 7
+        buf.append(n)
+
+    def region(self, region: FileRegion) -> None:
+        if self.segments is None:
+            self.segments = []
+        if self.buf:
+            self.segments.append(bytes(self.buf))
+            self.size += len(self.buf)
+            self.buf = bytearray()
+        self.segments.append(region)
+        self.size += region.length
+
+    def finish(self) -> bytes | Segments:
+        """The frame with its size prefix filled in (the first 4 bytes were reserved)."""
+        if self.segments is None:
+            _I32.pack_into(self.buf, 0, len(self.buf) - 4)
+            return bytes(self.buf)
+        if self.buf:
+            self.segments.append(bytes(self.buf))
+            self.size += len(self.buf)
+        first = self.segments[0]
+        self.segments[0] = _I32.pack(self.size - 4) + first[4:]
+        return self.segments
+
+
+def _fixed_writer(st: struct.Struct) -> Callable[[_Writer, Any], None]:
+    pack = st.pack
+
+    def write(w: _Writer, v: Any) -> None:
+        w.buf += pack(v)
+    return write
+
+
+def _write_bool(w: _Writer, v: Any) -> None:
+    w.buf.append(1 if v else 0)
+
+
+def _write_uuid(w: _Writer, v: Any) -> None:
+    w.buf += v.bytes if isinstance(v, uuid.UUID) else bytes(v)
+
+
+_FIXED_WRITERS = {
+    "int8": _fixed_writer(_I8), "int16": _fixed_writer(_I16), "uint16": _fixed_writer(_U16),
+    "int32": _fixed_writer(_I32), "uint32": _fixed_writer(_U32), "int64": _fixed_writer(_I64),
+    "float64": _fixed_writer(_F64), "bool": _write_bool, "uuid": _write_uuid,
+}
+
+
+def _length_writer(flexible: bool, wide: bool) -> Callable[[_Writer, int], None]:
+    if flexible:
+        def write(w: _Writer, n: int) -> None:
+            w.uvarint(n + 1)
+        return write
+    pack = (_I32 if wide else _I16).pack
+
+    def write_fixed(w: _Writer, n: int) -> None:
+        w.buf += pack(n)
+    return write_fixed
+
+
+def _null_writer(name: str, nullable: bool, length: Callable) -> Callable[[_Writer], None]:
+    def write(w: _Writer) -> None:
+        if not nullable:
+            raise ValueError(f"None for non-nullable field {name}")
+        length(w, -1)
+    return write
+
+
+def _string_writer(name: str, flexible: bool, nullable: bool) -> Callable:
+    length = _length_writer(flexible, False)
+    null = _null_writer(name, nullable, length)
+
+    def write(w: _Writer, v: Any) -> None:
+        if v is None:
+            return null(w)
+        data = v.encode("utf-8")
+        length(w, len(data))
+        w.buf += data
+    return write
+
+
+def _bytes_writer(name: str, flexible: bool, nullable: bool) -> Callable:
+    length = _length_writer(flexible, True)
+    null = _null_writer(name, nullable, length)
+
+    def write(w: _Writer, v: Any) -> None:
+        if v is None:
+            return null(w)
+        if isinstance(v, FileRegion):
+            v = [v]
+        if isinstance(v, (list, tuple)):
+            length(w, sum(p.length if isinstance(p, FileRegion) else len(p) for p in v))
+            for p in v:
+                if isinstance(p, FileRegion):
+                    w.region(p)
+                else:
+                    w.buf += p
+            return None
+        length(w, memoryview(v).nbytes)
+        w.buf += v
+    return write
+
+
+def _array_writer(name: str, flexible: bool, nullable: bool, item: Callable) -> Callable:
+    length = _length_writer(flexible, True)
+    null = _null_writer(name, nullable, length)
+
+    def write(w: _Writer, v: Any) -> None:
+        if v is None:
+            return null(w)
+        length(w, len(v))
+        for x in v:
+            item(w, x)
+    return write
+
+
+def _nullable_struct_writer(item: Callable) -> Callable:
+    def write(w: _Writer, v: Any) -> None:
+        if v is None:
+            w.buf.append(0xFF)
+            return
+        w.buf.append(1)
+        item(w, v)
+    return write
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def _type_default(f: F) -> Any:
+    """A fresh default value for a field (lists and dicts are never shared)."""
+    if f.default is not TYPE_DEFAULT:
+        return f.default  # explicit defaults are immutable scalars or None
+    t = f.type
+    if t.startswith("[]"):
+        return []
+    if t == "struct":
+        return {c.name: _type_default(c) for c in f.fields}
+    return _SCALAR_DEFAULTS.get(t, 0)
+
+
+_SCALAR_DEFAULTS = {"bool": False, "float64": 0.0, "uuid": ZERO_UUID, "string": "",
+                    "bytes": b"", "records": None}
+
+
+class _Plan:
+    """One struct at one version: how to read and write each field, in wire order."""
+
+    __slots__ = ("regular", "tagged", "by_tag", "missing", "flexible")
+
+    def __init__(self, fields: tuple[F, ...], version: int, flexible: bool) -> None:
+        self.flexible = flexible
+        self.regular: list[tuple[str, Callable, Callable, F]] = []
+        self.tagged: list[tuple[int, str, Callable, Callable, F]] = []
+        self.missing: list[F] = []  # fields not read at this version: filled with defaults
+        for f in fields:
+            is_tagged = f.tag is not None and in_range(f.tagged, version)
+            flex = flexible if f.flexible is TYPE_DEFAULT else in_range(f.flexible, version)
+            if is_tagged and flexible:
+                read, write = _field_codec(f, version, flex)
+                self.tagged.append((f.tag, f.name, read, write, f))
+                self.missing.append(f)  # default first, overwritten when the tag is present
+            elif in_range(f.versions, version) and not is_tagged:
+                read, write = _field_codec(f, version, flex)
+                self.regular.append((f.name, read, write, f))
+            else:
+                self.missing.append(f)
+        self.tagged.sort(key=lambda t: t[0])
+        self.by_tag = {t[0]: t for t in self.tagged}
+
+    def read(self, r: _Reader) -> dict:
+        d: dict[str, Any] = {}
+        for name, read, _, _ in self.regular:
+            d[name] = read(r)
+        for f in self.missing:
+            d[f.name] = _type_default(f)
+        if self.flexible:
+            for _ in range(r.uvarint()):
+                tag = r.uvarint()
+                size = r.count(r.uvarint())
+                start = r.pos
+                entry = self.by_tag.get(tag)
+                if entry is not None:
+                    end, r.end = r.end, start + size
+                    try:
+                        d[entry[1]] = entry[2](r)
+                    finally:
+                        r.end = end
+                r.pos = start + size  # unknown tags are skipped, as Kafka does
+        return d
+
+    def write(self, w: _Writer, d: dict) -> None:
+        for name, _, write, f in self.regular:
+            v = d.get(name, TYPE_DEFAULT)
+            if v is TYPE_DEFAULT:
+                v = _type_default(f)
+            try:
+                write(w, v)
+            except (struct.error, TypeError, AttributeError) as e:
+                raise ValueError(f"field {name}={v!r}: {e}") from e
+        if not self.flexible:
+            return
+        present = []
+        for tag, name, _, write, f in self.tagged:
+            v = d.get(name, TYPE_DEFAULT)
+            if v is TYPE_DEFAULT or v == _type_default(f):
+                continue  # tagged fields are sent only when they differ from the default
+            sub = _Writer()
+            write(sub, v)
+            present.append((tag, sub.buf))
+        w.uvarint(len(present))
+        for tag, data in present:
+            w.uvarint(tag)
+            w.uvarint(len(data))
+            w.buf += data
+
+
+def _field_codec(f: F, version: int, flexible: bool) -> tuple[Callable, Callable]:
+    nullable = in_range(f.nullable, version)
+    t = f.type
+    if t in ("struct", "[]struct"):
+        plan = _Plan(f.fields, version, flexible)
+        read, write = plan.read, plan.write
+        if t == "[]struct":
+            return (_array_reader(f.name, flexible, nullable, read),
+                    _array_writer(f.name, flexible, nullable, write))
+        if nullable:
+            return _nullable_struct_reader(read), _nullable_struct_writer(write)
+        return read, write
+    if t.startswith("[]"):
+        item = F(f.name, t[2:], f.versions)
+        read, write = _field_codec(item, version, flexible)
+        return (_array_reader(f.name, flexible, nullable, read),
+                _array_writer(f.name, flexible, nullable, write))
+    if t == "string":
+        return _string_reader(f.name, flexible, nullable), _string_writer(f.name, flexible, nullable)
+    if t in ("bytes", "records"):
+        return (_bytes_reader(f.name, flexible, nullable, t == "records"),
+                _bytes_writer(f.name, flexible, nullable))
+    return _FIXED_READERS[t], _FIXED_WRITERS[t]
+
+
+_PLANS: dict[tuple[int, int, bool], _Plan] = {}
+
+
+def _plan(api_key: int, api_version: int, response: bool) -> _Plan:
+    key = (api_key, api_version, response)
+    plan = _PLANS.get(key)
+    if plan is None:
+        api = messages.APIS.get(api_key)
+        if api is None:
+            raise InvalidRequestError(f"unknown api key {api_key}")
+        if not api.versions[0] <= api_version <= api.versions[1]:
+            raise UnsupportedVersionError(f"{api.name} v{api_version} is not supported")
+        first_flex = api.response_flexible if response else api.request_flexible
+        flexible = first_flex is not None and api_version >= first_flex
+        plan = _Plan(api.response if response else api.request, api_version, flexible)
+        _PLANS[key] = plan
+    return plan
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def api_name(api_key: int) -> str | None:
+    api = messages.APIS.get(api_key)
+    return None if api is None else api.name
+
+
+def supported_versions() -> list[tuple[int, int, int]]:
+    """(api_key, min_version, max_version) for every API in the specs, by api key."""
+    return [(key, api.versions[0], api.versions[1]) for key, api in sorted(messages.APIS.items())]
+
+
+def _is_flexible(api_key: int, api_version: int, response: bool) -> bool:
+    api = messages.APIS.get(api_key)
+    if api is None or not api.versions[0] <= api_version <= api.versions[1]:
+        return False
+    first = api.response_flexible if response else api.request_flexible
+    return first is not None and api_version >= first
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    """2 for flexible requests, 1 otherwise (also for unknown APIs), 0 for ControlledShutdown v0."""
+    if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
+        return 0
+    return 2 if _is_flexible(api_key, api_version, False) else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    if api_key == API_VERSIONS_KEY:
+        return 0  # KIP-511: clients parse the ApiVersions response header as v0
+    return 1 if _is_flexible(api_key, api_version, True) else 0
+
+
+def _view(buf: Any) -> memoryview:
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    return mv
+
+
+def read_request_header(buf: Any) -> RequestHeader:
+    """Parse the request header at the start of ``buf`` (one frame, without its size).
+
+    Unknown API keys and versions parse as header v1 so the server can still answer with
+    the right correlation id (an ApiVersions request of an unknown version included).
+    """
+    mv = _view(buf)
+    r = _Reader(mv, 0, len(mv))
+    p = r.take(8)
+    api_key, api_version, correlation_id = struct.unpack_from(">hhi", r.buf, p)
+    hv = request_header_version(api_key, api_version)
+    client_id = None
+    if hv >= 1:
+        client_id = _string_reader("client_id", False, True)(r)
+    if hv >= 2:
+        _skip_tagged(r)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, r.pos)
+
+
+def _skip_tagged(r: _Reader) -> None:
+    for _ in range(r.uvarint()):
+        r.uvarint()
+        r.take(r.count(r.uvarint()))
+
+
+def _decode(api_key: int, api_version: int, buf: Any, offset: int, response: bool) -> dict:
+    plan = _plan(api_key, api_version, response)
+    mv = _view(buf)
+    r = _Reader(mv, offset, len(mv))
+    try:
+        return plan.read(r)
+    except (struct.error, IndexError, ValueError, OverflowError) as e:
+        # Belt and braces: every read is bounds-checked, but no parse error may leak out
+        # as anything but INVALID_REQUEST.
+        raise InvalidRequestError(f"malformed {api_name(api_key)} v{api_version}: {e}") from e
+
+
+def decode_request(api_key: int, api_version: int, buf: Any, offset: int = 0) -> dict:
+    """Decode a request body starting at ``offset`` of ``buf`` (one frame, no size prefix).
+
+    Raises ``InvalidRequestError`` for an unknown key or malformed body and
+    ``UnsupportedVersionError`` for a version outside the spec's range.
+    """
+    return _decode(api_key, api_version, buf, offset, False)
+
+
+def decode_response(api_key: int, api_version: int, buf: Any, offset: int = 0) -> dict:
+    """Decode a response body (``offset`` from ``read_response_header``)."""
+    return _decode(api_key, api_version, buf, offset, True)
+
+
+def read_response_header(api_key: int, api_version: int, buf: Any) -> tuple[int, int]:
+    """(correlation_id, header_size) of a response frame given without its size prefix."""
+    mv = _view(buf)
+    r = _Reader(mv, 0, len(mv))
+    correlation_id = _I32.unpack_from(r.buf, r.take(4))[0]
+    if response_header_version(api_key, api_version) >= 1:
+        _skip_tagged(r)
+    return correlation_id, r.pos
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int,
+                    body: dict) -> bytes | Segments:
+    """The whole response frame, size prefix included.
+
+    Returns bytes, or a list of bytes and ``FileRegion`` segments when a ``records`` field
+    holds file regions (their lengths are counted in the size prefix).
+    """
+    plan = _plan(api_key, api_version, True)
+    w = _Writer()
+    w.buf += _I32.pack(0)  # size, filled in by finish()
+    w.buf += _I32.pack(correlation_id)
+    if response_header_version(api_key, api_version) >= 1:
+        w.buf.append(0)  # no header tagged fields
+    plan.write(w, body)
+    return w.finish()
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, body: dict,
+                   client_id: str | None = "pybroker") -> bytes:
+    """The whole request frame, size prefix included (for the project's client and tests)."""
+    plan = _plan(api_key, api_version, False)
+    w = _Writer()
+    w.buf += _I32.pack(0)
+    w.buf += struct.pack(">hhi", api_key, api_version, correlation_id)
+    hv = request_header_version(api_key, api_version)
+    if hv >= 1:
+        _string_writer("client_id", False, True)(w, client_id)
+    if hv >= 2:
+        w.buf.append(0)
+    plan.write(w, body)
+    out = w.finish()
+    if not isinstance(out, bytes):
+        raise ValueError("requests cannot carry file regions")
+    return out
