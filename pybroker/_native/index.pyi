@@ -1,0 +1,16 @@
+from typing_extensions import Buffer
+
+OFFSET_ENTRY_SIZE: int
+TIME_ENTRY_SIZE: int
+
+def offset_index_lookup(
+    buf: Buffer, entries: int, target_relative_offset: int
+) -> tuple[int, int]: ...
+def time_index_lookup(
+    buf: Buffer, entries: int, target_timestamp: int
+) -> tuple[int, int] | None: ...
+def time_index_floor(
+    buf: Buffer, entries: int, target_timestamp: int
+) -> tuple[int, int] | None: ...
+def offset_index_entries_below(buf: Buffer, entries: int, target_relative_offset: int) -> int: ...
+def time_index_entries_below(buf: Buffer, entries: int, target_relative_offset: int) -> int: ...
