@@ -40,6 +40,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from pybroker._native.wire import read_uvarint
 from pybroker.errors import InvalidRequestError, UnsupportedVersionError
 from pybroker.file_region import FileRegion
 from pybroker.net.protocol import messages
@@ -96,22 +97,7 @@ class _Reader:
         return p
 
     def uvarint(self) -> int:
-        buf, p, end = self.buf, self.pos, self.end
-        value = shift = 0
-        while True:
-            if p >= end:
-                raise InvalidRequestError("truncated varint")
-            b = buf[p]
-            p += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                break
-            shift += 7
-            if shift > 28:
-                raise InvalidRequestError("varint longer than 5 bytes")
-        if value > 0x7FFFFFFF:
-            raise InvalidRequestError("varint out of range")
-        self.pos = p
+        value, self.pos = read_uvarint(self.buf, self.pos, self.end)
         return value
 
     def count(self, n: int) -> int:

@@ -1,0 +1,399 @@
+"""Fast paths of the Kafka wire protocol: Produce requests in, Fetch responses out.
+
+Produce request v3-v11 body (after the request header; v9+ are flexible: compact
+strings/arrays/bytes as uvarint(length + 1) and a tagged-field buffer closing each struct):
+
+    transactional_id:nullable string  acks:int16  timeout_ms:int32
+    topic_data:[ name:string  partition_data:[ index:int32  records:nullable bytes ] ]
+
+Fetch response v4-v16 (response header v1 with an empty tag buffer from v12):
+
+    throttle_time_ms:int32  [v7+ error_code:int16 session_id:int32]
+    responses:[ topic:string (v4-12) | topic_id:uuid (v13+)
+      partitions:[ partition_index:int32 error_code:int16 high_watermark:int64
+        last_stable_offset:int64 [v5+ log_start_offset:int64]
+        aborted_transactions:nullable [producer_id:int64 first_offset:int64]
+        [v11+ preferred_read_replica:int32] records:nullable bytes ] ]
+
+These agree byte for byte with the generic codec (``pybroker.net.protocol.codec``), which a
+test checks; they exist because Produce and Fetch are the requests a busy broker spends its
+time on. Work is per request and per partition: record bytes are never looked at (the
+parser hands out views of the receive buffer; the builder emits ``FileRegion``s for
+sendfile), so no Python or C loop here runs per record.
+
+Tagged fields are skipped when parsing Produce (none are defined up to v11) and never
+written in Fetch responses (diverging epoch, current leader, snapshot id and node
+endpoints are for followers and KIP-951 redirects, which one broker does not need).
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint64_t
+from libc.string cimport memcpy
+
+import uuid as _uuid
+
+from pybroker.errors import InvalidRequestError, UnsupportedVersionError
+from pybroker.file_region import FileRegion
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+cdef const unsigned char *wire_take(WireCursor *c, Py_ssize_t n) except NULL:
+    cdef const unsigned char *p
+    if n < 0 or n > c.end - c.pos:
+        raise InvalidRequestError(f"truncated: need {n} bytes at {c.pos}, frame ends at {c.end}")
+    p = c.data + c.pos
+    c.pos += n
+    return p
+
+
+cdef inline int16_t _i16(const unsigned char *p) noexcept:
+    return <int16_t>((<unsigned int>p[0] << 8) | p[1])
+
+
+cdef inline int32_t _i32(const unsigned char *p) noexcept:
+    return <int32_t>((<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16) |
+                     (<unsigned int>p[2] << 8) | p[3])
+
+
+cdef Py_ssize_t wire_uvarint(WireCursor *c) except -1:
+    """An unsigned varint of at most 5 bytes whose value fits in an int32."""
+    cdef uint64_t value = 0
+    cdef int shift = 0
+    cdef unsigned char b
+    while True:
+        b = wire_take(c, 1)[0]
+        value |= (<uint64_t>(b & 0x7F)) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if shift > 28:
+            raise InvalidRequestError("varint longer than 5 bytes")
+    if value > 0x7FFFFFFF:
+        raise InvalidRequestError("varint out of range")
+    return <Py_ssize_t>value
+
+
+cdef Py_ssize_t wire_length(WireCursor *c, bint flexible, bint wide) except -2:
+    """A length or count (-1 for null) that never exceeds the bytes left in the frame."""
+    cdef Py_ssize_t n
+    if flexible:
+        n = wire_uvarint(c) - 1
+    elif wide:
+        n = _i32(wire_take(c, 4))
+    else:
+        n = _i16(wire_take(c, 2))
+    if n < -1:
+        raise InvalidRequestError(f"negative length {n}")
+    if n > c.end - c.pos:
+        raise InvalidRequestError(f"length {n} exceeds the {c.end - c.pos} bytes left")
+    return n
+
+
+cdef int wire_skip_tagged(WireCursor *c) except -1:
+    cdef Py_ssize_t count = wire_uvarint(c), i
+    for i in range(count):
+        wire_uvarint(c)  # tag
+        wire_take(c, wire_uvarint(c))  # size: a plain uvarint, not length + 1
+    return 0
+
+
+cdef object _string(WireCursor *c, bint flexible, bint nullable):
+    cdef Py_ssize_t n = wire_length(c, flexible, False)
+    cdef const unsigned char *p
+    if n < 0:
+        if nullable:
+            return None
+        raise InvalidRequestError("null topic name")
+    p = wire_take(c, n)
+    try:
+        return PyUnicode_DecodeUTF8(<const char *>p, n, NULL)
+    except UnicodeDecodeError as e:
+        raise InvalidRequestError("invalid utf-8 in a string") from e
+
+
+def read_uvarint(object buf, Py_ssize_t pos, Py_ssize_t end):
+    """``(value, next_pos)`` of the unsigned varint at ``pos``; ``end`` bounds the read.
+
+    The generic codec's varint reader too, so the rules (5 bytes at most, int32 range)
+    live in one place.
+    """
+    cdef Py_buffer view
+    cdef WireCursor c
+    cdef Py_ssize_t value
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        c.data = <const unsigned char *>view.buf
+        c.pos = pos
+        c.end = min(end, view.len)
+        if pos < 0:
+            raise InvalidRequestError(f"varint position {pos} outside the frame")
+        value = wire_uvarint(&c)
+        return value, c.pos
+    finally:
+        PyBuffer_Release(&view)
+
+
+def parse_produce(object buf, Py_ssize_t offset, int version):
+    """Parse a Produce request body at ``offset`` of ``buf`` (one frame, no size prefix).
+
+    Returns ``(transactional_id, acks, timeout_ms, [(topic, [(partition, records)])])``
+    where ``records`` is a memoryview slice of ``buf`` (no copy) or None. Raises
+    ``InvalidRequestError`` on malformed input (never reading past ``buf``) and
+    ``UnsupportedVersionError`` outside v3-v11.
+    """
+    cdef Py_buffer view
+    cdef WireCursor c
+    cdef bint flex = version >= PRODUCE_FIRST_FLEXIBLE
+    cdef Py_ssize_t ntopics, nparts, i, j, n
+    cdef int32_t partition
+    cdef object transactional_id, topic, mv
+    cdef list topics, parts
+    if version < PRODUCE_MIN_VERSION or version > PRODUCE_MAX_VERSION:
+        raise UnsupportedVersionError(f"Produce v{version} has no fast path")
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        if offset < 0 or offset > view.len:
+            raise InvalidRequestError(f"body offset {offset} outside the frame")
+        c.data = <const unsigned char *>view.buf
+        c.pos = offset
+        c.end = view.len
+        # One memoryview of the whole frame; each partition's records is a slice of it.
+        mv = memoryview(buf)
+        if mv.itemsize != 1 or mv.ndim != 1:
+            mv = mv.cast("B")
+        transactional_id = _string(&c, flex, True)
+        acks = _i16(wire_take(&c, 2))
+        timeout_ms = _i32(wire_take(&c, 4))
+        ntopics = wire_length(&c, flex, True)
+        if ntopics < 0:
+            raise InvalidRequestError("null topic_data")
+        topics = []
+        for i in range(ntopics):
+            topic = _string(&c, flex, False)
+            nparts = wire_length(&c, flex, True)
+            if nparts < 0:
+                raise InvalidRequestError("null partition_data")
+            parts = []
+            for j in range(nparts):
+                partition = _i32(wire_take(&c, 4))
+                n = wire_length(&c, flex, True)
+                if n < 0:
+                    parts.append((partition, None))
+                else:
+                    wire_take(&c, n)
+                    parts.append((partition, mv[c.pos - n:c.pos]))
+                if flex:
+                    wire_skip_tagged(&c)
+            if flex:
+                wire_skip_tagged(&c)
+            topics.append((topic, parts))
+        if flex:
+            wire_skip_tagged(&c)
+        return transactional_id, acks, timeout_ms, topics
+    finally:
+        PyBuffer_Release(&view)
+
+
+# --------------------------------------------------------------------------- building
+
+
+cdef class _Segments:
+    """Response bytes built in one growing C buffer, cut into segments at file regions.
+
+    Not thread-safe; one instance per response, discarded when the response is built.
+    """
+    cdef unsigned char *buf
+    cdef Py_ssize_t len, cap, total
+    cdef list segments
+
+    def __cinit__(self):
+        self.cap = 512
+        self.buf = <unsigned char *>PyMem_Malloc(self.cap)
+        if self.buf == NULL:
+            raise MemoryError()
+        self.len = 0
+        self.total = 0
+        self.segments = []
+
+    def __dealloc__(self):
+        PyMem_Free(self.buf)
+
+    cdef unsigned char *reserve(self, Py_ssize_t n) except NULL:
+        cdef Py_ssize_t cap = self.cap
+        cdef unsigned char *grown
+        cdef unsigned char *p
+        if self.len + n > cap:
+            while self.len + n > cap:
+                cap *= 2
+            grown = <unsigned char *>PyMem_Realloc(self.buf, cap)
+            if grown == NULL:
+                raise MemoryError()
+            self.buf = grown
+            self.cap = cap
+        p = self.buf + self.len
+        self.len += n
+        return p
+
+    cdef int put(self, const void *data, Py_ssize_t n) except -1:
+        memcpy(self.reserve(n), data, n)
+        return 0
+
+    cdef int i8(self, int v) except -1:
+        self.reserve(1)[0] = <uint8_t>v
+        return 0
+
+    cdef int be(self, int64_t v, int nbytes) except -1:
+        """``v`` as a big-endian two's complement integer of ``nbytes`` bytes."""
+        cdef unsigned char *p = self.reserve(nbytes)
+        cdef uint64_t u = <uint64_t>v
+        cdef int k
+        for k in range(nbytes - 1, -1, -1):
+            p[k] = <uint8_t>u
+            u >>= 8
+        return 0
+
+    cdef inline int i16(self, int64_t v) except -1:
+        return self.be(v, 2)
+
+    cdef inline int i32(self, int64_t v) except -1:
+        return self.be(v, 4)
+
+    cdef inline int i64(self, int64_t v) except -1:
+        return self.be(v, 8)
+
+    cdef int uvarint(self, uint64_t v) except -1:
+        while v > 0x7F:
+            self.i8(<int>((v & 0x7F) | 0x80))
+            v >>= 7
+        return self.i8(<int>v)
+
+    cdef int length(self, Py_ssize_t n, bint flexible, bint wide) except -1:
+        """A length or count, -1 for null, in the version's encoding."""
+        if flexible:
+            return self.uvarint(<uint64_t>(n + 1))
+        if wide:
+            return self.i32(n)
+        return self.i16(<int>n)
+
+    cdef int flush(self) except -1:
+        if self.len:
+            self.segments.append(PyBytes_FromStringAndSize(<char *>self.buf, self.len))
+            self.total += self.len
+            self.len = 0
+        return 0
+
+    cdef int region(self, object region) except -1:
+        self.flush()
+        self.segments.append(region)
+        self.total += region.length
+        return 0
+
+
+cdef Py_ssize_t _records_size(object records) except -1:
+    if isinstance(records, FileRegion):
+        return records.length
+    if isinstance(records, (list, tuple)):
+        return sum([_records_size(r) for r in records])
+    return memoryview(records).nbytes
+
+
+cdef int _put_records(_Segments out, object records) except -1:
+    cdef Py_buffer view
+    if isinstance(records, FileRegion):
+        return out.region(records)
+    if isinstance(records, (list, tuple)):
+        for r in records:
+            _put_records(out, r)
+        return 0
+    PyObject_GetBuffer(records, &view, PyBUF_SIMPLE)
+    try:
+        out.put(view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return 0
+
+
+cdef int _put_string(_Segments out, str s, bint flexible) except -1:
+    cdef bytes data = s.encode("utf-8")
+    out.length(len(data), flexible, False)
+    return out.put(<const char *>data, len(data))
+
+
+def build_fetch(int version, int32_t correlation_id, int32_t throttle_time_ms,
+                int error_code, int32_t session_id, list topics):
+    """Encode a whole Fetch response frame (v4-v16), size prefix included.
+
+    ``topics``: ``[(topic, [(partition_index, error_code, high_watermark,
+    last_stable_offset, log_start_offset, aborted_transactions, records)])]`` where
+    ``topic`` is the name (v4-v12) or the topic id as ``uuid.UUID`` or 16 bytes (v13+),
+    ``aborted_transactions`` None or ``[(producer_id, first_offset)]`` and ``records``
+    None, a bytes-like object, a ``FileRegion`` or a list of those.
+
+    Returns ``(segments, total_size)``: bytes and ``FileRegion``s in wire order and the
+    number of bytes they make on the wire, prefix included.
+    """
+    cdef bint flex = version >= FETCH_FIRST_FLEXIBLE
+    cdef _Segments out = _Segments()
+    cdef object topic, part, aborted, records, first
+    cdef bytes tid
+    cdef list parts
+    if version < FETCH_MIN_VERSION or version > FETCH_MAX_VERSION:
+        raise UnsupportedVersionError(f"Fetch v{version} has no fast path")
+    out.i32(0)  # size prefix, patched below
+    out.i32(correlation_id)
+    if flex:
+        out.i8(0)  # response header v1: no tagged fields
+    out.i32(throttle_time_ms)
+    if version >= 7:
+        out.i16(error_code)
+        out.i32(session_id)
+    out.length(len(topics), flex, True)
+    for topic, parts in topics:
+        if version >= FETCH_FIRST_TOPIC_ID:
+            tid = topic.bytes if isinstance(topic, _uuid.UUID) else bytes(topic)
+            if len(tid) != 16:
+                raise ValueError(f"topic id must be 16 bytes, got {len(tid)}")
+            out.put(<const char *>tid, 16)
+        else:
+            _put_string(out, topic, flex)
+        out.length(len(parts), flex, True)
+        for part in parts:
+            partition_index, perr, hw, lso, log_start, aborted, records = part
+            out.i32(partition_index)
+            out.i16(perr)
+            out.i64(hw)
+            out.i64(lso)
+            if version >= 5:
+                out.i64(log_start)
+            if aborted is None:
+                out.length(-1, flex, True)
+            else:
+                out.length(len(aborted), flex, True)
+                for producer_id, first_offset in aborted:
+                    out.i64(producer_id)
+                    out.i64(first_offset)
+                    if flex:
+                        out.i8(0)
+            if version >= 11:
+                out.i32(-1)  # preferred_read_replica: none, read from the leader
+            if records is None:
+                out.length(-1, flex, True)
+            else:
+                out.length(_records_size(records), flex, True)
+                _put_records(out, records)
+            if flex:
+                out.i8(0)
+        if flex:
+            out.i8(0)
+    if flex:
+        out.i8(0)
+    out.flush()
+    # The first segment holds the header; patch the size now that the total is known.
+    first = out.segments[0]
+    out.segments[0] = (out.total - 4).to_bytes(4, "big", signed=True) + first[4:]
+    return out.segments, out.total
