@@ -1,0 +1,379 @@
+"""DescribeConfigs (key 32), AlterConfigs (key 33) and IncrementalAlterConfigs (key 44).
+
+Resources, as Kafka numbers them: TOPIC (2), BROKER (4), BROKER_LOGGER (8). Every answer
+is per resource; a resource named twice in one alter request gets INVALID_REQUEST.
+
+Topic configs. DescribeConfigs lists every topic config with its effective value and
+where it comes from, as Kafka reports it (``config_source``): TOPIC_CONFIG (1) for the
+topic's override, STATIC_BROKER_CONFIG (4) when the broker's own setting (server
+properties, environment, flag) supplies it, DEFAULT_CONFIG (5) otherwise; v0 says the
+same with ``is_default``. ``include_synonyms`` adds the chain Kafka shows: the override,
+then each broker key that is set (``log.retention.ms``, ``log.retention.hours``, ...),
+then the default. ``config_type`` and ``documentation`` from v3. Topic configs are never
+read-only.
+
+AlterConfigs replaces the topic's whole override set with the given configs (what is not
+named goes back to its default); IncrementalAlterConfigs applies SET, DELETE, APPEND and
+SUBTRACT (the last two only to list configs, ``cleanup.policy``) to the current
+overrides. The result is validated as a whole (INVALID_CONFIG with the reason), then
+persisted and handed to the live logs by ``TopicManager.alter_configs``; ``validate_only``
+stops after the checks.
+
+Broker configs are static here (Kafka's "read-only" update mode): they are described with
+``read_only`` true and altering one is INVALID_CONFIG. Broker loggers are the broker's
+Python loggers (``pybroker.*``); their levels can be read and set at run time, like
+Kafka's log4j loggers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from pybroker import config as broker_config
+from pybroker.broker import topic_config
+from pybroker.broker.handlers import handler
+from pybroker.broker.handlers.admin_topics import error_fields
+from pybroker.broker.request import RequestContext
+from pybroker.broker.topic_manager import Topic, validate_topic_name
+from pybroker.errors import (
+    ErrorCode,
+    InvalidConfigError,
+    InvalidRequestError,
+    KafkaError,
+    UnknownTopicOrPartitionError,
+)
+
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+
+# DescribeConfigsResponse.ConfigSource
+SOURCE_TOPIC, SOURCE_LOGGER, SOURCE_STATIC, SOURCE_DEFAULT = 1, 6, 4, 5
+# DescribeConfigsResponse.ConfigType
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
+# IncrementalAlterConfigs operations
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+# topic key -> (type, broker keys that set its default, most specific first, documentation)
+TOPIC_CONFIG_INFO: dict[str, tuple[int, tuple[str, ...], str]] = {
+    "cleanup.policy": (LIST, ("log.cleanup.policy",),
+                       "delete (drop old segments by retention) and/or compact"),
+    "compression.type": (STRING, ("compression.type",),
+                         "producer keeps the producer's codec; pybroker never recompresses"),
+    "delete.retention.ms": (LONG, ("log.cleaner.delete.retention.ms",),
+                            "how long delete tombstones are kept on compacted topics"),
+    "file.delete.delay.ms": (LONG, ("log.segment.delete.delay.ms",),
+                             "wait before a deleted segment's files are removed"),
+    "flush.messages": (LONG, ("log.flush.interval.messages",),
+                       "fsync after this many messages (default: leave it to the OS)"),
+    "flush.ms": (LONG, ("log.flush.interval.ms",),
+                 "fsync when the oldest unflushed data is this old"),
+    "index.interval.bytes": (INT, ("log.index.interval.bytes",),
+                             "bytes of log between two offset index entries"),
+    "max.compaction.lag.ms": (LONG, ("log.cleaner.max.compaction.lag.ms",),
+                              "longest a record stays uncompacted"),
+    "max.message.bytes": (INT, ("message.max.bytes",),
+                          "largest record batch the topic accepts"),
+    "message.downconversion.enable": (BOOLEAN, ("log.message.downconversion.enable",),
+                                      "down-convert for old fetch versions"),
+    "message.timestamp.after.max.ms": (LONG, ("log.message.timestamp.after.max.ms",),
+                                       "how far ahead of the broker a CreateTime may be"),
+    "message.timestamp.before.max.ms": (LONG, ("log.message.timestamp.before.max.ms",),
+                                        "how far behind the broker a CreateTime may be"),
+    "message.timestamp.difference.max.ms": (
+        LONG, ("log.message.timestamp.difference.max.ms",),
+        "deprecated: both bounds of a CreateTime at once"),
+    "message.timestamp.type": (STRING, ("log.message.timestamp.type",),
+                               "CreateTime (the producer's) or LogAppendTime (the broker's)"),
+    "min.cleanable.dirty.ratio": (DOUBLE, ("log.cleaner.min.cleanable.ratio",),
+                                  "dirty share of a log that triggers compaction"),
+    "min.compaction.lag.ms": (LONG, ("log.cleaner.min.compaction.lag.ms",),
+                              "shortest a record stays uncompacted"),
+    "min.insync.replicas": (INT, ("min.insync.replicas",),
+                            "replicas that must acknowledge an acks=all write"),
+    "preallocate": (BOOLEAN, ("log.preallocate",), "preallocate new segment files"),
+    "retention.bytes": (LONG, ("log.retention.bytes",),
+                        "largest a partition grows before old segments go (-1: no limit)"),
+    "retention.ms": (LONG, ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+                     "how long segments are kept (-1: forever)"),
+    "segment.bytes": (INT, ("log.segment.bytes",), "size at which a segment file rolls"),
+    "segment.index.bytes": (INT, ("log.index.size.max.bytes",),
+                            "size of each segment's offset and time index files"),
+    "segment.jitter.ms": (LONG, ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+                          "random jitter subtracted from segment.ms"),
+    "segment.ms": (LONG, ("log.roll.ms", "log.roll.hours"),
+                   "age at which a segment rolls even if not full"),
+    "unclean.leader.election.enable": (BOOLEAN, ("unclean.leader.election.enable",),
+                                       "allow an out-of-sync replica to become leader"),
+}
+LIST_KEYS = frozenset(k for k, (kind, _, _) in TOPIC_CONFIG_INFO.items() if kind == LIST)
+_LOGGER_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL", "CRITICAL")
+
+
+# describing ---------------------------------------------------------------------------------
+
+
+def _broker_key_is_set(ctx: RequestContext, key: str) -> bool:
+    """Whether the broker's own settings give ``key`` a value of their own.
+
+    BrokerConfig keeps merged values only, so "set" means "differs from the default";
+    a key set explicitly to its default value is reported as DEFAULT_CONFIG.
+    """
+    schema = broker_config.SCHEMA.get(key)
+    if schema is None:
+        return False
+    value = ctx.broker.config.get(key)
+    return value is not None and value != schema[1]
+
+
+def _entry(name: str, value: Any, source: int, kind: int, doc: str | None,
+           synonyms: list[dict], read_only: bool = False) -> dict[str, Any]:
+    return {"name": name, "value": None if value is None else str(value),
+            "read_only": read_only, "is_default": source == SOURCE_DEFAULT,
+            "config_source": source, "is_sensitive": False, "synonyms": synonyms,
+            "config_type": kind, "documentation": doc}
+
+
+def _topic_entries(ctx: RequestContext, topic: Topic, keys: set[str] | None,
+                   with_synonyms: bool, with_docs: bool) -> list[dict[str, Any]]:
+    overrides = topic.overrides
+    values = ctx.broker.topics.effective_config(topic)
+    entries = []
+    for key in sorted(values):
+        if keys is not None and key not in keys:
+            continue
+        kind, broker_keys, doc = TOPIC_CONFIG_INFO.get(key, (STRING, (), ""))
+        chain = []
+        if key in overrides:
+            chain.append({"name": key, "value": overrides[key], "source": SOURCE_TOPIC})
+        chain += [{"name": bk, "value": str(ctx.broker.config.get(bk)), "source": SOURCE_STATIC}
+                  for bk in broker_keys if _broker_key_is_set(ctx, bk)]
+        default = topic_config.TOPIC_CONFIGS[key][1] if key in topic_config.TOPIC_CONFIGS else None
+        chain.append({"name": broker_keys[0] if broker_keys else key, "value": default,
+                      "source": SOURCE_DEFAULT})
+        entries.append(_entry(key, values[key], chain[0]["source"], kind,
+                              doc if with_docs else None, chain if with_synonyms else []))
+    return entries
+
+
+def _broker_entries(ctx: RequestContext, keys: set[str] | None, with_synonyms: bool,
+                    with_docs: bool) -> list[dict[str, Any]]:
+    entries = []
+    for key, (parser, default) in sorted(broker_config.SCHEMA.items()):
+        if keys is not None and key not in keys:
+            continue
+        value = ctx.broker.config.get(key)
+        source = SOURCE_STATIC if _broker_key_is_set(ctx, key) else SOURCE_DEFAULT
+        kind = (BOOLEAN if parser is broker_config.parse_bool else
+                STRING if parser is str else LONG if key.endswith(".ms") else INT)
+        chain = [{"name": key, "value": None if value is None else str(value), "source": source}]
+        if source != SOURCE_DEFAULT:
+            chain.append({"name": key, "value": None if default is None else str(default),
+                          "source": SOURCE_DEFAULT})
+        entries.append(_entry(key, value, source, kind, None, chain if with_synonyms else [],
+                              read_only=True))
+    return entries
+
+
+def _pybroker_loggers() -> list[logging.Logger]:
+    manager = logging.Logger.manager
+    names = sorted(n for n in manager.loggerDict if n == "pybroker" or n.startswith("pybroker."))
+    return [logging.getLogger(n) for n in names]
+
+
+def _logger_entries(keys: set[str] | None) -> list[dict[str, Any]]:
+    return [_entry(lg.name, logging.getLevelName(lg.getEffectiveLevel()), SOURCE_LOGGER, STRING,
+                   None, []) for lg in _pybroker_loggers() if keys is None or lg.name in keys]
+
+
+def _check_broker_name(ctx: RequestContext, name: str, allow_default: bool) -> None:
+    if name == "" and allow_default:
+        return
+    try:
+        broker_id = int(name)
+    except ValueError:
+        raise InvalidRequestError(f"Broker id must be an integer, but it is: {name}") from None
+    if broker_id != ctx.broker.broker_id:
+        raise InvalidRequestError(f"Unexpected broker id, expected {ctx.broker.broker_id} or "
+                                  f"empty string, but received {name}")
+
+
+def _find_topic(ctx: RequestContext, name: str) -> Topic:
+    validate_topic_name(name)
+    topic = ctx.broker.topics.get(name)
+    if topic is None:
+        raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+    return topic
+
+
+def _describe_one(ctx: RequestContext, resource: dict, with_synonyms: bool,
+                  with_docs: bool) -> list[dict[str, Any]]:
+    kind, name = resource.get("resource_type"), resource.get("resource_name") or ""
+    keys = resource.get("configuration_keys")
+    keys = None if keys is None else set(keys)
+    if kind == TOPIC:
+        return _topic_entries(ctx, _find_topic(ctx, name), keys, with_synonyms, with_docs)
+    if kind == BROKER:
+        _check_broker_name(ctx, name, allow_default=True)
+        if name == "":
+            return []  # the cluster-wide dynamic defaults: there are none
+        return _broker_entries(ctx, keys, with_synonyms, with_docs)
+    if kind == BROKER_LOGGER:
+        _check_broker_name(ctx, name, allow_default=False)
+        return _logger_entries(keys)
+    raise InvalidRequestError(f"Unsupported resource type: {kind}")
+
+
+@handler(api_key=32, versions=(0, 4))
+async def describe_configs(ctx: RequestContext, request: dict) -> dict:
+    with_synonyms = bool(request.get("include_synonyms")) and ctx.api_version >= 1
+    with_docs = bool(request.get("include_documentation"))
+    results = []
+    for resource in request.get("resources") or []:
+        result = {"resource_type": resource.get("resource_type"),
+                  "resource_name": resource.get("resource_name"),
+                  "error_code": ErrorCode.NONE, "error_message": None, "configs": []}
+        try:
+            result["configs"] = _describe_one(ctx, resource, with_synonyms, with_docs)
+        except KafkaError as exc:
+            result.update(error_fields(exc))
+        results.append(result)
+    return {"throttle_time_ms": 0, "results": results}
+
+
+# altering -----------------------------------------------------------------------------------
+
+
+def _no_duplicate_keys(configs: Iterable[dict]) -> None:
+    counts = Counter(c.get("name") for c in configs)
+    duplicated = sorted(str(k) for k, n in counts.items() if n > 1)
+    if duplicated:
+        raise InvalidRequestError(f"Error due to duplicate config keys: {', '.join(duplicated)}")
+
+
+def _list_items(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def _incremental(ctx: RequestContext, topic: Topic, configs: list[dict]) -> dict[str, str]:
+    """The topic's overrides after applying SET/DELETE/APPEND/SUBTRACT (not yet validated)."""
+    overrides = dict(topic.overrides)
+    current = ctx.broker.topics.effective_config(topic)
+    for item in configs:
+        key, value, op = item.get("name"), item.get("value"), item.get("config_operation")
+        if key not in topic_config.TOPIC_CONFIGS:
+            raise InvalidConfigError(f"Unknown topic config name: {key}")
+        if op == SET:
+            if value is None:
+                raise InvalidRequestError(f"Null value not supported for : {key}")
+            overrides[key] = value
+        elif op == DELETE:
+            overrides.pop(key, None)
+        elif op in (APPEND, SUBTRACT):
+            if key not in LIST_KEYS:
+                verb = "append" if op == APPEND else "subtract"
+                raise InvalidConfigError(f"Config value {verb} is not allowed for config key: "
+                                         f"{key}")
+            items = _list_items(overrides.get(key, current.get(key)))
+            change = _list_items(value)
+            if op == APPEND:
+                items += [v for v in change if v not in items]
+            else:
+                items = [v for v in items if v not in change]
+            overrides[key] = ",".join(items)
+        else:
+            raise InvalidRequestError(f"Unknown alter config operation {op} for {key}")
+    return overrides
+
+
+def _replaced(configs: list[dict]) -> dict[str, str]:
+    """AlterConfigs: the new override set is exactly the given configs."""
+    out = {}
+    for item in configs:
+        key, value = item.get("name"), item.get("value")
+        if value is None:
+            raise InvalidRequestError(f"Null value not supported for : {key}")
+        out[key] = value
+    return out
+
+
+def _apply_topic(ctx: RequestContext, topic: Topic, overrides: dict[str, str],
+                 validate_only: bool) -> None:
+    checked = topic_config.validate(overrides)
+    ctx.broker.topics.log_config(checked)  # with the broker defaults (segment sizes etc.)
+    if not validate_only:
+        ctx.broker.topics.alter_configs(topic.name, checked)
+
+
+def _alter_logger(ctx: RequestContext, name: str, configs: list[dict], validate_only: bool,
+                  incremental: bool) -> None:
+    _check_broker_name(ctx, name, allow_default=False)
+    levels: dict[str, int] = {}
+    for item in configs:
+        key, value = item.get("name") or "", item.get("value")
+        op = item.get("config_operation", SET) if incremental else SET
+        if key != "pybroker" and not key.startswith("pybroker."):
+            raise InvalidConfigError(f"Logger {key} does not exist")
+        if op == DELETE:
+            levels[key] = logging.NOTSET  # back to inheriting the parent's level
+        elif op == SET and value is not None and value.upper() in _LOGGER_LEVELS:
+            level = {"TRACE": "DEBUG", "WARN": "WARNING", "FATAL": "CRITICAL"}.get(
+                value.upper(), value.upper())
+            levels[key] = logging.getLevelName(level)
+        else:
+            raise InvalidConfigError(f"Cannot set logger {key} to {value}: the level must be "
+                                     f"one of {', '.join(_LOGGER_LEVELS)}")
+    if not validate_only:
+        for key, level in levels.items():
+            logging.getLogger(key).setLevel(level)
+
+
+def _alter_one(ctx: RequestContext, resource: dict, validate_only: bool,
+               incremental: bool) -> None:
+    kind, name = resource.get("resource_type"), resource.get("resource_name") or ""
+    configs = resource.get("configs") or []
+    _no_duplicate_keys(configs)
+    if kind == TOPIC:
+        topic = _find_topic(ctx, name)
+        overrides = (_incremental(ctx, topic, configs) if incremental else _replaced(configs))
+        _apply_topic(ctx, topic, overrides, validate_only)
+    elif kind == BROKER:
+        _check_broker_name(ctx, name, allow_default=True)
+        if configs:
+            keys = ", ".join(sorted(str(c.get("name")) for c in configs))
+            raise InvalidConfigError(f"Cannot update these configs dynamically: {keys} "
+                                     "(pybroker's broker configs are static)")
+    elif kind == BROKER_LOGGER:
+        _alter_logger(ctx, name, configs, validate_only, incremental)
+    else:
+        raise InvalidRequestError(f"Unsupported resource type: {kind}")
+
+
+def _alter(ctx: RequestContext, request: dict, incremental: bool) -> dict:
+    resources = request.get("resources") or []
+    seen = Counter((r.get("resource_type"), r.get("resource_name")) for r in resources)
+    validate_only = bool(request.get("validate_only"))
+    responses = []
+    for resource in resources:
+        kind, name = resource.get("resource_type"), resource.get("resource_name")
+        result = {"resource_type": kind, "resource_name": name,
+                  "error_code": ErrorCode.NONE, "error_message": None}
+        try:
+            if seen[(kind, name)] > 1:
+                raise InvalidRequestError("Duplicate resource in request.")
+            _alter_one(ctx, resource, validate_only, incremental)
+        except KafkaError as exc:
+            result.update(error_fields(exc))
+        responses.append(result)
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+@handler(api_key=33, versions=(0, 2))
+async def alter_configs(ctx: RequestContext, request: dict) -> dict:
+    return _alter(ctx, request, incremental=False)
+
+
+@handler(api_key=44, versions=(0, 1))
+async def incremental_alter_configs(ctx: RequestContext, request: dict) -> dict:
+    return _alter(ctx, request, incremental=True)

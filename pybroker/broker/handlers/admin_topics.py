@@ -1,0 +1,153 @@
+"""DeleteTopics (key 20) and CreatePartitions (key 37).
+
+Both answer per topic, as Kafka's controller does (``ControllerApis`` /
+``ReplicationControlManager``): a topic named twice in one request gets INVALID_REQUEST and
+is not acted on; an unknown name UNKNOWN_TOPIC_OR_PARTITION, an unknown id (DeleteTopics
+v6) UNKNOWN_TOPIC_ID. Deleting a topic removes its logs and its persisted config
+(``TopicManager.delete``); with ``delete.topic.enable=false`` every topic gets
+TOPIC_DELETION_DISABLED.
+
+CreatePartitions only grows a topic: a count at or below the current one is
+INVALID_PARTITIONS. Manual assignments must name one replica per new partition, this
+broker (a single node has nothing else to place them on); anything else is
+INVALID_REPLICA_ASSIGNMENT. ``validate_only`` runs every check and changes nothing.
+
+Both are synchronous here: the change is durable (``topics.json`` replaced and fsynced)
+before the answer, so ``timeout_ms`` never expires.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+from pybroker.broker.handlers import handler
+from pybroker.broker.request import RequestContext
+from pybroker.errors import (
+    ErrorCode,
+    InvalidPartitionsError,
+    KafkaError,
+    UnknownTopicOrPartitionError,
+)
+from pybroker.net.protocol.codec import ZERO_UUID
+
+
+def error_fields(exc: KafkaError) -> dict[str, Any]:
+    return {"error_code": int(exc.code), "error_message": str(exc)}
+
+
+def _ok() -> dict[str, Any]:
+    return {"error_code": ErrorCode.NONE, "error_message": None}
+
+
+# DeleteTopics -----------------------------------------------------------------------------
+
+
+def _delete_targets(ctx: RequestContext, request: dict) -> list[tuple[str | None, uuid.UUID]]:
+    """(name, id) per requested topic: v0-5 name them, v6 names or ids (one of the two)."""
+    if ctx.api_version < 6:
+        return [(name, ZERO_UUID) for name in request.get("topic_names") or []]
+    return [(t.get("name"), t.get("topic_id") or ZERO_UUID) for t in request.get("topics") or []]
+
+
+def _delete_one(ctx: RequestContext, name: str | None, topic_id: uuid.UUID,
+                duplicated: bool) -> dict[str, Any]:
+    topics = ctx.broker.topics
+    result = {"name": name, "topic_id": topic_id}
+    if (name is None) == (topic_id == ZERO_UUID):
+        code, message = ErrorCode.INVALID_REQUEST, (
+            "Neither topic name nor id were specified." if name is None else
+            "You may not specify both topic name and topic id.")
+        return {**result, "error_code": code, "error_message": message}
+    if duplicated:
+        return {**result, "error_code": ErrorCode.INVALID_REQUEST,
+                "error_message": "Duplicate topic name." if name else "Duplicate topic id."}
+    if not ctx.broker.config["delete.topic.enable"]:
+        return {**result, "error_code": ErrorCode.TOPIC_DELETION_DISABLED,
+                "error_message": "Topic deletion is disabled."}
+    topic = topics.get(name) if name is not None else topics.by_id(topic_id)
+    if topic is None:
+        if name is None:
+            return {**result, "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
+                    "error_message": f"Topic id {topic_id} does not exist."}
+        return {**result, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                "error_message": f"Topic '{name}' does not exist."}
+    try:
+        topics.delete(topic.name)
+    except KafkaError as exc:
+        return {**result, **error_fields(exc)}
+    return {"name": topic.name, "topic_id": topic.topic_id, **_ok()}
+
+
+@handler(api_key=20, versions=(0, 6))
+async def delete_topics(ctx: RequestContext, request: dict) -> dict:
+    targets = _delete_targets(ctx, request)
+    seen = Counter(name if name is not None else topic_id for name, topic_id in targets)
+    responses = [_delete_one(ctx, name, topic_id,
+                             seen[name if name is not None else topic_id] > 1)
+                 for name, topic_id in targets]
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+# CreatePartitions --------------------------------------------------------------------------
+
+
+def check_new_partitions(ctx: RequestContext, name: str, count: int,
+                         assignments: list[dict] | None) -> None:
+    """Raise the KafkaError Kafka would answer for growing ``name`` to ``count``."""
+    topic = ctx.broker.topics.get(name)
+    if topic is None:
+        raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+    current = len(topic.partitions)
+    if count < current:
+        raise InvalidPartitionsError(f"The topic {name} currently has {current} partition(s); "
+                                     f"{count} would not be an increase.")
+    if count == current:
+        raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
+    if assignments is not None:
+        _check_assignments(ctx.broker.broker_id, count - current, assignments)
+
+
+def _check_assignments(broker_id: int, added: int, assignments: list[dict]) -> None:
+    if len(assignments) != added:
+        raise KafkaError(f"Attempted to add {added} additional partition(s), but only "
+                         f"{len(assignments)} assignment(s) were specified.",
+                         ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+    for assignment in assignments:
+        replicas = assignment.get("broker_ids") or []
+        for replica in replicas:
+            if replica != broker_id:
+                raise KafkaError(f"The manual partition assignment includes broker {replica}, "
+                                 "but no such broker is registered.",
+                                 ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+        if len(replicas) != 1:
+            raise KafkaError(f"The manual partition assignment includes a partition with "
+                             f"{len(replicas)} replica(s), but this is not consistent with "
+                             "previous partitions, which have 1 replica(s).",
+                             ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+
+
+def _create_partitions_one(ctx: RequestContext, item: dict, duplicated: bool,
+                           validate_only: bool) -> dict[str, Any]:
+    name = item.get("name")
+    if duplicated:
+        return {"name": name, "error_code": ErrorCode.INVALID_REQUEST,
+                "error_message": "Duplicate topic name."}
+    try:
+        check_new_partitions(ctx, name, item.get("count", 0), item.get("assignments"))
+        if not validate_only:
+            ctx.broker.topics.add_partitions(name, item["count"])
+    except KafkaError as exc:
+        return {"name": name, **error_fields(exc)}
+    return {"name": name, **_ok()}
+
+
+@handler(api_key=37, versions=(0, 3))
+async def create_partitions(ctx: RequestContext, request: dict) -> dict:
+    items = request.get("topics") or []
+    seen = Counter(item.get("name") for item in items)
+    validate_only = bool(request.get("validate_only"))
+    results = [_create_partitions_one(ctx, item, seen[item.get("name")] > 1, validate_only)
+               for item in items]
+    return {"throttle_time_ms": 0, "results": results}
