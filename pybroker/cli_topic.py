@@ -1,0 +1,233 @@
+"""``pybroker topic create|list|describe|delete|alter-config|add-partitions``.
+
+An rpk-like front end to the admin APIs over confluent-kafka's ``AdminClient``, so it
+works against any Kafka broker (``--bootstrap HOST:PORT``). Errors the broker answers are
+printed one line per topic to stderr and make the exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from pybroker.cli_clients import add_bootstrap
+
+_TIMEOUT = 30.0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``topic`` and its subcommands to ``pybroker``'s parser."""
+    topic = subparsers.add_parser("topic", help="create, list, describe, delete, configure")
+    sub = topic.add_subparsers(dest="topic_command", required=True)
+
+    p = sub.add_parser("create", help="create topics")
+    p.add_argument("names", nargs="+", metavar="TOPIC")
+    p.add_argument("--partitions", "-p", type=int, default=-1,
+                   help="partition count (default: the broker's num.partitions)")
+    p.add_argument("--replicas", "-r", type=int, default=-1,
+                   help="replication factor (default: the broker's)")
+    p.add_argument("--config", "-c", action="append", default=[], metavar="K=V",
+                   help="topic config (repeatable)")
+    p.add_argument("--validate-only", action="store_true")
+    p.set_defaults(func=create_main)
+
+    p = sub.add_parser("list", help="list topics")
+    p.add_argument("--internal", "-i", action="store_true", help="include internal topics")
+    p.set_defaults(func=list_main)
+
+    p = sub.add_parser("describe", help="partitions and configs of topics")
+    p.add_argument("names", nargs="+", metavar="TOPIC")
+    p.add_argument("--all-configs", "-a", action="store_true",
+                   help="every config, not only the ones set on the topic or broker")
+    p.set_defaults(func=describe_main)
+
+    p = sub.add_parser("delete", help="delete topics")
+    p.add_argument("names", nargs="+", metavar="TOPIC")
+    p.set_defaults(func=delete_main)
+
+    p = sub.add_parser("alter-config", help="set or delete topic configs (incremental)")
+    p.add_argument("names", nargs="+", metavar="TOPIC")
+    p.add_argument("--set", "-s", action="append", default=[], metavar="K=V")
+    p.add_argument("--delete", "-d", action="append", default=[], metavar="K",
+                   help="remove the override, back to the default")
+    p.add_argument("--append", action="append", default=[], metavar="K=V",
+                   help="add V to a list config")
+    p.add_argument("--subtract", action="append", default=[], metavar="K=V",
+                   help="remove V from a list config")
+    p.add_argument("--validate-only", action="store_true")
+    p.set_defaults(func=alter_config_main)
+
+    p = sub.add_parser("add-partitions", help="raise the partition count of topics")
+    p.add_argument("names", nargs="+", metavar="TOPIC")
+    p.add_argument("--num", "-n", type=int, required=True, help="partitions to add")
+    p.set_defaults(func=add_partitions_main)
+
+    for parser in sub.choices.values():
+        add_bootstrap(parser)
+
+
+def _admin(args: argparse.Namespace) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": args.bootstrap})
+
+
+def parse_pairs(pairs: Iterable[str], option: str) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"{option} {pair!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _report(futures: dict[Any, Any], done: str) -> int:
+    """Wait for per-item futures; one line each; 1 if any failed."""
+    status = 0
+    for item, future in futures.items():
+        name = getattr(item, "name", None) or getattr(item, "topic", None) or item
+        try:
+            future.result(timeout=_TIMEOUT)
+            print(f"{name}: {done}")
+        except Exception as exc:  # the client raises KafkaException carrying the error
+            print(f"{name}: {_error_text(exc)}", file=sys.stderr)
+            status = 1
+    return status
+
+
+def _error_text(exc: Exception) -> str:
+    err = exc.args[0] if exc.args else exc
+    if hasattr(err, "name") and hasattr(err, "str"):
+        return f"{err.name()}: {err.str()}"
+    return str(exc)
+
+
+def create_main(args: argparse.Namespace) -> int:
+    from confluent_kafka.admin import NewTopic
+
+    configs = parse_pairs(args.config, "--config")
+    topics = [NewTopic(name, num_partitions=args.partitions,
+                       replication_factor=args.replicas, config=configs)
+              for name in args.names]
+    futures = _admin(args).create_topics(topics, operation_timeout=_TIMEOUT,
+                                         validate_only=args.validate_only)
+    return _report(futures, "validated" if args.validate_only else "created")
+
+
+def list_main(args: argparse.Namespace) -> int:
+    metadata = _admin(args).list_topics(timeout=_TIMEOUT)
+    rows = [(name, len(t.partitions)) for name, t in sorted(metadata.topics.items())
+            if args.internal or not name.startswith("__")]
+    width = max([len("NAME")] + [len(name) for name, _ in rows])
+    print(f"{'NAME':<{width}}  PARTITIONS")
+    for name, count in rows:
+        print(f"{name:<{width}}  {count}")
+    return 0
+
+
+def describe_main(args: argparse.Namespace) -> int:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+
+    admin = _admin(args)
+    metadata = admin.list_topics(timeout=_TIMEOUT)
+    status = 0
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in args.names]
+    config_futures = admin.describe_configs(resources, request_timeout=_TIMEOUT)
+    for resource, future in config_futures.items():
+        name = resource.name
+        topic = metadata.topics.get(name)
+        if topic is None or topic.error is not None:
+            print(f"{name}: {topic.error if topic else 'UNKNOWN_TOPIC_OR_PARTITION'}",
+                  file=sys.stderr)
+            status = 1
+            continue
+        try:
+            configs = future.result(timeout=_TIMEOUT)
+        except Exception as exc:
+            print(f"{name}: {_error_text(exc)}", file=sys.stderr)
+            status = 1
+            continue
+        print(f"NAME        {name}")
+        print(f"PARTITIONS  {len(topic.partitions)}")
+        print("\nPARTITION  LEADER  REPLICAS  LOW  HIGH")
+        offsets = _watermarks(args, name, sorted(topic.partitions), TopicPartition)
+        for index in sorted(topic.partitions):
+            p = topic.partitions[index]
+            low, high = offsets.get(index, ("-", "-"))
+            print(f"{index:<9}  {p.leader:<6}  {p.replicas!s:<8}  {low}  {high}")
+        print("\nKEY  VALUE  SOURCE")
+        for entry in sorted(configs.values(), key=lambda e: e.name):
+            default = entry.source == ConfigSource.DEFAULT_CONFIG.value
+            if default and not args.all_configs:
+                continue
+            source = ConfigSource(entry.source).name
+            print(f"{entry.name}  {entry.value}  {source}")
+        print()
+    return status
+
+
+def _watermarks(args: argparse.Namespace, topic: str, partitions: list[int],
+                topic_partition: Any) -> dict[int, tuple[int, int]]:
+    """Low and high watermark per partition (a throwaway consumer asks ListOffsets)."""
+    from confluent_kafka import Consumer, KafkaException
+
+    consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": "pybroker-cli",
+                         "enable.auto.commit": False})
+    try:
+        return {p: consumer.get_watermark_offsets(topic_partition(topic, p), timeout=10)
+                for p in partitions}
+    except KafkaException:
+        return {}
+    finally:
+        consumer.close()
+
+
+def delete_main(args: argparse.Namespace) -> int:
+    futures = _admin(args).delete_topics(list(args.names), operation_timeout=_TIMEOUT)
+    return _report(futures, "deleted")
+
+
+def alter_config_main(args: argparse.Namespace) -> int:
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
+
+    ops = [(AlterConfigOpType.SET, parse_pairs(args.set, "--set")),
+           (AlterConfigOpType.APPEND, parse_pairs(args.append, "--append")),
+           (AlterConfigOpType.SUBTRACT, parse_pairs(args.subtract, "--subtract")),
+           (AlterConfigOpType.DELETE, dict.fromkeys(args.delete))]
+    entries = [ConfigEntry(key, value, incremental_operation=op)
+               for op, pairs in ops for key, value in pairs.items()]
+    if not entries:
+        raise SystemExit("alter-config: nothing to change (use --set, --delete, ...)")
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name,
+                                incremental_configs=entries) for name in args.names]
+    futures = _admin(args).incremental_alter_configs(resources, request_timeout=_TIMEOUT,
+                                                     validate_only=args.validate_only)
+    return _report(futures, "validated" if args.validate_only else "altered")
+
+
+def add_partitions_main(args: argparse.Namespace) -> int:
+    admin = _admin(args)
+    metadata = admin.list_topics(timeout=_TIMEOUT)
+    from confluent_kafka.admin import NewPartitions
+
+    requests = []
+    status = 0
+    for name in args.names:
+        topic = metadata.topics.get(name)
+        if topic is None or topic.error is not None:
+            print(f"{name}: UNKNOWN_TOPIC_OR_PARTITION", file=sys.stderr)
+            status = 1
+            continue
+        requests.append(NewPartitions(name, len(topic.partitions) + args.num))
+    if requests:
+        futures = admin.create_partitions(requests, operation_timeout=_TIMEOUT)
+        status |= _report(futures, f"added {args.num} partitions")
+    return status
