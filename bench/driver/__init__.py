@@ -1,0 +1,1 @@
+"""The benchmark driver: workloads, worker processes, aggregation, reports."""
