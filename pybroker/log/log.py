@@ -1,0 +1,591 @@
+"""One partition's log: segments on disk, offsets, reads as file regions, retention.
+
+Directory ``<data_dir>/<topic>-<partition>`` holds the segments (log_segment.py) and
+``leader-epoch-checkpoint``. Offsets kept apart (STYLE 20, Redpanda's offset_tracker):
+
+- ``log_end_offset``: the next offset to assign; everything below it is written.
+- ``recovery_point``: everything below it is flushed (fsynced); an unclean restart
+  scans only the segments from here on.
+- ``high_watermark``: everything below it is committed; consumers read up to it. A
+  plain settable field: replication moves it, a single node sets it to the end offset.
+- ``log_start_offset``: the first offset still readable (retention, DeleteRecords).
+
+Per produce request Python does a fixed amount of work per batch (stamp natively, one
+write through the Appender, maybe one index entry); per fetch a fixed amount per segment
+touched (native index lookups and header walks). Nothing here loops over records, and
+recovery is one native scan per segment.
+
+Deleted segments are renamed ``.deleted`` at once and closed and unlinked after
+``file.delete.delay.ms`` (Kafka's default 60 s), by ``delete_expired_files``: a region
+handed to the network layer names an fd, and closing that fd while a sendfile is pending
+could let the number be reused for another file. The fd stays valid after the rename.
+
+Thread-safety: not thread-safe; one event loop drives a Log. The only other thread is
+the optional ``flusher`` (fsync of rolled segments), which touches nothing but the
+segments it was handed and one int.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import NamedTuple
+
+from pybroker._native.records import read_batch_header, scan_log, stamp_batch
+from pybroker.errors import (
+    InvalidRecordError,
+    KafkaStorageError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+)
+from pybroker.file_region import FileRegion
+from pybroker.log.leader_epoch_cache import LeaderEpochCache
+from pybroker.log.log_config import LogConfig
+from pybroker.log.log_segment import DELETED_SUFFIX, MAX_RELATIVE_OFFSET, LogSegment
+from pybroker.log.log_segments import LogSegments
+
+log = logging.getLogger("pybroker.log")
+
+EARLIEST_TIMESTAMP = -2  # ListOffsets special timestamps (Kafka's ListOffsetsRequest)
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_LEFTOVER = (DELETED_SUFFIX, ".tmp", ".swap", ".cleaned")
+
+
+class AppendInfo(NamedTuple):
+    base_offset: int
+    last_offset: int
+    log_append_time: int       # -1 unless the topic stamps LogAppendTime
+    log_start_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    records_count: int
+    size: int                  # bytes appended
+
+
+class ReadResult(NamedTuple):
+    regions: list[FileRegion]  # whole batches, in offset order, sent zero-copy
+    size: int                  # bytes in all regions
+    first_offset: int          # base offset of the first batch (may be below the asked
+                               # offset, inside that batch); the asked offset if empty
+
+
+class TimestampOffset(NamedTuple):
+    timestamp: int
+    offset: int
+
+
+class Log:
+    """See module doc."""
+
+    def __init__(self, directory: str, config: LogConfig | None = None, *,
+                 clean: bool = True, recovery_point: int = 0, log_start_offset: int = 0,
+                 high_watermark: int = 0, clock: Callable[[], float] = time.time,
+                 flusher: Executor | None = None) -> None:
+        """Open (or create) the log in ``directory``. ``clean``: the broker stopped
+        cleanly, so indexes are trusted (after a sanity check) and nothing is scanned;
+        otherwise every segment from ``recovery_point`` on is validated and its indexes
+        rebuilt. The offsets come from the data directory's checkpoint files."""
+        self.directory = directory
+        self.name = os.path.basename(directory)
+        self.config = config or LogConfig()
+        self._clock = clock
+        self._flusher = flusher
+        self._flushed_through = 0   # written by the flusher thread only
+        self._pending_deletes: list[tuple[float, LogSegment]] = []
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._now_ms()
+        os.makedirs(directory, exist_ok=True)
+        self.segments = LogSegments()
+        self._load(clean, recovery_point)
+        active = self.segments.active
+        self._next_offset = active.next_offset
+        self.log_start_offset = min(max(log_start_offset, self.segments.first.base_offset),
+                                    self._next_offset)
+        self._high_watermark = min(max(high_watermark, self.log_start_offset),
+                                   self._next_offset)
+        self._recovery_point = self._next_offset if clean else min(recovery_point,
+                                                                    self._next_offset)
+        self.leader_epoch_cache = LeaderEpochCache(directory)
+        self.leader_epoch_cache.truncate_from_end(self._next_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+
+    # -- loading and recovery ------------------------------------------------------------
+
+    def _load(self, clean: bool, recovery_point: int) -> None:
+        bases = self._clean_directory()
+        interval = self.config.index_interval_bytes
+        for base in bases:
+            self.segments.add(LogSegment(self.directory, base, interval, None,
+                                         created=self._clock()))
+        if not len(self.segments):
+            self.segments.add(self._new_segment(0))
+            return
+        recover_from = len(self.segments) if clean else max(
+            self.segments.floor_index(recovery_point), 0)
+        started = time.monotonic()
+        scanned = recovered = 0
+        for i, segment in enumerate(self.segments):
+            if i < recover_from:
+                problem = (segment.load() if i == len(self.segments) - 1
+                           else self._check_inactive(segment, i))
+                if problem is None:
+                    continue
+                log.warning("%s: rebuilding indexes of segment %d: %s", self.name,
+                            segment.base_offset, problem)
+            scanned += segment.size
+            recovered += 1
+            if segment.recover():
+                self._drop_after(segment)
+                break
+        if recovered:
+            elapsed = time.monotonic() - started
+            log.info("%s: recovered %d segments (%d bytes) in %.3f s (%.2f GB/s); "
+                     "log end offset %d", self.name, recovered, scanned, elapsed,
+                     scanned / max(elapsed, 1e-9) / 1e9, self.segments.active.next_offset)
+        self.segments.active.activate(self.config.segment_index_bytes)
+
+    def _clean_directory(self) -> list[int]:
+        """Finish what a crash interrupted: delete ``.deleted``/``.tmp`` leftovers and index
+        files without their log; return the base offsets of the segments."""
+        names = os.listdir(self.directory)
+        logs = set()
+        for name in names:
+            if name.endswith(_LEFTOVER):
+                log.info("%s: removing leftover %s", self.name, name)
+                os.unlink(os.path.join(self.directory, name))
+                continue
+            match = _SEGMENT_FILE.match(name)
+            if match and match.group(2) == "log":
+                logs.add(int(match.group(1)))
+        for name in names:
+            match = _SEGMENT_FILE.match(name)
+            if match and match.group(2) != "log" and int(match.group(1)) not in logs:
+                log.info("%s: removing index file without a log: %s", self.name, name)
+                os.unlink(os.path.join(self.directory, name))
+        return sorted(logs)
+
+    def _check_inactive(self, segment: LogSegment, i: int) -> str | None:
+        """Sanity check of a segment that is not the last one (Kafka's): its next offset is
+        taken to be the next segment's base, its largest timestamp the time index's."""
+        problem = segment.index_problem()
+        if problem is None:
+            segment.next_offset = self.segments[i + 1].base_offset
+            segment.max_timestamp = segment.time_index.last_timestamp
+            segment.offset_of_max_timestamp = segment.time_index.last_offset
+        return problem
+
+    def _drop_after(self, segment: LogSegment) -> None:
+        """A segment was cut short: every later segment is unreachable, delete it."""
+        for later in self.segments.above(segment.base_offset):
+            log.warning("%s: deleting segment %d after a truncated one", self.name,
+                        later.base_offset)
+            self.segments.remove(later)
+            later.delete()
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(self.directory, base_offset, self.config.index_interval_bytes,
+                          self.config.segment_index_bytes, created=self._clock(), create=True)
+
+    # -- offsets -------------------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        self._high_watermark = min(max(offset, self.log_start_offset), self._next_offset)
+
+    @property
+    def recovery_point(self) -> int:
+        """Everything below is fsynced (includes rolls flushed by the flusher thread)."""
+        return max(self._recovery_point, min(self._flushed_through, self._next_offset))
+
+    def size(self) -> int:
+        return self.segments.total_size()
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append(self, batch, info, leader_epoch: int = 0,
+               log_append_time: int = -1) -> AppendInfo:
+        """Append one validated batch (``batch`` is writable and holds exactly the batch
+        ``info`` describes): stamp its offsets (and LogAppendTime if the topic says so or
+        ``log_append_time`` >= 0) and write it at the end of the active segment."""
+        size = info.size
+        if size > self.config.max_message_bytes:
+            raise MessageTooLargeError(
+                f"batch of {size} bytes exceeds max.message.bytes {self.config.max_message_bytes}")
+        if size > self.config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"batch of {size} bytes exceeds segment.bytes {self.config.segment_bytes}")
+        if log_append_time < 0 and self.config.log_append_time:
+            log_append_time = self._now_ms()
+        base = self._next_offset
+        last = base + info.last_offset_delta
+        max_timestamp = log_append_time if log_append_time >= 0 else info.max_timestamp
+        segment = self._maybe_roll(size, max_timestamp, base, last)
+        stamp_batch(batch, 0, base, leader_epoch, log_append_time)
+        segment.append([batch], size, last, max_timestamp)
+        self._next_offset = last + 1
+        if leader_epoch > self.leader_epoch_cache.latest_epoch:
+            self.leader_epoch_cache.assign(leader_epoch, base)
+        self._after_append(info.records_count)
+        return AppendInfo(base, last, log_append_time, self.log_start_offset, max_timestamp,
+                          last, info.records_count, size)
+
+    def append_as_follower(self, buf) -> AppendInfo | None:
+        """Append batches that already carry their offsets (a replica fetch response).
+        All of ``buf`` must be whole, valid batches starting at or after the log end; the
+        leader epochs they carry go to the epoch cache."""
+        length = len(buf)
+        if not length:
+            return None
+        head = read_batch_header(buf, 0)
+        # one native pass: CRCs, offsets, and index entries relative to the first batch
+        scan = scan_log(buf, 0, length, head.base_offset, self.config.index_interval_bytes)
+        if scan.valid_end != length:
+            raise InvalidRecordError(f"{self.name}: follower data bad at byte "
+                                     f"{scan.valid_end}: {scan.error}")
+        if head.base_offset < self._next_offset:
+            raise InvalidRecordError(f"{self.name}: follower batch at offset "
+                                     f"{head.base_offset} below log end {self._next_offset}")
+        last = scan.next_offset - 1
+        segment = self._maybe_roll(length, scan.max_timestamp, head.base_offset, last)
+        segment.append([buf], length, last, scan.max_timestamp, scan.offset_index,
+                       head.base_offset)
+        self._next_offset = last + 1
+        if head.partition_leader_epoch > self.leader_epoch_cache.latest_epoch:
+            self.leader_epoch_cache.assign(head.partition_leader_epoch, head.base_offset)
+        count = last - head.base_offset + 1
+        self._after_append(count)
+        return AppendInfo(head.base_offset, last, -1, self.log_start_offset,
+                          scan.max_timestamp, scan.offset_of_max_timestamp, count, length)
+
+    def _after_append(self, records: int) -> None:
+        self._unflushed_messages += records
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+
+    def _maybe_roll(self, size: int, max_timestamp: int, first_offset: int,
+                    last_offset: int) -> LogSegment:
+        """The segment to append to: the active one unless it must roll first (Kafka's
+        ``LogSegment.shouldRoll``): full by bytes, older than ``segment.ms`` counted from
+        its first batch's timestamp, an index full, or offsets beyond relative range."""
+        segment = self.segments.active
+        config = self.config
+        overflow = last_offset - segment.base_offset > MAX_RELATIVE_OFFSET
+        if segment.size == 0:
+            if overflow or first_offset != segment.base_offset:
+                return self._replace_empty_active(first_offset)
+            return segment
+        reason = None
+        if segment.size > config.segment_bytes - size:
+            reason = "segment.bytes"
+        elif overflow:
+            reason = "relative offset overflow"
+        elif segment.offset_index.is_full or segment.time_index.is_full:
+            reason = "index full"
+        else:
+            rolling = segment.rolling_timestamp()
+            waited = (max_timestamp - rolling if rolling is not None
+                      else self._now_ms() - int(segment.created * 1000))
+            if waited > config.segment_ms - config.segment_jitter_ms:
+                reason = "segment.ms"
+        if reason is None:
+            return segment
+        return self.roll(first_offset, reason)
+
+    def _replace_empty_active(self, base_offset: int) -> LogSegment:
+        """An empty active segment at the wrong base (a follower's gap): start it again."""
+        old = self.segments.active
+        self.segments.remove(old)
+        old.delete()
+        segment = self._new_segment(base_offset)
+        self.segments.add(segment)
+        return segment
+
+    def roll(self, base_offset: int | None = None, reason: str = "requested") -> LogSegment:
+        """Start a new active segment at ``base_offset`` (default: the log end)."""
+        base = self._next_offset if base_offset is None else max(base_offset, self._next_offset)
+        old = self.segments.active
+        if old.size == 0:
+            return self._replace_empty_active(base) if base != old.base_offset else old
+        old.deactivate()
+        segment = self._new_segment(base)
+        self.segments.add(segment)
+        log.info("%s: rolled segment %d (%d bytes, %s); new segment %d", self.name,
+                 old.base_offset, old.size, reason, base)
+        if self._flusher is not None:
+            # Kafka flushes rolled segments in the background: the recovery point moves
+            # past them and an unclean restart scans only the new segment.
+            todo = self.segments.from_offset(self.recovery_point)[:-1]
+            self._flusher.submit(self._flush_in_background, todo, base)
+        return segment
+
+    def _flush_in_background(self, segments: list[LogSegment], through: int) -> None:
+        try:
+            for segment in segments:
+                if segment.fd >= 0:
+                    segment.flush()
+        except (OSError, ValueError) as exc:  # closed meanwhile (retention, truncation)
+            log.warning("%s: background flush up to %d failed: %s", self.name, through, exc)
+            return
+        self._flushed_through = max(self._flushed_through, through)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one: bool = True) -> ReadResult:
+        """Whole batches from the one holding ``offset``, at most ``max_bytes`` (but the
+        first batch anyway with ``min_one``, KIP-74), only batches entirely below
+        ``max_offset`` (the high watermark for consumers), across segments if needed.
+        ``OffsetOutOfRangeError`` outside [log start, log end]."""
+        end = self._next_offset
+        if offset < self.log_start_offset or offset > end:
+            raise OffsetOutOfRangeError(
+                f"{self.name}: offset {offset} not in [{self.log_start_offset}, {end}]")
+        bound = end if max_offset is None else min(max_offset, end)
+        regions: list[FileRegion] = []
+        size = 0
+        first = offset
+        segments = self.segments
+        i = max(segments.floor_index(offset), 0)
+        while offset < bound and i < len(segments):
+            segment = segments[i]
+            max_position = (segment.position_of(bound) if bound < segment.next_offset
+                            else segment.size)
+            found = segment.read(offset, max_bytes - size, max_position, min_one and not regions)
+            if found is not None:
+                position, length, base = found
+                if not regions:
+                    first = base
+                regions.append(FileRegion(segment.fd, position, length))
+                size += length
+                if position + length < segment.size:
+                    break  # stopped by max_bytes or the bound, not by the segment's end
+            elif max_position < segment.size:
+                break
+            i += 1
+            next_base = segments.next_base(i - 1)
+            if next_base is None:
+                break
+            offset = max(offset, next_base)
+        return ReadResult(regions, size, first)
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """ListOffsets: the first record with timestamp >= ``timestamp``, or the special
+        ``-2`` earliest, ``-1`` latest, ``-3`` largest timestamp. None if none."""
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampOffset(-1, self.log_start_offset)
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampOffset(-1, self._next_offset)
+        if timestamp == MAX_TIMESTAMP:
+            best = max(self.segments, key=lambda s: s.max_timestamp)
+            if best.max_timestamp < 0 or best.offset_of_max_timestamp < self.log_start_offset:
+                return None
+            return TimestampOffset(best.max_timestamp, best.offset_of_max_timestamp)
+        for segment in self.segments.from_offset(self.log_start_offset):
+            if segment.max_timestamp >= timestamp:
+                found = segment.find_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return TimestampOffset(found[1], found[0])
+        return None
+
+    # -- truncation, deletion, retention -------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything at and after ``offset`` (replication: a diverged tail). Whole
+        batches only: the end becomes the start of the batch holding ``offset``."""
+        if offset < 0:
+            raise ValueError(f"truncate to a negative offset {offset}")
+        if offset >= self._next_offset:
+            return False
+        log.info("%s: truncating from %d to %d", self.name, self._next_offset, offset)
+        if offset <= self.segments.first.base_offset or offset < self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        for segment in reversed(self.segments.above(offset)):
+            self._delete_segment(segment, keep_active=False)
+        active = self.segments.active
+        active.truncate_to(offset)
+        active.activate(self.config.segment_index_bytes)
+        self._reset_end(active.next_offset)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment; the log restarts empty at ``offset``."""
+        for segment in reversed(list(self.segments)):
+            self._delete_segment(segment, keep_active=False)
+        self.segments.add(self._new_segment(offset))
+        self.log_start_offset = offset
+        self.leader_epoch_cache.clear()
+        self._reset_end(offset)
+
+    def _reset_end(self, end: int) -> None:
+        self._next_offset = end
+        self._high_watermark = min(self._high_watermark, end)
+        self._recovery_point = min(self._recovery_point, end)
+        self._flushed_through = min(self._flushed_through, end)
+        self.leader_epoch_cache.truncate_from_end(end)
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start to ``offset`` (at most the high watermark)
+        and delete the segments wholly below it. Returns the new log start offset."""
+        if offset > self._high_watermark:
+            raise OffsetOutOfRangeError(f"{self.name}: cannot delete records before {offset}, "
+                                        f"above the high watermark {self._high_watermark}")
+        if offset > self.log_start_offset:
+            self._move_start(offset)
+            self._delete_start_breached()
+        return self.log_start_offset
+
+    def _move_start(self, offset: int) -> None:
+        log.info("%s: log start offset %d -> %d", self.name, self.log_start_offset, offset)
+        self.log_start_offset = offset
+        self.leader_epoch_cache.truncate_from_start(offset)
+
+    def _delete_start_breached(self) -> int:
+        """Delete the segments whose offsets are all below the log start offset."""
+        count = 0
+        while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
+            self._delete_segment(self.segments.first)
+            count += 1
+        return count
+
+    def delete_old_segments(self) -> int:
+        """Retention (Kafka's ``deleteOldSegments``): whole segments from the oldest while
+        their largest timestamp is older than ``retention.ms``, then while the log is
+        larger than ``retention.bytes``; only below the high watermark. The active
+        segment goes too if it qualifies (a new empty one is rolled first). -1 keeps
+        forever. Returns the number of segments deleted."""
+        config = self.config
+        deleted = 0
+        if config.deletes and config.retention_ms >= 0:
+            now = self._now_ms()
+            deleted += self._delete_while(
+                lambda s: now - self._largest_timestamp(s) > config.retention_ms,
+                "retention.ms")
+        if config.deletes and config.retention_bytes >= 0:
+            excess = [self.size() - config.retention_bytes]
+
+            def over_size(segment: LogSegment) -> bool:
+                if excess[0] - segment.size < 0:
+                    return False
+                excess[0] -= segment.size
+                return True
+            deleted += self._delete_while(over_size, "retention.bytes")
+        return deleted + self._delete_start_breached()
+
+    def _delete_while(self, predicate: Callable[[LogSegment], bool], reason: str) -> int:
+        doomed = []
+        for i, segment in enumerate(self.segments):
+            upper = self.segments.next_base(i)
+            last_and_empty = upper is None and segment.size == 0
+            upper = self._next_offset if upper is None else upper
+            if self._high_watermark < upper or last_and_empty or not predicate(segment):
+                break
+            doomed.append(segment)
+        if not doomed:
+            return 0
+        if len(doomed) == len(self.segments):
+            self.roll(reason=reason)
+        for segment in doomed:
+            log.info("%s: deleting segment %d (%d bytes) by %s", self.name,
+                     segment.base_offset, segment.size, reason)
+            self._delete_segment(segment)
+        start = self.segments.first.base_offset
+        if start > self.log_start_offset:
+            self._move_start(start)
+        return len(doomed)
+
+    def _largest_timestamp(self, segment: LogSegment) -> int:
+        """A segment's largest record timestamp, its file's mtime if it has none."""
+        if segment.max_timestamp >= 0:
+            return segment.max_timestamp
+        return int(os.fstat(segment.fd).st_mtime * 1000)
+
+    def _delete_segment(self, segment: LogSegment, keep_active: bool = True) -> None:
+        if keep_active and segment is self.segments.active:
+            raise KafkaStorageError(f"{self.name}: refusing to delete the active segment")
+        self.segments.remove(segment)
+        if self.config.file_delete_delay_ms == 0:
+            segment.delete()
+            return
+        segment.rename_deleted()
+        due = self._now_ms() + self.config.file_delete_delay_ms
+        self._pending_deletes.append((due, segment))
+
+    def delete_expired_files(self) -> int:
+        """Close and unlink the ``.deleted`` segments whose delay has passed."""
+        now = self._now_ms()
+        due = [s for t, s in self._pending_deletes if t <= now]
+        if due:
+            self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
+            for segment in due:
+                segment.delete()
+        return len(due)
+
+    # -- durability and closing ----------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync everything written: the recovery point moves to the log end."""
+        end = self._next_offset
+        for segment in self.segments.from_offset(self.recovery_point):
+            segment.flush()
+        self._recovery_point = end
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._now_ms()
+
+    def flush_if_due(self) -> bool:
+        """``flush.ms``: flush when unflushed data is older than that."""
+        if self._unflushed_messages and self.config.flushes_by_time and \
+                self._now_ms() - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            return True
+        return False
+
+    def update_config(self, config: LogConfig) -> None:
+        """New settings; segment and index sizes apply from the next roll."""
+        self.config = config
+
+    def close(self) -> None:
+        """Close every file; pending deletions happen now (nothing reads any more)."""
+        self._close_all(LogSegment.delete, LogSegment.close)
+
+    def detach(self) -> None:
+        """The partition is being deleted: unmap everything but keep the log descriptors
+        for reads in flight until ``release``."""
+        for segment in self.segments:
+            segment.detach()
+
+    def release(self) -> None:
+        """Close the descriptors kept by ``detach``."""
+        self._close_all(LogSegment.release, LogSegment.release)
+
+    def _close_all(self, pending: Callable[[LogSegment], None],
+                   live: Callable[[LogSegment], None]) -> None:
+        for _, segment in self._pending_deletes:
+            pending(segment)
+        self._pending_deletes = []
+        for segment in self.segments:
+            live(segment)
+
+    def __repr__(self) -> str:
+        return (f"Log({self.directory}, start={self.log_start_offset}, "
+                f"end={self._next_offset}, hw={self._high_watermark}, "
+                f"segments={len(self.segments)})")
+

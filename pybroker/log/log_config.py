@@ -1,0 +1,132 @@
+"""Per-topic log settings under Kafka's topic config names.
+
+``LogConfig.from_properties`` takes Kafka's keys (``segment.bytes``, ``retention.ms``, ...)
+with string or int values, as they arrive from CreateTopics, AlterConfigs or the broker's
+``topic_defaults()``; a key Kafka does not define, or a value out of range, raises
+``InvalidConfigError`` (INVALID_CONFIG), as Kafka answers CreateTopics. Defaults are
+Kafka's (``TopicConfig`` / ``ServerLogConfigs``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pybroker.errors import InvalidConfigError
+
+_NEVER = 2**63 - 1  # Long.MAX_VALUE: Kafka's "never" for flush.messages and flush.ms
+_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+_COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+
+
+def _int(low: int, high: int = _NEVER) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        number = int(value)
+        if not low <= number <= high:
+            raise ValueError(f"{number} not in [{low}, {high}]")
+        return number
+    return parse
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        if str(value) not in choices:
+            raise ValueError(f"{value!r} not one of {', '.join(choices)}")
+        return str(value)
+    return parse
+
+
+def _policy(value: Any) -> str:
+    parts = sorted(p.strip() for p in str(value).split(",") if p.strip())
+    if not parts or any(p not in ("delete", "compact") for p in parts):
+        raise ValueError(f"{value!r} is not delete and/or compact")
+    return ",".join(parts)
+
+
+# Kafka key -> (attribute, parser); the defaults are the LogConfig field defaults
+_SCHEMA: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "segment.bytes": ("segment_bytes", _int(14, 2**31 - 1)),
+    "segment.ms": ("segment_ms", _int(1)),
+    "segment.jitter.ms": ("segment_jitter_ms", _int(0)),
+    "segment.index.bytes": ("segment_index_bytes", _int(4, 2**31 - 1)),
+    "index.interval.bytes": ("index_interval_bytes", _int(0, 2**31 - 1)),
+    "retention.ms": ("retention_ms", _int(-1)),
+    "retention.bytes": ("retention_bytes", _int(-1)),
+    "flush.messages": ("flush_messages", _int(1)),
+    "flush.ms": ("flush_ms", _int(0)),
+    "file.delete.delay.ms": ("file_delete_delay_ms", _int(0)),
+    "max.message.bytes": ("max_message_bytes", _int(0, 2**31 - 1)),
+    "message.timestamp.type": ("message_timestamp_type", _choice(_TIMESTAMP_TYPES)),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _int(0)),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _int(0)),
+    "cleanup.policy": ("cleanup_policy", _policy),
+    "compression.type": ("compression_type", _choice(_COMPRESSION_TYPES)),
+    "min.insync.replicas": ("min_insync_replicas", _int(1, 2**31 - 1)),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class LogConfig:
+    """Immutable settings of one partition log; a config change builds a new one."""
+
+    segment_bytes: int = 1024 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = 10 * 1024 * 1024
+    index_interval_bytes: int = 4096
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    flush_messages: int = _NEVER
+    flush_ms: int = _NEVER
+    file_delete_delay_ms: int = 60_000
+    max_message_bytes: int = 1_048_588
+    message_timestamp_type: str = "CreateTime"
+    message_timestamp_before_max_ms: int = _NEVER
+    message_timestamp_after_max_ms: int = 3_600_000
+    cleanup_policy: str = "delete"
+    compression_type: str = "producer"
+    min_insync_replicas: int = 1
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any] | None = None) -> LogConfig:
+        values: dict[str, Any] = {}
+        for key, value in (props or {}).items():
+            if value is None:
+                continue  # "not set": the default stays
+            entry = _SCHEMA.get(key)
+            if entry is None:
+                raise InvalidConfigError(f"Unknown topic config name: {key}")
+            attribute, parse = entry
+            try:
+                values[attribute] = parse(value)
+            except (TypeError, ValueError) as exc:
+                raise InvalidConfigError(f"Invalid value {value!r} for {key}: {exc}") from None
+        return cls(**values)
+
+    def to_properties(self) -> dict[str, Any]:
+        return {key: getattr(self, attribute) for key, (attribute, _) in _SCHEMA.items()}
+
+    def updated(self, props: Mapping[str, Any]) -> LogConfig:
+        """This config with ``props`` (Kafka keys) laid over it."""
+        return LogConfig.from_properties({**self.to_properties(), **props})
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def deletes(self) -> bool:
+        """Retention deletes old segments (``cleanup.policy`` includes ``delete``)."""
+        return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def flushes_by_count(self) -> bool:
+        return self.flush_messages != _NEVER
+
+    @property
+    def flushes_by_time(self) -> bool:
+        return self.flush_ms != _NEVER
+
+
+KNOWN_KEYS = frozenset(_SCHEMA)

@@ -1,0 +1,385 @@
+"""One segment of a partition log: ``<base>.log`` plus its ``.index`` and ``.timeindex``.
+
+Files are named by the segment's base offset, 20 digits zero-padded (Kafka's
+``LogFileUtils``): ``00000000000000001500.log`` holds record batches v2 back to back,
+exactly as producers sent them with offsets stamped, from offset 1500 on.
+
+Appends go through the native ``Appender`` (io_uring or pwritev) at the end position this
+object tracks, so no file offset is shared with readers. Reads never copy data: they
+answer ``(position, length)`` ranges of the open ``.log`` descriptor, and find those
+positions with native header walks over a read-only mmap of the file (``_view``). The
+mmap covers the bytes written when it was made and is remade, lazily, when a read needs
+more; Python's mmap cannot map past the end of a file, and remapping on demand keeps the
+file exactly its data (no preallocation to trim, Kafka's default).
+
+Thread-safety: none; the owning ``Log`` serialises every call. Descriptors stay open
+until ``close``/``delete`` so a region handed to the network layer stays sendable.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+
+from pybroker._native.appender import Appender
+from pybroker._native.records import (
+    find_position,
+    find_timestamp,
+    read_batch_header,
+    scan_log,
+)
+from pybroker.errors import KafkaStorageError
+from pybroker.log.offset_index import OffsetIndex
+from pybroker.log.time_index import TimeIndex
+
+log = logging.getLogger("pybroker.log")
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+MAX_RELATIVE_OFFSET = 2**31 - 1  # Kafka keeps relative offsets within an int
+_OFFSET_ENTRY = struct.Struct(">II")
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class LogSegment:
+    """Thread-safety: none (see module doc)."""
+
+    __slots__ = ("directory", "base_offset", "fd", "size", "offset_index", "time_index",
+                 "index_interval_bytes", "max_timestamp", "offset_of_max_timestamp",
+                 "next_offset", "created", "_rolling_timestamp", "_bytes_since_index",
+                 "_appender", "_view", "deleted")
+
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int,
+                 max_index_size: int | None, created: float, create: bool = False) -> None:
+        """Open the files of segment ``base_offset`` in ``directory``. ``max_index_size``
+        (the active segment) preallocates the indexes. Opening an existing segment reads
+        nothing but file sizes: callers then ``load`` or ``recover`` it."""
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.created = created
+        self.deleted = False
+        if create:
+            # a new segment: stale index files of an older one at this base go first
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                if os.path.exists(self.path(suffix)):
+                    os.unlink(self.path(suffix))
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        self.fd = os.open(self.path(LOG_SUFFIX), flags, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        if create and self.size:
+            os.close(self.fd)
+            raise KafkaStorageError(f"{self.path(LOG_SUFFIX)} exists and is not empty")
+        self.offset_index = OffsetIndex(self.path(INDEX_SUFFIX), base_offset, max_index_size)
+        self.time_index = TimeIndex(self.path(TIME_INDEX_SUFFIX), base_offset, max_index_size)
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.next_offset = base_offset
+        self._rolling_timestamp: int | None = None
+        self._bytes_since_index = self.size
+        self._appender: Appender | None = None
+        self._view: mmap.mmap | None = None
+
+    def path(self, suffix: str) -> str:
+        return os.path.join(self.directory, file_name(self.base_offset, suffix))
+
+    def __repr__(self) -> str:
+        return (f"LogSegment({self.path(LOG_SUFFIX)}, size={self.size}, "
+                f"offsets={self.base_offset}..{self.next_offset})")
+
+    # -- opening -----------------------------------------------------------------------
+
+    def index_problem(self) -> str | None:
+        """Why the index files cannot be trusted as they are, or None."""
+        for index in (self.offset_index, self.time_index):
+            if not os.path.exists(index.path):
+                return f"{index.path} is missing"
+        return self.offset_index.check(self.size) or self.time_index.check(self.size)
+
+    def load(self) -> str | None:
+        """Take the indexes as they are (after a clean shutdown). Returns why the segment
+        must be recovered instead, or None."""
+        problem = self.index_problem()
+        if problem:
+            return problem
+        tail = self.load_tail()
+        if tail.valid_end != self.size:
+            return f"{self.path(LOG_SUFFIX)}: bad batch at {tail.valid_end}: {tail.error}"
+        return None
+
+    def recover(self) -> int:
+        """Validate every batch (CRC included), cut the file after the last good one and
+        rebuild both indexes from the scan; returns the number of bytes cut. One native
+        call over the whole file: no Python work per batch (Kafka's ``recover``)."""
+        scan = self._scan(0, self.size, populate=True)
+        truncated = self.size - scan.valid_end
+        if truncated:
+            log.warning("%s: %s at byte %d; truncating %d bytes", self.path(LOG_SUFFIX),
+                        scan.error, scan.valid_end, truncated)
+            self._truncate_file(scan.valid_end)
+        self.offset_index.load_entries(scan.offset_index)
+        self.time_index.load_entries(scan.time_index)
+        self.next_offset = scan.next_offset if scan.batch_count else self.base_offset
+        self.max_timestamp = scan.max_timestamp if scan.batch_count else -1
+        self.offset_of_max_timestamp = (scan.offset_of_max_timestamp if scan.batch_count
+                                        else self.base_offset)
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
+                                     final=True)
+        last = self.offset_index.entries
+        self._bytes_since_index = self.size - (self.offset_index.entry(last - 1)[1]
+                                               if last else 0)
+        return truncated
+
+    def _scan(self, start: int, end: int, populate: bool = False):
+        if end <= start:
+            return scan_log(b"", 0, 0, self.base_offset, self.index_interval_bytes)
+        # MAP_POPULATE: recovery reads every byte once, so fault the pages in with one
+        # call instead of one fault per 4 KiB page (matters at >= 1 GB/s).
+        flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if populate else 0)
+        view = mmap.mmap(self.fd, end, flags=flags, prot=mmap.PROT_READ)
+        try:
+            return scan_log(view, start, end, self.base_offset, self.index_interval_bytes)
+        finally:
+            view.close()
+
+    # -- appending ---------------------------------------------------------------------
+
+    def activate(self, max_index_size: int) -> None:
+        """Make this the segment appends go to: grow the indexes back to full size."""
+        self.offset_index.resize(max_index_size)
+        self.time_index.resize(max_index_size)
+
+    def deactivate(self) -> None:
+        """Stop being the active segment (roll): final time index entry, trimmed indexes."""
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
+                                     final=True)
+        self.offset_index.trim()
+        self.time_index.trim()
+        if self._appender is not None:
+            self._appender.close()
+            self._appender = None
+
+    def append(self, buffers: list, nbytes: int, last_offset: int, max_timestamp: int,
+               offset_entries: bytes | None = None, entries_base: int = 0) -> int:
+        """Write ``buffers`` (``nbytes`` in all; whole batches whose last offset is
+        ``last_offset``) at the end; returns the position they start at.
+
+        Index: without ``offset_entries``, one entry when more than
+        ``index.interval.bytes`` were written since the last one, keyed by ``last_offset``
+        at the start position (Kafka's ``LogSegment.append``; the leader appends one batch
+        at a time). A follower's chunk of many batches passes the entries ``scan_log``
+        built over the chunk alone (relative to offset ``entries_base`` and to the chunk's
+        first byte); they are shifted to this segment and file position here."""
+        position = self.size
+        if self._appender is None:
+            self._appender = Appender(self.fd)
+        try:
+            written = self._appender.append(buffers, position)
+        except OSError as exc:
+            # part of the bytes may be in the file: cut back to the last good batch
+            os.ftruncate(self.fd, position)
+            raise KafkaStorageError(f"{self.path(LOG_SUFFIX)}: append failed: {exc}") from exc
+        if written != nbytes:
+            raise KafkaStorageError(f"{self.path(LOG_SUFFIX)}: wrote {written} of {nbytes}")
+        if position == 0:
+            self._rolling_timestamp = max_timestamp if max_timestamp >= 0 else None
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = last_offset
+        self.size = position + nbytes
+        self.next_offset = last_offset + 1
+        if offset_entries is None:
+            if self._bytes_since_index > self.index_interval_bytes:
+                self._add_index_entry(last_offset, position)
+            self._bytes_since_index += nbytes
+        elif offset_entries:
+            # per index entry (one per index.interval.bytes), never per batch
+            for relative, pos in _OFFSET_ENTRY.iter_unpack(offset_entries):
+                if not self.offset_index.is_full:
+                    self._add_index_entry(entries_base + relative, position + pos)
+            last = self.offset_index.entries
+            self._bytes_since_index = self.size - (self.offset_index.entry(last - 1)[1]
+                                                   if last else 0)
+        else:
+            self._bytes_since_index += nbytes
+        return position
+
+    def _add_index_entry(self, offset: int, position: int) -> None:
+        self.offset_index.append(offset, position)
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self._bytes_since_index = 0
+
+    def rolling_timestamp(self) -> int | None:
+        """Timestamp of the first batch, which ``segment.ms`` counts from (None if empty or
+        the batch has no timestamp, then the file creation time counts)."""
+        if self._rolling_timestamp is None and self.size:
+            ts = read_batch_header(self._view_all()).max_timestamp
+            self._rolling_timestamp = ts if ts >= 0 else None
+        return self._rolling_timestamp
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _view_all(self) -> mmap.mmap:
+        """A read-only map of the written bytes (callers check ``size`` > 0)."""
+        view = self._view
+        if view is None or len(view) < self.size:
+            # Dropped, not closed: closing would fail while a caller still holds an
+            # exported buffer of it; the old mapping goes with its last reference.
+            view = self._view = mmap.mmap(self.fd, self.size, flags=mmap.MAP_SHARED,
+                                          prot=mmap.PROT_READ)
+        return view
+
+    def find(self, offset: int) -> tuple[int, object] | None:
+        """``(position, BatchInfo)`` of the first batch whose last offset >= ``offset``."""
+        if offset >= self.next_offset or not self.size:
+            return None
+        start = self.offset_index.lookup(offset)
+        return find_position(self._view_all(), start, self.size, offset)
+
+    def position_of(self, offset: int) -> int:
+        """Position of the first batch with last offset >= ``offset``; the end if none."""
+        found = self.find(offset)
+        return self.size if found is None else found[0]
+
+    def read(self, offset: int, max_bytes: int, max_position: int,
+             min_one: bool) -> tuple[int, int, int] | None:
+        """``(position, length, first batch base offset)`` of the whole batches from the
+        one holding ``offset`` up to ``max_bytes`` and ``max_position``; with ``min_one``
+        the first batch even if larger than ``max_bytes`` (KIP-74). None when no batch
+        here holds ``offset`` or later (or the first such batch starts at or past
+        ``max_position``)."""
+        found = self.find(offset)
+        if found is None:
+            return None
+        start, info = found
+        if start >= max_position:
+            return None
+        limit = start + max_bytes
+        if max_position <= limit:
+            return start, max_position - start, info.base_offset
+        end = self._batch_end_below(start, limit)
+        if end == start:
+            if not min_one:
+                return None
+            end = start + info.size
+        return start, end - start, info.base_offset
+
+    def _batch_end_below(self, start: int, limit: int) -> int:
+        """The last batch boundary in ``[start, limit]`` (``limit`` inside the segment).
+        The offset index gives a boundary at most about ``index.interval.bytes`` + one
+        batch below ``limit``; the few batch headers after it are walked here."""
+        view = self._view_all()
+        position = max(start, self.offset_index.floor_position(limit))
+        while True:
+            end = position + read_batch_header(view, position).size
+            if end > limit:
+                return position
+            position = end
+
+    def find_timestamp(self, timestamp: int, min_offset: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with timestamp >= ``timestamp``."""
+        if self.max_timestamp < timestamp or not self.size:
+            return None
+        begin = max(self.time_index.scan_start(timestamp), min_offset)
+        start = self.offset_index.lookup(begin)
+        found = find_timestamp(self._view_all(), start, self.size, timestamp)
+        if found is None:
+            return None
+        return max(found[1], min_offset), found[2]
+
+    # -- changing ----------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop the batches holding offsets >= ``offset`` (whole batches: one that holds
+        ``offset`` goes entirely). Returns the bytes removed."""
+        position = self.position_of(offset)
+        removed = self.size - position
+        if not removed:
+            return 0
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self._truncate_file(position)
+        self.load_tail()
+        if not position:
+            self._rolling_timestamp = None
+        return removed
+
+    def load_tail(self):
+        """Set next offset and largest timestamp from the indexes and a scan of the tail
+        after the last offset index entry (at most ``index.interval.bytes`` plus one
+        batch, CRCs checked); returns the scan."""
+        start = self.offset_index.lookup(self.base_offset + MAX_RELATIVE_OFFSET)
+        tail = self._scan(start, self.size)
+        self.next_offset = tail.next_offset if tail.batch_count else self.base_offset
+        self.max_timestamp = self.time_index.last_timestamp
+        self.offset_of_max_timestamp = self.time_index.last_offset
+        if tail.batch_count and tail.max_timestamp > self.max_timestamp:
+            self.max_timestamp = tail.max_timestamp
+            self.offset_of_max_timestamp = tail.offset_of_max_timestamp
+        self._bytes_since_index = self.size - start
+        return tail
+
+    def _truncate_file(self, size: int) -> None:
+        self._view = None
+        os.ftruncate(self.fd, size)
+        self.size = size
+
+    def flush(self) -> None:
+        """Make the log and the index entries durable (fdatasync, msync)."""
+        os.fdatasync(self.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def rename_deleted(self) -> None:
+        """First step of deletion: ``.deleted`` names, so a restart finishes the job. The
+        log descriptor stays open for reads in flight until ``delete``."""
+        for index in (self.offset_index, self.time_index):
+            if os.path.exists(index.path):
+                index.rename(index.path + DELETED_SUFFIX)
+        os.rename(self.path(LOG_SUFFIX), self.path(LOG_SUFFIX + DELETED_SUFFIX))
+        self.deleted = True
+
+    def delete(self) -> None:
+        """Close and unlink every file of the segment."""
+        self._close_log()
+        self.offset_index.delete()
+        self.time_index.delete()
+        suffix = LOG_SUFFIX + (DELETED_SUFFIX if self.deleted else "")
+        try:
+            os.unlink(self.path(suffix))
+        except FileNotFoundError:
+            pass
+
+    def detach(self) -> None:
+        """Unmap the indexes but keep the log descriptor open (the partition directory is
+        being deleted; reads in flight keep working until ``release``)."""
+        self.offset_index.unmap()
+        self.time_index.unmap()
+        self._view = None
+
+    def release(self) -> None:
+        self._close_log()
+
+    def close(self) -> None:
+        """Trim the indexes (keeping the final time index entry) and close the files."""
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
+                                     final=True)
+        self.offset_index.close()
+        self.time_index.close()
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._appender is not None:
+            self._appender.close()
+            self._appender = None
+        self._view = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
