@@ -1,0 +1,140 @@
+/* sendfile/splice of file regions to non-blocking sockets. Rules: pb_zerocopy.h. */
+#define _GNU_SOURCE
+#include "pb_zerocopy.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/sendfile.h>
+#include <unistd.h>
+
+/* The kernel moves at most this much per sendfile/splice call (MAX_RW_COUNT). */
+#define PB_MAX_RW ((size_t)0x7ffff000)
+
+static uint64_t pb_counters[2];
+
+void pb_zerocopy_count(pb_zerocopy_counter which, uint64_t n)
+{
+    __atomic_fetch_add(&pb_counters[which], n, __ATOMIC_RELAXED);
+}
+
+uint64_t pb_zerocopy_counter_value(pb_zerocopy_counter which)
+{
+    return __atomic_load_n(&pb_counters[which], __ATOMIC_RELAXED);
+}
+
+/* What a call that moved `sent` bytes before failing with `err` reports: progress
+ * first (the error comes back on the next call), a full socket as 0, EOF as ENODATA. */
+static ssize_t pb_result(size_t sent, int err)
+{
+    if (sent > 0)
+        return (ssize_t)sent;
+    if (err == EAGAIN)
+        return 0;
+    return -err;
+}
+
+ssize_t pb_sendfile(int out_fd, int in_fd, int64_t offset, size_t count)
+{
+    size_t sent = 0;
+
+    while (sent < count) {
+        size_t want = count - sent < PB_MAX_RW ? count - sent : PB_MAX_RW;
+        off_t off = (off_t)(offset + (int64_t)sent);  /* by pointer: in_fd's position stays */
+        ssize_t n = sendfile(out_fd, in_fd, &off, want);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return pb_result(sent, errno);
+        if (n == 0)
+            return pb_result(sent, ENODATA);
+        sent += (size_t)n;
+        if ((size_t)n < want)  /* the socket buffer is full: skip the EAGAIN round trip */
+            break;
+    }
+    return (ssize_t)sent;
+}
+
+int pb_splice_pipe_open(pb_splice_pipe *p)
+{
+    int fds[2];
+    int size;
+
+    p->read_fd = p->write_fd = -1;
+    p->pending = 0;
+    p->pending_fd = -1;
+    p->pending_offset = 0;
+    if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) < 0)
+        return -errno;
+    p->read_fd = fds[0];
+    p->write_fd = fds[1];
+    (void)fcntl(p->write_fd, F_SETPIPE_SZ, PB_SPLICE_PIPE_SIZE);  /* over the cap: keep default */
+    size = fcntl(p->write_fd, F_GETPIPE_SZ);
+    p->capacity = size > 0 ? (size_t)size : 65536;
+    return 0;
+}
+
+void pb_splice_pipe_close(pb_splice_pipe *p)
+{
+    if (p->read_fd >= 0) {
+        close(p->read_fd);
+        close(p->write_fd);
+    }
+    p->read_fd = p->write_fd = -1;
+    p->pending = 0;
+}
+
+/* Fill the empty pipe from the file. Returns bytes moved or -errno. */
+static ssize_t pb_splice_fill(pb_splice_pipe *p, int in_fd, int64_t offset, size_t count)
+{
+    loff_t off = (loff_t)offset;
+    size_t want = count < p->capacity ? count : p->capacity;
+    ssize_t n;
+
+    do
+        n = splice(in_fd, &off, p->write_fd, NULL, want, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    if (n == 0)
+        return -ENODATA;
+    p->pending = (size_t)n;
+    p->pending_fd = in_fd;
+    p->pending_offset = offset;
+    return n;
+}
+
+ssize_t pb_splice(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset, size_t count)
+{
+    size_t sent = 0;
+    ssize_t n;
+
+    if (p->read_fd < 0)
+        return -EBADF;
+    if (p->pending > 0 && (p->pending_fd != in_fd || p->pending_offset != offset)) {
+        /* The caller did not resume where the last call stopped (it gave up on that
+         * region): what the pipe holds belongs to nobody. A fresh pipe drops it. */
+        pb_splice_pipe_close(p);
+        if ((n = pb_splice_pipe_open(p)) < 0)
+            return n;
+    }
+    while (sent < count) {
+        if (p->pending == 0 && (n = pb_splice_fill(p, in_fd, offset + (int64_t)sent,
+                                                   count - sent)) < 0)
+            return pb_result(sent, (int)-n);
+        /* never more than the caller asked for, even if the pipe holds more */
+        size_t want = p->pending < count - sent ? p->pending : count - sent;
+        do
+            n = splice(p->read_fd, NULL, out_fd, NULL, want,
+                       SPLICE_F_MOVE | SPLICE_F_NONBLOCK |
+                           (sent + want < count ? SPLICE_F_MORE : 0));
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+            return pb_result(sent, errno);
+        p->pending -= (size_t)n;
+        p->pending_offset += n;
+        sent += (size_t)n;
+        if ((size_t)n < want)  /* the socket buffer is full */
+            break;
+    }
+    return (ssize_t)sent;
+}

@@ -1,0 +1,48 @@
+/* Moving a file region to a socket without copying it through user memory.
+ *
+ * sendfile(2): file -> socket in one call (what Kafka's FileChannel.transferTo does).
+ * splice(2):   file -> pipe -> socket, through a pipe owned by the connection; bytes
+ *              that the socket did not take stay in the pipe ("pending") and go out
+ *              first on the next call, which must resume at the next file offset.
+ *
+ * Both are written for non-blocking sockets: a full socket buffer ends the call with
+ * the bytes sent so far (0 when none), never blocks. Results are bytes sent or -errno.
+ * Reaching the end of the file before anything was sent is -ENODATA (the region was
+ * truncated under the caller; returning 0 would make it wait for writability forever).
+ *
+ * Counters of bytes sent zero-copy and bytes the server copied from user memory are
+ * process-wide relaxed atomics (any thread may add to them).
+ */
+#ifndef PB_ZEROCOPY_H
+#define PB_ZEROCOPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Pipe capacity asked for (F_SETPIPE_SZ). Bigger means fewer syscalls per MiB, but a
+ * user's pipe pages are capped (fs.pipe-user-pages-soft, 64 MiB by default) and every
+ * connection has one pipe: 256 KiB keeps hundreds of connections under the cap. */
+#define PB_SPLICE_PIPE_SIZE (256 * 1024)
+
+ssize_t pb_sendfile(int out_fd, int in_fd, int64_t offset, size_t count);
+
+typedef struct pb_splice_pipe {
+    int read_fd;          /* -1 when closed */
+    int write_fd;
+    size_t capacity;      /* bytes the pipe holds (F_GETPIPE_SZ) */
+    size_t pending;       /* bytes in the pipe not yet taken by the socket */
+    int pending_fd;       /* the file they came from ... */
+    int64_t pending_offset; /* ... and the file offset of the first of them */
+} pb_splice_pipe;
+
+int pb_splice_pipe_open(pb_splice_pipe *p);
+void pb_splice_pipe_close(pb_splice_pipe *p);
+ssize_t pb_splice(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset, size_t count);
+
+typedef enum pb_zerocopy_counter { PB_ZERO_COPY_BYTES, PB_COPIED_BYTES } pb_zerocopy_counter;
+
+void pb_zerocopy_count(pb_zerocopy_counter which, uint64_t n);
+uint64_t pb_zerocopy_counter_value(pb_zerocopy_counter which);
+
+#endif
