@@ -1,0 +1,156 @@
+# distutils: sources = csrc/pb_columns.c csrc/pb_records.c csrc/pb_crc32c.c
+"""Decode fetched record batches into Arrow columns without a Python object per record.
+
+The client's fetcher and the Spark reader hand every fetched ``records`` blob to
+:meth:`RecordColumns.add_batches`; the C decoder appends each record to Arrow-layout
+buffers, and :meth:`RecordColumns.to_arrow` wraps them as pyarrow arrays. Compressed
+batches cost one decompression call per batch (the codec libraries), nothing per record.
+
+Thread safety: an instance belongs to one thread; separate instances share nothing.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.stdint cimport INT64_MAX, int64_t, uint8_t
+
+from pybroker._native.columns cimport (
+    pb_binary_builder,
+    pb_columns_add_records,
+    pb_columns_free,
+    pb_columns_init,
+    pb_record_columns,
+)
+from pybroker._native.records cimport (
+    DEFAULT_MAX_DECOMPRESSED,
+    PB_ATTR_COMPRESSION_MASK,
+    PB_ATTR_CONTROL,
+    PB_BATCH_HEADER_SIZE,
+    PB_LOG_OVERHEAD,
+    PB_OK,
+    pb_batch_header,
+    pb_check_batch,
+    pb_err_message,
+    pb_read_header,
+)
+
+from pybroker.errors import CorruptRecordError
+
+
+cdef bytes _copy(const void *p, Py_ssize_t n):
+    return PyBytes_FromStringAndSize(<const char *>p, n) if n > 0 else b""
+
+
+cdef object _binary_array(pa, pb_binary_builder *b, object arrow_type):
+    cdef Py_ssize_t n = b.length
+    offsets = pa.py_buffer(_copy(b.offsets, 4 * (n + 1)))
+    data = pa.py_buffer(_copy(b.data, <Py_ssize_t>b.data_len))
+    validity = pa.py_buffer(_copy(b.validity, (n + 7) // 8)) if b.null_count else None
+    return pa.Array.from_buffers(arrow_type, n, [validity, offsets, data],
+                                 null_count=b.null_count)
+
+
+cdef class RecordColumns:
+    """Growable columns: offset, timestamp, timestamp_type, key, value, headers."""
+
+    cdef pb_record_columns cols
+    cdef object _decompress
+
+    def __cinit__(self):
+        if pb_columns_init(&self.cols) != 0:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        pb_columns_free(&self.cols)
+
+    def __len__(self):
+        return self.cols.length
+
+    def add_batches(self, buf, int64_t min_offset=0, max_offset=None) -> int:
+        """Append the records of every complete batch in ``buf`` (a fetch's records).
+
+        Records below ``min_offset`` (a fetch answers from the start of the batch holding
+        the requested offset) or at/after ``max_offset`` are left out; control batches
+        (transaction markers) carry no data. A trailing partial batch is normal at the end
+        of a size-limited fetch and is ignored. Returns the offset after the last complete
+        batch, or -1 when ``buf`` held none. A damaged batch raises CorruptRecordError.
+        """
+        cdef Py_buffer view
+        cdef pb_batch_header h
+        cdef Py_ssize_t pos = 0, size
+        cdef int rc
+        cdef int64_t next_offset = -1
+        cdef int64_t limit = INT64_MAX if max_offset is None else max_offset
+        cdef const uint8_t *base
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        try:
+            base = <const uint8_t *>view.buf
+            while pos + PB_BATCH_HEADER_SIZE <= view.len:
+                if pb_read_header(base + pos, view.len - pos, &h) != PB_OK:
+                    raise CorruptRecordError(f"bad batch header at byte {pos}")
+                size = <Py_ssize_t>h.batch_length + PB_LOG_OVERHEAD
+                if pos + size > view.len:
+                    break
+                rc = pb_check_batch(base + pos, size, &h)
+                if rc != PB_OK:
+                    raise CorruptRecordError(
+                        f"batch at byte {pos}: {pb_err_message(rc).decode()}")
+                if not (h.attributes & PB_ATTR_CONTROL):
+                    self._add_one(&h, base + pos, size, min_offset, limit)
+                next_offset = h.base_offset + h.last_offset_delta + 1
+                pos += size
+        finally:
+            PyBuffer_Release(&view)
+        return next_offset
+
+    cdef _add_one(self, pb_batch_header *h, const uint8_t *batch, Py_ssize_t size,
+                  int64_t min_offset, int64_t max_offset):
+        cdef int codec = h.attributes & PB_ATTR_COMPRESSION_MASK
+        cdef Py_buffer records
+        cdef int rc
+        if codec == 0:
+            rc = pb_columns_add_records(&self.cols, h, batch + PB_BATCH_HEADER_SIZE,
+                                        size - PB_BATCH_HEADER_SIZE, min_offset, max_offset)
+        else:
+            if self._decompress is None:
+                from pybroker._native.compression import decompress
+                self._decompress = decompress
+            plain = self._decompress(
+                codec, (<const char *>batch)[PB_BATCH_HEADER_SIZE:size],
+                DEFAULT_MAX_DECOMPRESSED)
+            PyObject_GetBuffer(plain, &records, PyBUF_SIMPLE)
+            try:
+                rc = pb_columns_add_records(&self.cols, h, <const uint8_t *>records.buf,
+                                            records.len, min_offset, max_offset)
+            finally:
+                PyBuffer_Release(&records)
+        if rc == -1:
+            raise MemoryError()
+        if rc != PB_OK:
+            raise CorruptRecordError(
+                f"batch at offset {h.base_offset}: {pb_err_message(rc).decode()}")
+
+    def to_arrow(self) -> dict:
+        """The columns as pyarrow arrays, keyed by Spark's Kafka source column names."""
+        import pyarrow as pa
+
+        cdef Py_ssize_t n = self.cols.length
+        header_struct = pa.StructArray.from_arrays(
+            [_binary_array(pa, &self.cols.header_key, pa.string()),
+             _binary_array(pa, &self.cols.header_value, pa.binary())],
+            names=["key", "value"])
+        headers = pa.ListArray.from_arrays(
+            pa.Array.from_buffers(pa.int32(), n + 1,
+                                  [None, pa.py_buffer(_copy(self.cols.header_offsets,
+                                                            4 * (n + 1)))]),
+            header_struct)
+        return {
+            "key": _binary_array(pa, &self.cols.key, pa.binary()),
+            "value": _binary_array(pa, &self.cols.value, pa.binary()),
+            "offset": pa.Array.from_buffers(
+                pa.int64(), n, [None, pa.py_buffer(_copy(self.cols.offset, 8 * n))]),
+            "timestamp": pa.Array.from_buffers(
+                pa.int64(), n, [None, pa.py_buffer(_copy(self.cols.timestamp, 8 * n))]),
+            "timestamp_type": pa.Array.from_buffers(
+                pa.int32(), n, [None, pa.py_buffer(_copy(self.cols.timestamp_type, 4 * n))]),
+            "headers": headers,
+        }
