@@ -23,7 +23,8 @@ def features() -> dict[str, str]:
 
     ``crc32c``: ``"sse4.2-3way"`` (hardware, three interleaved streams), ``"sse4.2"`` or
     ``"table"``. ``append``: ``"io_uring"`` or ``"pwritev"``. ``zerocopy``: ``"splice"`` or
-    ``"sendfile"``. A test checks this machine reports the hardware CRC and io_uring,
+    ``"sendfile"``. ``PYBROKER_APPEND=pwritev`` and ``PYBROKER_ZEROCOPY=splice|sendfile``
+    force a choice. A test checks this machine reports the hardware CRC and io_uring,
     because a fast path that silently never runs is the failure this guards against.
     """
     from pybroker._native.appender import append_implementation
