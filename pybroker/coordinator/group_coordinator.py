@@ -1,0 +1,854 @@
+"""The group coordinator: classic consumer group membership and committed offsets.
+
+Every request a group member sends lands in one method here. JoinGroup and SyncGroup are
+long polls: the caller awaits a future that the coordinator resolves when the rebalance
+moves on (all members joined, the leader's assignment arrived, a timeout fired). Nothing
+else waits.
+
+Timing: each member has a heartbeat deadline and each rebalance a join (and then a sync)
+deadline. Whenever one is set, ``(deadline, group)`` goes on a heap; one task wakes every
+``TICK_S``, pops what is due and re-checks those groups only, so the cost of timers is
+proportional to what expires, not to the number of groups. Tests drive ``poll(now)`` with
+their own clock instead of the task.
+
+Persistence: committed offsets and group metadata are written to ``__consumer_offsets``
+(``OffsetStore``) before the request that caused them is answered, and replayed by
+``load()`` when the broker starts. Groups loaded with members come back Stable with fresh
+session deadlines, so members that keep heartbeating across a broker restart see no
+rebalance.
+
+The semantics follow Kafka's classic ``GroupCoordinator``; departures are noted inline.
+Not thread-safe: every method runs on the broker's event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from pybroker.coordinator import offset_store as records
+from pybroker.coordinator.group import Group, GroupState, OffsetAndMetadata
+from pybroker.coordinator.member import NEW_MEMBER_JOIN_TIMEOUT_MS, Member
+from pybroker.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("pybroker.coordinator")
+
+TICK_S = 0.1  # timer resolution; session timeouts are seconds, so 100 ms is plenty
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """Kafka's broker settings for groups, under Kafka's key names (``from_config``)."""
+
+    offsets_topic_num_partitions: int = 50
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
+    # Kafka defaults to 3000 ms to gather the members of a new group into one rebalance.
+    # pybroker defaults to 0: a new group answers its first member at once and later
+    # joiners trigger ordinary rebalances; set it for fewer rebalances on mass start.
+    initial_rebalance_delay_ms: int = 0
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    max_group_size: int = 2**31 - 1
+    offset_metadata_max_bytes: int = 4096
+
+    KEYS = {
+        "offsets.topic.num.partitions": "offsets_topic_num_partitions",
+        "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
+        "group.initial.rebalance.delay.ms": "initial_rebalance_delay_ms",
+        "group.min.session.timeout.ms": "min_session_timeout_ms",
+        "group.max.session.timeout.ms": "max_session_timeout_ms",
+        "group.max.size": "max_group_size",
+        "offset.metadata.max.bytes": "offset_metadata_max_bytes",
+    }
+
+    @classmethod
+    def from_config(cls, config: Any) -> CoordinatorConfig:
+        """From a ``BrokerConfig`` (known keys or its ``extra``) or a plain mapping."""
+        def lookup(key: str) -> Any:
+            if isinstance(config, dict):
+                return config.get(key)
+            with contextlib.suppress(KeyError):
+                return config.get(key)
+            return getattr(config, "extra", {}).get(key)
+
+        values: dict[str, int] = {}
+        for key, attr in cls.KEYS.items():
+            value = lookup(key)
+            if value is not None:
+                values[attr] = int(value)
+        minutes = lookup("offsets.retention.minutes")
+        if minutes is not None:
+            values["offsets_retention_ms"] = int(minutes) * 60_000
+        return cls(**values)
+
+
+class JoinResult(NamedTuple):
+    error: ErrorCode
+    member_id: str
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str = ""
+    members: list[tuple[str, str | None, bytes]] = []  # for the leader only
+    skip_assignment: bool = False
+
+
+class SyncResult(NamedTuple):
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+class MemberDescription(NamedTuple):
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+class GroupDescription(NamedTuple):
+    error: ErrorCode
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_name: str
+    members: list[MemberDescription]
+
+
+class OffsetCommit(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+    commit_timestamp: int = -1
+
+
+class GroupCoordinator:
+    def __init__(self, topics: Any = None, config: CoordinatorConfig | None = None,
+                 clock: Callable[[], float] = time.time,
+                 partition_exists: Callable[[str, int], bool] | None = None) -> None:
+        """``topics``: the broker's ``TopicManager`` (None keeps everything in memory, for
+        tests of the protocol alone); ``partition_exists`` vets committed partitions."""
+        self.config = config or CoordinatorConfig()
+        self._clock = clock
+        self._store = None if topics is None else \
+            records.OffsetStore(topics, self.config.offsets_topic_num_partitions)
+        self._partition_exists = partition_exists
+        self.groups: dict[str, Group] = {}
+        self._timers: list[tuple[int, int, str]] = []
+        self._seq = itertools.count()
+        self._next_expiry = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    # lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the groups from ``__consumer_offsets``, then start the timer task."""
+        self.load()
+        self._next_expiry = self.now_ms() + self.config.offsets_retention_check_interval_ms
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="groups")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for group in self.groups.values():
+            for member in group.members.values():
+                member.complete_join(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                                member.member_id))
+                member.complete_sync(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                self.poll()
+            except Exception:  # a bug in one group must not stop every timer
+                log.exception("group timers")
+
+    def load(self) -> None:
+        """Rebuild every group from the log (startup only)."""
+        if self._store is None:
+            return
+        now = self.now_ms()
+        metadata: dict[str, records.GroupRecord | None] = {}
+        offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        count = 0
+        for _, raw_key, raw_value in self._store.read_all():
+            count += 1
+            try:
+                key = records.parse_key(raw_key)
+                if isinstance(key, records.OffsetKey):
+                    group_offsets = offsets.setdefault(key.group, {})
+                    if raw_value is None:
+                        group_offsets.pop((key.topic, key.partition), None)
+                    else:
+                        group_offsets[(key.topic, key.partition)] = \
+                            records.parse_offset_value(raw_value)
+                elif isinstance(key, records.GroupKey):
+                    metadata[key.group] = None if raw_value is None \
+                        else records.parse_group_value(raw_value)
+            except (KafkaError, UnicodeDecodeError) as exc:
+                log.warning("%s: skipping unreadable record: %s", records.OFFSETS_TOPIC, exc)
+        for group_id in set(metadata) | set(offsets):
+            record = metadata.get(group_id)
+            group_offsets = offsets.get(group_id, {})
+            if record is None and not group_offsets:
+                continue
+            group = Group(group_id, now)
+            group.offsets = group_offsets
+            if record is not None:
+                self._restore(group, record, now)
+            self.groups[group_id] = group
+        log.info("loaded %d groups from %d records of %s", len(self.groups), count,
+                 records.OFFSETS_TOPIC)
+
+    def _restore(self, group: Group, record: records.GroupRecord, now: int) -> None:
+        group.generation = record.generation
+        group.protocol_type = record.protocol_type or None
+        group.protocol_name = record.protocol
+        group.state_timestamp = record.state_timestamp if record.state_timestamp >= 0 else now
+        for m in record.members:
+            member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                            m.rebalance_timeout_ms, m.session_timeout_ms,
+                            record.protocol_type, [(record.protocol or "", m.subscription)])
+            member.assignment = m.assignment
+            member.heartbeat_deadline = now + m.session_timeout_ms
+            group.add(member)
+            self._schedule(group, member.heartbeat_deadline)
+        group.protocol_type = record.protocol_type or None
+        group.leader_id = record.leader if record.leader in group.members \
+            else next(iter(group.members), None)
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+
+    # timers ----------------------------------------------------------------------------
+
+    def _schedule(self, group: Group, deadline: int) -> None:
+        heapq.heappush(self._timers, (deadline, next(self._seq), group.group_id))
+
+    def poll(self, now: int | None = None) -> None:
+        """Run everything due at ``now`` (ms): expirations, rebalance deadlines, retention."""
+        now = self.now_ms() if now is None else now
+        due: dict[str, None] = {}
+        while self._timers and self._timers[0][0] <= now:
+            due[heapq.heappop(self._timers)[2]] = None
+        for group_id in due:
+            group = self.groups.get(group_id)
+            if group is not None:
+                self._check_group(group, now)
+        if self._next_expiry and now >= self._next_expiry:
+            self._next_expiry = now + self.config.offsets_retention_check_interval_ms
+            self.expire_offsets(now)
+
+    def _check_group(self, group: Group, now: int) -> None:
+        for member_id, deadline in list(group.pending_members.items()):
+            if deadline <= now:
+                del group.pending_members[member_id]
+        expired = [m for m in group.members.values() if not m.should_keep_alive(now)]
+        if expired:
+            self._remove_members(group, expired, "session timeout", now)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            if now >= group.join_deadline:
+                self._complete_join(group, now)
+            else:
+                self._try_complete_join(group, now)
+        if group.pending_sync and now >= group.sync_deadline \
+                and group.is_in(GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            late = [group.members[m] for m in group.pending_sync if m in group.members]
+            self._remove_members(group, late, "no SyncGroup within the rebalance timeout", now)
+
+    # JoinGroup -------------------------------------------------------------------------
+
+    async def join_group(self, group_id: str, member_id: str, group_instance_id: str | None,
+                         client_id: str, client_host: str, session_timeout_ms: int,
+                         rebalance_timeout_ms: int, protocol_type: str,
+                         protocols: list[tuple[str, bytes]],
+                         require_known_member_id: bool = True) -> JoinResult:
+        now = self.now_ms()
+        if rebalance_timeout_ms < 0:  # JoinGroup v0 has none: it was the session timeout
+            rebalance_timeout_ms = session_timeout_ms
+        if not group_id:
+            return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id)
+        if not (self.config.min_session_timeout_ms <= session_timeout_ms
+                <= self.config.max_session_timeout_ms):
+            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+            group = self.groups[group_id] = Group(group_id, now)
+        if group.is_in(GroupState.DEAD):
+            return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id)
+        if not group.supports_protocols(protocol_type, protocols):
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
+        is_known = member_id in group.members or member_id in group.pending_members
+        if not is_known and len(group.members) >= self.config.max_group_size \
+                and group_instance_id not in group.static_members:
+            return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id)
+
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        spec = (client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
+                protocol_type, protocols)
+        if not member_id:
+            self._join_new_member(group, future, group_instance_id,
+                                  require_known_member_id, spec, now)
+        else:
+            self._join_known_member(group, future, member_id, group_instance_id, spec, now)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            self._try_complete_join(group, now)
+        return await future
+
+    def _join_new_member(self, group: Group, future: asyncio.Future[JoinResult],
+                         instance_id: str | None, require_known: bool, spec: tuple[Any, ...],
+                         now: int) -> None:
+        client_id, _, _, session_timeout_ms, _, _ = spec
+        new_id = f"{client_id}-{uuid.uuid4()}"
+        if instance_id is not None:
+            if instance_id in group.static_members:
+                self._rejoin_static_member(group, future, instance_id, new_id, spec, now)
+            else:
+                self._add_member_and_rebalance(group, future, new_id, instance_id, spec, now)
+        elif require_known:
+            # KIP-394: hand out the id first, so a client that times out and retries the
+            # join does not leave a ghost member holding the rebalance up.
+            group.pending_members[new_id] = now + session_timeout_ms
+            self._schedule(group, now + session_timeout_ms)
+            future.set_result(JoinResult(ErrorCode.MEMBER_ID_REQUIRED, new_id))
+        else:
+            self._add_member_and_rebalance(group, future, new_id, None, spec, now)
+
+    def _join_known_member(self, group: Group, future: asyncio.Future[JoinResult],
+                           member_id: str, instance_id: str | None, spec: tuple[Any, ...],
+                           now: int) -> None:
+        if member_id in group.pending_members:
+            if instance_id is not None:
+                future.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
+                return
+            del group.pending_members[member_id]
+            self._add_member_and_rebalance(group, future, member_id, None, spec, now)
+            return
+        error = group.validate_member(member_id, instance_id)
+        if error:
+            future.set_result(JoinResult(error, member_id))
+            return
+        member = group.members[member_id]
+        protocols = spec[5]
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            self._update_member_and_rebalance(group, member, future, spec, now)
+        elif group.is_in(GroupState.COMPLETING_REBALANCE):
+            if member.matches(protocols):  # a retried join: answer it again
+                future.set_result(self._join_result(group, member))
+            else:
+                self._update_member_and_rebalance(group, member, future, spec, now)
+        elif group.is_in(GroupState.STABLE):
+            if member_id == group.leader_id or not member.matches(protocols):
+                # the leader rejoins to rebalance (e.g. the topic metadata changed)
+                self._update_member_and_rebalance(group, member, future, spec, now)
+            else:
+                future.set_result(self._join_result(group, member))
+        else:
+            future.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
+
+    def _join_result(self, group: Group, member: Member) -> JoinResult:
+        is_leader = member.member_id == group.leader_id
+        members = [(m.member_id, m.group_instance_id, m.metadata(group.protocol_name or ""))
+                   for m in group.members.values()] if is_leader else []
+        return JoinResult(ErrorCode.NONE, member.member_id, group.generation,
+                          group.protocol_type, group.protocol_name, group.leader_id or "",
+                          members)
+
+    def _add_member_and_rebalance(self, group: Group, future: asyncio.Future[JoinResult],
+                                  member_id: str, instance_id: str | None,
+                                  spec: tuple[Any, ...], now: int) -> None:
+        client_id, client_host, rebalance_ms, session_ms, protocol_type, protocols = spec
+        member = Member(member_id, instance_id, client_id, client_host, rebalance_ms,
+                        session_ms, protocol_type, list(protocols))
+        member.is_new = True
+        member.join_future = future
+        member.heartbeat_deadline = now + NEW_MEMBER_JOIN_TIMEOUT_MS
+        group.add(member)
+        self._schedule(group, member.heartbeat_deadline)
+        self._maybe_prepare_rebalance(group, f"{member_id} joined", now)
+
+    def _update_member_and_rebalance(self, group: Group, member: Member,
+                                     future: asyncio.Future[JoinResult],
+                                     spec: tuple[Any, ...], now: int) -> None:
+        _, _, member.rebalance_timeout_ms, member.session_timeout_ms, _, protocols = spec
+        member.protocols = list(protocols)
+        # a join retried on a new connection replaces the parked one
+        member.complete_join(JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member.member_id))
+        member.join_future = future
+        self._maybe_prepare_rebalance(group, f"{member.member_id} rejoined", now)
+
+    def _rejoin_static_member(self, group: Group, future: asyncio.Future[JoinResult],
+                              instance_id: str, new_id: str, spec: tuple[Any, ...],
+                              now: int) -> None:
+        """A known group.instance.id joins with no member id: it restarted. It takes over
+        its old member (fencing the old id); a Stable group keeps its assignment."""
+        _, _, rebalance_ms, session_ms, _, protocols = spec
+        old_id = group.static_members[instance_id]
+        old = group.members[old_id]
+        old.complete_join(JoinResult(ErrorCode.FENCED_INSTANCE_ID, old_id))
+        old.complete_sync(SyncResult(ErrorCode.FENCED_INSTANCE_ID))
+        leader_before = group.leader_id or ""
+        saved = (old.protocols, old.rebalance_timeout_ms, old.session_timeout_ms)
+        member = group.replace_static_member(instance_id, new_id)
+        member.protocols = list(protocols)
+        member.rebalance_timeout_ms, member.session_timeout_ms = rebalance_ms, session_ms
+        member.heartbeat_deadline = now + session_ms
+        self._schedule(group, member.heartbeat_deadline)
+        if group.is_in(GroupState.STABLE) and group.select_protocol() == group.protocol_name:
+            try:
+                self._store_group(group, now)
+            except KafkaError as exc:
+                group.replace_static_member(instance_id, old_id)
+                member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = saved
+                future.set_result(JoinResult(_store_error(exc), ""))
+                return
+            # The old leader id is returned so that a restarted leader does not compute an
+            # assignment a Stable group would never distribute.
+            future.set_result(JoinResult(ErrorCode.NONE, new_id, group.generation,
+                                         group.protocol_type, group.protocol_name,
+                                         leader_before, []))
+            return
+        member.join_future = future
+        self._maybe_prepare_rebalance(group, f"static member {instance_id} rejoined", now)
+
+    # rebalance -------------------------------------------------------------------------
+
+    def _maybe_prepare_rebalance(self, group: Group, reason: str, now: int) -> None:
+        if group.can_rebalance():
+            self._prepare_rebalance(group, reason, now)
+
+    def _prepare_rebalance(self, group: Group, reason: str, now: int) -> None:
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            self._propagate_assignment_error(group, ErrorCode.REBALANCE_IN_PROGRESS)
+        group.pending_sync.clear()
+        was_empty = group.is_in(GroupState.EMPTY)
+        group.transition_to(GroupState.PREPARING_REBALANCE, now)
+        rebalance_ms = group.max_rebalance_timeout()
+        if was_empty:
+            delay = self.config.initial_rebalance_delay_ms
+            group.join_not_before = now + delay
+            group.join_deadline = now + max(rebalance_ms, delay)
+            self._schedule(group, group.join_not_before)
+        else:
+            group.join_not_before = 0
+            group.join_deadline = now + rebalance_ms
+        self._schedule(group, group.join_deadline)
+        log.info("group %s: rebalancing generation %d (%s)", group.group_id,
+                 group.generation, reason)
+        self._try_complete_join(group, now)
+
+    def _try_complete_join(self, group: Group, now: int) -> None:
+        if group.is_in(GroupState.PREPARING_REBALANCE) and group.all_members_joined() \
+                and now >= group.join_not_before:
+            self._complete_join(group, now)
+
+    def _complete_join(self, group: Group, now: int) -> None:
+        # dynamic members that did not rejoin in time are gone (max.poll.interval.ms);
+        # static ones stay until their session expires
+        gone = [m for m in group.not_yet_rejoined() if not m.is_static]
+        for member in gone:
+            self._drop(group, member, ErrorCode.UNKNOWN_MEMBER_ID)
+        if gone:
+            log.info("group %s: %d members did not rejoin in time", group.group_id, len(gone))
+        if group.members and not self._elect_joined_leader(group):
+            # only static members that have not rejoined remain: wait for them
+            group.join_deadline = now + group.max_rebalance_timeout()
+            self._schedule(group, group.join_deadline)
+            return
+        group.init_next_generation(now)
+        if group.is_in(GroupState.EMPTY):
+            self._store_group_or_log(group, now)
+            return
+        for member in group.members.values():
+            member.complete_join(self._join_result(group, member))
+            member.is_new = False
+            member.heartbeat_deadline = now + member.session_timeout_ms
+            self._schedule(group, member.heartbeat_deadline)
+        group.pending_sync = set(group.members)
+        group.sync_deadline = now + group.max_rebalance_timeout()
+        self._schedule(group, group.sync_deadline)
+        log.info("group %s: generation %d, protocol %s, leader %s, %d members",
+                 group.group_id, group.generation, group.protocol_name, group.leader_id,
+                 len(group.members))
+
+    @staticmethod
+    def _elect_joined_leader(group: Group) -> bool:
+        leader = group.members.get(group.leader_id or "")
+        if leader is not None and leader.awaiting_join:
+            return True
+        for member in group.members.values():
+            if member.awaiting_join:
+                group.leader_id = member.member_id
+                return True
+        return False
+
+    @staticmethod
+    def _propagate_assignment_error(group: Group, error: ErrorCode) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+            member.complete_sync(SyncResult(error))
+
+    def _drop(self, group: Group, member: Member, error: ErrorCode) -> None:
+        member.complete_join(JoinResult(error, member.member_id))
+        member.complete_sync(SyncResult(error))
+        group.remove(member.member_id)
+
+    def _remove_members(self, group: Group, members: Iterable[Member], reason: str,
+                        now: int) -> None:
+        removed = 0
+        for member in members:
+            if group.members.get(member.member_id) is member:
+                self._drop(group, member, ErrorCode.UNKNOWN_MEMBER_ID)
+                removed += 1
+        if not removed:
+            return
+        log.info("group %s: %d members removed (%s)", group.group_id, removed, reason)
+        if group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, reason, now)
+        elif group.is_in(GroupState.PREPARING_REBALANCE):
+            self._try_complete_join(group, now)
+
+    # SyncGroup, Heartbeat, LeaveGroup --------------------------------------------------
+
+    async def sync_group(self, group_id: str, generation: int, member_id: str,
+                         group_instance_id: str | None, protocol_type: str | None,
+                         protocol_name: str | None,
+                         assignments: dict[str, bytes]) -> SyncResult:
+        now = self.now_ms()
+        group = self.groups.get(group_id)
+        if group is None:
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        if group.is_in(GroupState.DEAD):
+            return SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        error = group.validate_member(member_id, group_instance_id)
+        if error:
+            return SyncResult(error)
+        if generation != group.generation:
+            return SyncResult(ErrorCode.ILLEGAL_GENERATION)
+        if (protocol_type is not None and protocol_type != group.protocol_type) or \
+                (protocol_name is not None and protocol_name != group.protocol_name):
+            return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if group.is_in(GroupState.EMPTY):
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+        member = group.members[member_id]
+        member.heartbeat_deadline = now + member.session_timeout_ms
+        self._schedule(group, member.heartbeat_deadline)
+        group.pending_sync.discard(member_id)
+        if group.is_in(GroupState.STABLE):
+            return SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol_name,
+                              member.assignment)
+        # CompletingRebalance: park until the leader's assignment arrives
+        future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+        member.complete_sync(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
+        member.sync_future = future
+        if member_id == group.leader_id:
+            for mid, m in group.members.items():
+                m.assignment = bytes(assignments.get(mid, b""))
+            try:
+                self._store_group(group, now)
+            except KafkaError as exc:
+                self._propagate_assignment_error(group, _store_error(exc))
+                self._prepare_rebalance(group, "storing the assignment failed", now)
+            else:
+                group.transition_to(GroupState.STABLE, now)
+                for m in group.members.values():
+                    m.complete_sync(SyncResult(ErrorCode.NONE, group.protocol_type,
+                                               group.protocol_name, m.assignment))
+                log.info("group %s: generation %d stable", group_id, group.generation)
+        return await future
+
+    def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None,
+                  generation: int) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        error = group.validate_member(member_id, group_instance_id)
+        if error:
+            return error
+        if generation != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.is_in(GroupState.EMPTY):
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        member = group.members[member_id]
+        member.heartbeat_deadline = self.now_ms() + member.session_timeout_ms
+        self._schedule(group, member.heartbeat_deadline)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def leave_group(self, group_id: str, leaving: list[tuple[str, str | None]]
+                    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        """``leaving`` is ``(member_id, group_instance_id)``; a static member may be named
+        by its instance id alone (member id ""). Returns the group error and one per member."""
+        now = self.now_ms()
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.NONE, [(m, i, ErrorCode.UNKNOWN_MEMBER_ID) for m, i in leaving]
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        results: list[tuple[str, str | None, ErrorCode]] = []
+        for member_id, instance_id in leaving:
+            if member_id in group.pending_members and instance_id is None:
+                del group.pending_members[member_id]
+                self._try_complete_join(group, now)
+                results.append((member_id, instance_id, ErrorCode.NONE))
+                continue
+            if not member_id and instance_id is not None:
+                member_id = group.static_members.get(instance_id, "")
+            error = group.validate_member(member_id, instance_id)
+            if not error:
+                self._remove_members(group, [group.members[member_id]], "left", now)
+            results.append((member_id, instance_id, error))
+        return ErrorCode.NONE, results
+
+    # offsets ---------------------------------------------------------------------------
+
+    def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None,
+                       generation: int, commits: list[OffsetCommit],
+                       retention_ms: int = -1) -> dict[tuple[str, int], ErrorCode]:
+        now = self.now_ms()
+        keys = [(c.topic, c.partition) for c in commits]
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation >= 0:  # a member of a group this coordinator does not know
+                return dict.fromkeys(keys, ErrorCode.ILLEGAL_GENERATION)
+            group = self.groups[group_id] = Group(group_id, now)  # offsets-only group
+        error = self._validate_commit(group, member_id, group_instance_id, generation)
+        if error:
+            return dict.fromkeys(keys, error)
+        member = group.members.get(member_id)
+        if member is not None:  # a commit proves the member is alive, as a heartbeat does
+            member.heartbeat_deadline = now + member.session_timeout_ms
+            self._schedule(group, member.heartbeat_deadline)
+        results: dict[tuple[str, int], ErrorCode] = {}
+        accepted: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for c in commits:
+            key = (c.topic, c.partition)
+            metadata = c.metadata or ""
+            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                results[key] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            elif self._partition_exists is not None \
+                    and not self._partition_exists(c.topic, c.partition):
+                results[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                accepted[key] = OffsetAndMetadata(
+                    c.offset, c.leader_epoch, metadata,
+                    c.commit_timestamp if c.commit_timestamp >= 0 else now,
+                    now + retention_ms if retention_ms >= 0 else -1)
+        if accepted:
+            try:
+                self._append(group_id, [(records.offset_key(group_id, t, p),
+                                         records.offset_value(o))
+                                        for (t, p), o in accepted.items()], now)
+            except KafkaError as exc:
+                return {**results, **dict.fromkeys(accepted, _store_error(exc))}
+            group.offsets.update(accepted)
+            results.update(dict.fromkeys(accepted, ErrorCode.NONE))
+        return {key: results[key] for key in keys}
+
+    @staticmethod
+    def _validate_commit(group: Group, member_id: str, instance_id: str | None,
+                         generation: int) -> ErrorCode:
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation < 0 and group.is_in(GroupState.EMPTY):
+            return ErrorCode.NONE  # admin client or a consumer assigning partitions itself
+        if generation >= 0 or member_id or instance_id is not None:
+            error = group.validate_member(member_id, instance_id)
+            if error:
+                return error
+            if generation != group.generation:
+                return ErrorCode.ILLEGAL_GENERATION
+        else:
+            return ErrorCode.UNKNOWN_MEMBER_ID  # anonymous commit into an active group
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
+                      ) -> dict[tuple[str, int], OffsetAndMetadata | None]:
+        """Committed offsets; ``partitions`` None means all the group has."""
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None else {}
+        if partitions is None:
+            return dict(offsets)
+        return {tp: offsets.get(tp) for tp in partitions}
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                       ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        now = self.now_ms()
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        subscribed: set[str] = set()
+        if not group.is_in(GroupState.EMPTY):
+            topics = group.subscribed_topics()
+            if topics is None:
+                return ErrorCode.NON_EMPTY_GROUP, {}
+            subscribed = topics
+        results = {tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in subscribed
+                   else ErrorCode.NONE for tp in partitions}
+        doomed = [tp for tp, err in results.items() if not err and tp in group.offsets]
+        try:
+            self._append(group_id, [(records.offset_key(group_id, t, p), None)
+                                    for t, p in doomed], now)
+        except KafkaError as exc:
+            return _store_error(exc), {}
+        for tp in doomed:
+            del group.offsets[tp]
+        return ErrorCode.NONE, results
+
+    def expire_offsets(self, now: int | None = None) -> int:
+        """Drop offsets past ``offsets.retention``: all of an Empty group's once it has been
+        empty that long, a standalone group's by commit time, a Stable consumer group's for
+        topics it no longer subscribes to. Empty groups with no offsets left disappear."""
+        now = self.now_ms() if now is None else now
+        retention = self.config.offsets_retention_ms
+        expired_total = 0
+        for group in list(self.groups.values()):
+            if group.is_in(GroupState.DEAD):
+                continue
+            skip: set[str] = set()
+            since_empty = False  # measure from the time the group emptied, not the commit
+            if group.is_in(GroupState.EMPTY) and group.protocol_type is not None:
+                since_empty = True
+            elif group.protocol_type is None:
+                pass
+            elif group.is_in(GroupState.STABLE) and group.subscribed_topics() is not None:
+                skip = group.subscribed_topics() or set()
+            else:
+                continue
+            expired = [tp for tp, o in group.offsets.items() if tp[0] not in skip and (
+                now >= o.expire_timestamp if o.expire_timestamp >= 0 else
+                now - (group.state_timestamp if since_empty else o.commit_timestamp)
+                >= retention)]
+            tombstones: list[tuple[bytes, bytes | None]] = [
+                (records.offset_key(group.group_id, t, p), None) for t, p in expired]
+            empty_now = group.is_in(GroupState.EMPTY) and len(expired) == len(group.offsets) \
+                and not group.pending_members
+            if empty_now:
+                tombstones.append((records.group_key(group.group_id), None))
+            try:
+                self._append(group.group_id, tombstones, now)
+            except KafkaError as exc:
+                log.warning("group %s: expiring offsets failed: %s", group.group_id, exc)
+                continue
+            for tp in expired:
+                del group.offsets[tp]
+            expired_total += len(expired)
+            if empty_now:
+                group.transition_to(GroupState.DEAD, now)
+                del self.groups[group.group_id]
+        if expired_total:
+            log.info("expired %d committed offsets", expired_total)
+        return expired_total
+
+    # admin -----------------------------------------------------------------------------
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        group = self.groups.get(group_id)
+        if group is None:
+            return GroupDescription(ErrorCode.NONE, group_id, GroupState.DEAD.value, "", "", [])
+        stable = group.is_in(GroupState.STABLE)
+        protocol = (group.protocol_name or "") if stable else ""
+        members = [MemberDescription(m.member_id, m.group_instance_id, m.client_id,
+                                     m.client_host,
+                                     m.metadata(protocol) if stable else b"",
+                                     m.assignment if stable else b"")
+                   for m in group.members.values()]
+        return GroupDescription(ErrorCode.NONE, group_id, group.state.value,
+                                group.protocol_type or "", protocol, members)
+
+    def list_groups(self, states: Iterable[str] | None = None,
+                    types: Iterable[str] | None = None) -> list[tuple[str, str, str]]:
+        """``(group_id, protocol_type, state)``; filters match case-insensitively."""
+        wanted_states = {s.lower() for s in states or ()}
+        wanted_types = {t.lower() for t in types or ()}
+        if wanted_types and "classic" not in wanted_types:
+            return []
+        return [(g.group_id, g.protocol_type or "", g.state.value)
+                for g in self.groups.values()
+                if not g.is_in(GroupState.DEAD)
+                and (not wanted_states or g.state.value.lower() in wanted_states)]
+
+    def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+        now = self.now_ms()
+        results: dict[str, ErrorCode] = {}
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if not group_id:
+                results[group_id] = ErrorCode.INVALID_GROUP_ID
+            elif group is None or group.is_in(GroupState.DEAD):
+                results[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
+            elif not group.is_in(GroupState.EMPTY):
+                results[group_id] = ErrorCode.NON_EMPTY_GROUP
+            else:
+                tombstones: list[tuple[bytes, bytes | None]] = [
+                    (records.offset_key(group_id, t, p), None) for t, p in group.offsets]
+                tombstones.append((records.group_key(group_id), None))
+                try:
+                    self._append(group_id, tombstones, now)
+                except KafkaError as exc:
+                    results[group_id] = _store_error(exc)
+                    continue
+                group.transition_to(GroupState.DEAD, now)
+                del self.groups[group_id]
+                results[group_id] = ErrorCode.NONE
+        return results
+
+    # persistence -----------------------------------------------------------------------
+
+    def _append(self, group_id: str, batch: list[tuple[bytes, bytes | None]], now: int) -> None:
+        if self._store is not None and batch:
+            self._store.append(group_id, batch, now)
+
+    def _store_group(self, group: Group, now: int) -> None:
+        protocol = group.protocol_name
+        record = records.GroupRecord(
+            group.protocol_type or "", group.generation, protocol, group.leader_id,
+            group.state_timestamp,
+            [records.MemberRecord(m.member_id, m.group_instance_id, m.client_id,
+                                  m.client_host, m.rebalance_timeout_ms, m.session_timeout_ms,
+                                  m.metadata(protocol or ""), m.assignment)
+             for m in group.members.values()])
+        self._append(group.group_id, [(records.group_key(group.group_id),
+                                       records.group_value(record))], now)
+
+    def _store_group_or_log(self, group: Group, now: int) -> None:
+        try:
+            self._store_group(group, now)
+        except KafkaError as exc:
+            log.warning("group %s: storing metadata failed: %s", group.group_id, exc)
+
+
+def _store_error(exc: KafkaError) -> ErrorCode:
+    """What a client is told when ``__consumer_offsets`` refused a write (Kafka's mapping)."""
+    if exc.code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
+                    ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE

@@ -1,0 +1,249 @@
+"""Committed offsets and group metadata in the internal compacted topic ``__consumer_offsets``.
+
+A group lives in partition ``abs(java_hash(group_id)) % offsets.topic.num.partitions``, so
+all of a group's records are ordered in one log. Records use Kafka's own key and value
+layouts (apache/kafka group-coordinator ``OffsetCommitKey``/``OffsetCommitValue``,
+``GroupMetadataKey``/``GroupMetadataValue``), so a dump of the topic reads like Kafka's::
+
+    key   = record type int16, then the key fields
+      type 0/1  OffsetCommitKey    group string, topic string, partition int32
+      type 2    GroupMetadataKey   group string
+    value = version int16, then the value fields; a null value is a tombstone
+      OffsetCommitValue v1  offset int64, metadata string, commit_ts int64, expire_ts int64
+      OffsetCommitValue v3  offset int64, leader_epoch int32, metadata string, commit_ts int64
+      GroupMetadataValue v3 protocol_type string, generation int32, protocol string?,
+                            leader string?, current_state_timestamp int64,
+                            members [member_id string, group_instance_id string?,
+                                     client_id string, client_host string,
+                                     rebalance_timeout int32, session_timeout int32,
+                                     subscription bytes, assignment bytes]
+
+Values v0-v3 are read (v4 is Kafka's flexible encoding, which pybroker never writes).
+Writes are one record batch per request through the native encoder onto the native log;
+reading back happens once, at broker start, and is the only Python loop over records here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from pybroker.coordinator.group import OffsetAndMetadata
+from pybroker.coordinator.wire import Reader, Writer
+from pybroker.errors import CorruptRecordError
+
+log = logging.getLogger("pybroker.coordinator")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+OFFSET_COMMIT_KEY = 1
+GROUP_METADATA_KEY = 2
+
+# Kafka's defaults for the offsets topic (offsets.topic.segment.bytes, cleanup policy)
+OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 100 * 1024 * 1024}
+
+_LOAD_READ_BYTES = 1 << 20
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode()``: over UTF-16 code units, 32-bit signed overflow."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode) % partitions`` (abs(MIN_VALUE) is 0 there)."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+# record layouts ------------------------------------------------------------------------
+
+class MemberRecord(NamedTuple):
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+class GroupRecord(NamedTuple):
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    state_timestamp: int
+    members: list[MemberRecord]
+
+
+class OffsetKey(NamedTuple):
+    group: str
+    topic: str
+    partition: int
+
+
+class GroupKey(NamedTuple):
+    group: str
+
+
+def offset_key(group: str, topic: str, partition: int) -> bytes:
+    return Writer().int16(OFFSET_COMMIT_KEY).string(group).string(topic).int32(partition).done()
+
+
+def group_key(group: str) -> bytes:
+    return Writer().int16(GROUP_METADATA_KEY).string(group).done()
+
+
+def offset_value(o: OffsetAndMetadata) -> bytes:
+    # v1 is the only layout with an explicit expire timestamp (a v2-v4 OffsetCommit
+    # request with a retention time); v3 otherwise, as Kafka writes.
+    if o.expire_timestamp >= 0:
+        return (Writer().int16(1).int64(o.offset).string(o.metadata)
+                .int64(o.commit_timestamp).int64(o.expire_timestamp).done())
+    return (Writer().int16(3).int64(o.offset).int32(o.leader_epoch).string(o.metadata)
+            .int64(o.commit_timestamp).done())
+
+
+def group_value(g: GroupRecord) -> bytes:
+    w = (Writer().int16(3).string(g.protocol_type).int32(g.generation).string(g.protocol)
+         .string(g.leader).int64(g.state_timestamp).int32(len(g.members)))
+    for m in g.members:
+        (w.string(m.member_id).string(m.group_instance_id).string(m.client_id)
+         .string(m.client_host).int32(m.rebalance_timeout_ms).int32(m.session_timeout_ms)
+         .blob(m.subscription).blob(m.assignment))
+    return w.done()
+
+
+def parse_key(data: bytes) -> OffsetKey | GroupKey | None:
+    """The key of a record; None for record types pybroker does not use."""
+    r = Reader(data)
+    kind = r.int16()
+    if kind in (0, OFFSET_COMMIT_KEY):
+        return OffsetKey(r.string() or "", r.string() or "", r.int32())
+    if kind == GROUP_METADATA_KEY:
+        return GroupKey(r.string() or "")
+    return None
+
+
+def parse_offset_value(data: bytes) -> OffsetAndMetadata:
+    r = Reader(data)
+    version = r.int16()
+    if not 0 <= version <= 3:
+        raise CorruptRecordError(f"OffsetCommitValue version {version} is not supported")
+    offset = r.int64()
+    epoch = r.int32() if version >= 3 else -1
+    metadata = r.string() or ""
+    commit_ts = r.int64()
+    expire_ts = r.int64() if version == 1 else -1
+    return OffsetAndMetadata(offset, epoch, metadata, commit_ts, expire_ts)
+
+
+def parse_group_value(data: bytes) -> GroupRecord:
+    r = Reader(data)
+    version = r.int16()
+    if not 0 <= version <= 3:
+        raise CorruptRecordError(f"GroupMetadataValue version {version} is not supported")
+    protocol_type = r.string() or ""
+    generation = r.int32()
+    protocol = r.string()
+    leader = r.string()
+    state_ts = r.int64() if version >= 2 else -1
+
+    def member() -> MemberRecord:
+        member_id = r.string() or ""
+        instance = r.string() if version >= 3 else None
+        client_id = r.string() or ""
+        client_host = r.string() or ""
+        rebalance = r.int32() if version >= 1 else -1
+        session = r.int32()
+        rebalance = session if rebalance < 0 else rebalance
+        return MemberRecord(member_id, instance, client_id, client_host, rebalance, session,
+                            r.blob() or b"", r.blob() or b"")
+
+    return GroupRecord(protocol_type, generation, protocol, leader, state_ts, r.array(member))
+
+
+# the log -------------------------------------------------------------------------------
+
+class OffsetStore:
+    """Appends coordinator records to ``__consumer_offsets`` and replays them at start.
+
+    ``topics`` is the broker's ``TopicManager``: the offsets topic is an ordinary (internal)
+    topic to it, so Metadata, Fetch and the dump tool see it like any other. It is created
+    on the first write, as Kafka creates it on first use, and an existing topic's partition
+    count wins over the configured one. Not thread-safe (event loop only).
+    """
+
+    def __init__(self, topics: Any, num_partitions: int = 50,
+                 topic_config: dict[str, Any] | None = None) -> None:
+        self._topics = topics
+        existing = topics.get(OFFSETS_TOPIC)
+        self.num_partitions = len(existing.partitions) if existing else num_partitions
+        self._topic_config = {k: str(v) for k, v in
+                              {**OFFSETS_TOPIC_CONFIG, **(topic_config or {})}.items()}
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def _partition(self, index: int) -> Any:
+        if self._topics.get(OFFSETS_TOPIC) is None:
+            self._topics.create(OFFSETS_TOPIC, self.num_partitions, 1, self._topic_config)
+        return self._topics.partition(OFFSETS_TOPIC, index)
+
+    def append(self, group_id: str, records: list[tuple[bytes, bytes | None]],
+               now_ms: int) -> None:
+        """Write ``(key, value)`` records of one group as one batch (``value`` None =
+        tombstone). Raises ``KafkaError`` if the log refuses it."""
+        if not records:
+            return
+        from pybroker._native.records import encode_batch, validate_batch
+
+        keys = [k for k, _ in records]
+        values = [v for _, v in records]
+        buf = bytearray(encode_batch(values, keys, [now_ms] * len(records)))
+        info = validate_batch(buf)
+        self._partition(self.partition_for(group_id)).append(memoryview(buf), info)
+
+    def read_all(self) -> Iterator[tuple[int, bytes, bytes | None]]:
+        """Every ``(partition, key, value)`` of the topic, in log order per partition."""
+        topic = self._topics.get(OFFSETS_TOPIC)
+        for partition in topic.partitions if topic is not None else ():
+            for key, value in read_log(partition.log):
+                yield partition.index, key, value
+
+
+def read_log(partition_log: Any) -> Iterator[tuple[bytes, bytes | None]]:
+    """``(key, value)`` of every data record of a log, from its start to its end."""
+    from pybroker._native.records import decode_records, read_batch_header
+
+    offset = partition_log.log_start_offset
+    end = partition_log.log_end_offset
+    while offset < end:
+        result = partition_log.read(offset, _LOAD_READ_BYTES)
+        data = b"".join(os.pread(r.fd, r.length, r.position) for r in result.regions)
+        position, next_offset = 0, offset
+        while position + 61 <= len(data):  # 61 = record batch v2 header size
+            info = read_batch_header(data, position)
+            if position + info.size > len(data):
+                break
+            if not info.is_control and not info.is_transactional:
+                batch = memoryview(data)[position:position + info.size]
+                for record in decode_records(batch):
+                    if record.offset >= offset and record.key is not None:
+                        yield bytes(record.key), \
+                            None if record.value is None else bytes(record.value)
+            next_offset = info.base_offset + info.last_offset_delta + 1
+            position += info.size
+        if next_offset <= offset:
+            log.warning("%s: no progress reading at offset %d, stopping the load",
+                        OFFSETS_TOPIC, offset)
+            return
+        offset = next_offset
