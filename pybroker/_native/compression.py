@@ -1,0 +1,200 @@
+"""Kafka's compression codecs for the records section of a record batch v2.
+
+A compressed batch keeps its 61-byte header in the clear and compresses only the
+records that follow (``attributes & 7``: 1 gzip, 2 snappy, 3 lz4, 4 zstd). The broker
+validates such a batch by decompressing it once into a scratch buffer and walking the
+records natively (``records.validate_batch``); the stored bytes are never recompressed.
+
+Formats accepted, as the Kafka clients write them:
+- gzip: RFC 1952 members (Java ``GZIPOutputStream``), several members allowed.
+- snappy: the xerial block framing of the Java client (16-byte header ``\\x82SNAPPY\\x00``,
+  version, compat, then blocks of ``i32 length + raw snappy``) or one raw snappy block
+  (librdkafka).
+- lz4: one LZ4 frame (Kafka >= 0.10 writes correct frame header checksums).
+- zstd: one zstd frame, with or without the content size in its header.
+
+Decompression bombs: every decompressor here stops once the output passes ``limit``
+bytes (``records.DEFAULT_MAX_DECOMPRESSED``, 64 MiB: a default-sized 1 MiB batch would need
+a 64:1 ratio to reach it, which real record data does not; callers may pass a larger
+limit). Output is never materialised beyond ``limit`` plus one bounded step.
+
+Errors: damaged compressed bytes raise ``CorruptRecordError``; output over the limit
+raises ``InvalidRecordError``.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import cramjam
+import lz4.frame
+import zstandard
+
+from pybroker.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
+
+NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024          # the Java client's block size
+# zstd frames without a content size are fed this much input at a time: one step can
+# expand at most ~32768x (RLE blocks), so the overshoot past `limit` stays bounded.
+_ZSTD_STEP = 2048
+
+
+def _too_large(limit: int) -> InvalidRecordError:
+    return InvalidRecordError(f"decompressed records exceed {limit} bytes")
+
+
+def gzip_decompress(data, limit: int) -> bytes:
+    out = []
+    total = 0
+    rest = data
+    while True:
+        d = zlib.decompressobj(31)
+        try:
+            chunk = d.decompress(rest, limit + 1 - total)
+        except zlib.error as e:
+            raise CorruptRecordError(f"gzip: {e}") from None
+        total += len(chunk)
+        out.append(chunk)
+        if total > limit:
+            raise _too_large(limit)
+        if not d.eof:
+            raise CorruptRecordError("gzip: truncated stream")
+        rest = d.unused_data
+        if not rest:
+            return b"".join(out)
+
+
+def _snappy_raw_len(block) -> int:
+    try:
+        return cramjam.snappy.decompress_raw_len(block)
+    except cramjam.DecompressionError as e:
+        raise CorruptRecordError(f"snappy: {e}") from None
+
+
+def snappy_decompress(data, limit: int):
+    mv = memoryview(data)
+    blocks = []
+    if len(mv) >= 16 and mv[:8] == _XERIAL_MAGIC:
+        pos = 16
+        while pos < len(mv):
+            if len(mv) - pos < 4:
+                raise CorruptRecordError("snappy: truncated xerial block length")
+            (n,) = struct.unpack_from(">i", mv, pos)
+            pos += 4
+            if n < 0 or n > len(mv) - pos:
+                raise CorruptRecordError("snappy: xerial block runs past the data")
+            blocks.append(mv[pos:pos + n])
+            pos += n
+    else:
+        blocks.append(mv)
+    sizes = [_snappy_raw_len(b) for b in blocks]
+    total = sum(sizes)
+    if total > limit:
+        raise _too_large(limit)
+    out = bytearray(total)
+    view = memoryview(out)
+    pos = 0
+    for block, size in zip(blocks, sizes, strict=True):
+        try:
+            n = cramjam.snappy.decompress_raw_into(block, view[pos:pos + size])
+        except cramjam.DecompressionError as e:
+            raise CorruptRecordError(f"snappy: {e}") from None
+        if n != size:
+            raise CorruptRecordError("snappy: block shorter than its declared length")
+        pos += size
+    return out
+
+
+def lz4_decompress(data, limit: int) -> bytes:
+    d = lz4.frame.LZ4FrameDecompressor()
+    try:
+        out = d.decompress(data, max_length=limit + 1)
+    except RuntimeError as e:
+        raise CorruptRecordError(f"lz4: {e}") from None
+    if len(out) > limit:
+        raise _too_large(limit)
+    if not d.eof:
+        raise CorruptRecordError("lz4: truncated frame")
+    if d.unused_data:
+        raise CorruptRecordError("lz4: bytes after the frame")
+    return out
+
+
+def zstd_decompress(data, limit: int) -> bytes:
+    try:
+        size = zstandard.frame_content_size(data)
+        if size >= 0:
+            # The frame says its size: one bounded call, which also fails on a short frame.
+            if size > limit:
+                raise _too_large(limit)
+            return zstandard.ZstdDecompressor().decompress(data, max_output_size=size)
+        d = zstandard.ZstdDecompressor().decompressobj()
+        mv = memoryview(data)
+        out = []
+        total = 0
+        for pos in range(0, len(mv), _ZSTD_STEP):
+            chunk = d.decompress(mv[pos:pos + _ZSTD_STEP])
+            total += len(chunk)
+            if total > limit:
+                raise _too_large(limit)
+            out.append(chunk)
+            if d.eof:
+                if pos + _ZSTD_STEP < len(mv) or d.unused_data:
+                    raise CorruptRecordError("zstd: bytes after the frame")
+                return b"".join(out)
+        raise CorruptRecordError("zstd: truncated frame")
+    except zstandard.ZstdError as e:
+        raise CorruptRecordError(f"zstd: {e}") from None
+
+
+def gzip_compress(data) -> bytes:
+    c = zlib.compressobj(6, zlib.DEFLATED, 31)
+    return c.compress(data) + c.flush()
+
+
+def snappy_compress(data) -> bytes:
+    # xerial framing: what the Java client writes and every client reads.
+    mv = memoryview(data)
+    parts = [_XERIAL_HEADER]
+    for pos in range(0, len(mv), _XERIAL_BLOCK):
+        block = bytes(cramjam.snappy.compress_raw(mv[pos:pos + _XERIAL_BLOCK]))
+        parts.append(struct.pack(">i", len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def lz4_compress(data) -> bytes:
+    # Independent blocks, no content checksum: the frame Kafka's Java LZ4 stream expects.
+    return lz4.frame.compress(bytes(data), block_linked=False, content_checksum=False)
+
+
+def zstd_compress(data) -> bytes:
+    return zstandard.ZstdCompressor(level=3).compress(data)
+
+
+_DECOMPRESS = {GZIP: gzip_decompress, SNAPPY: snappy_decompress, LZ4: lz4_decompress,
+               ZSTD: zstd_decompress}
+_COMPRESS = {GZIP: gzip_compress, SNAPPY: snappy_compress, LZ4: lz4_compress,
+             ZSTD: zstd_compress}
+
+
+def decompress(codec: int, data, limit: int):
+    """Decompressed records section (a bytes-like object) of a batch using ``codec``."""
+    try:
+        fn = _DECOMPRESS[codec]
+    except KeyError:
+        raise UnsupportedCompressionError(f"unknown compression codec {codec}") from None
+    return fn(data, limit)
+
+
+def compress(codec: int, data) -> bytes:
+    """Compressed records section for a batch using ``codec`` (1..4)."""
+    try:
+        fn = _COMPRESS[codec]
+    except KeyError:
+        raise UnsupportedCompressionError(f"unknown compression codec {codec}") from None
+    return fn(data)

@@ -1,0 +1,616 @@
+# distutils: sources = csrc/pb_records.c csrc/pb_crc32c.c
+"""Kafka record batch v2 in C: validate, stamp, scan, find, encode, decode.
+
+The wire format is at the top of csrc/pb_records.h. Every function takes any
+buffer-protocol object (bytes, bytearray, memoryview, mmap) and works on it in place
+(STYLE 5): validation and scans never copy the batch; stamping writes into the caller's
+writable buffer. Compressed batches are the one exception: their records section is
+decompressed once into a scratch buffer by ``compression.py`` and walked natively.
+
+Bad input raises ``CorruptRecordError`` (damaged bytes: truncation, bad batchLength,
+magic, CRC), ``InvalidRecordError`` (intact bytes breaking a rule: record framing,
+counts, offset deltas, control batches from producers) or
+``UnsupportedCompressionError``. Anything else is a bug here (STYLE 12).
+
+Thread-safety: module functions keep no state; BatchInfo and ScanResult are immutable.
+Large inputs are processed without the GIL, so the caller must not resize the buffer
+from another thread meanwhile (an mmap export already forbids that).
+"""
+
+import os
+import time
+from collections import namedtuple
+
+from cpython.buffer cimport (PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release,
+                             PyObject_GetBuffer)
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.pystate cimport PyThreadState
+from libc.stdint cimport int32_t, int64_t, uint8_t, uintptr_t
+from libc.string cimport memcpy
+
+from pybroker._native cimport crc32c as _crc
+from pybroker._native import compression as _compression
+from pybroker.errors import (CorruptRecordError, InvalidRecordError,
+                             UnsupportedCompressionError)
+
+# This extension links its own copy of pb_crc32c.c: select its path like crc32c.pyx does
+# (that module's import already rejected an unknown PYBROKER_CRC32C value).
+import pybroker._native.crc32c  # noqa: E402,F401
+_crc.pb_crc32c_init(os.environ.get("PYBROKER_CRC32C", "").encode())
+
+Record = namedtuple("Record", "offset timestamp key value headers")
+Record.__doc__ = """One decoded record: headers are a list of (str key, bytes | None value)."""
+
+HEADER_SIZE = PB_BATCH_HEADER_SIZE
+MAX_DECOMPRESSED_SIZE = DEFAULT_MAX_DECOMPRESSED
+
+
+cdef int _raise(int err, Py_ssize_t pos) except -1:
+    if err < 0:
+        err = -err
+    msg = f"{pb_err_message(err).decode()} (at byte {pos})"
+    if err >= PB_ERR_UNSUPPORTED:
+        raise UnsupportedCompressionError(msg)
+    if err >= PB_ERR_INVALID:
+        raise InvalidRecordError(msg)
+    raise CorruptRecordError(msg)
+
+
+cdef class BatchInfo:
+    """The header of one record batch (read-only). ``size`` is the whole batch in bytes."""
+
+    @property
+    def last_offset(self):
+        return self.base_offset + self.last_offset_delta
+
+    def __repr__(self):
+        return (f"BatchInfo(base_offset={self.base_offset}, size={self.size}, "
+                f"records_count={self.records_count}, compression={self.compression}, "
+                f"max_timestamp={self.max_timestamp}, crc=0x{self.crc:08x})")
+
+
+cdef BatchInfo batch_info_from_header(const pb_batch_header *h):
+    cdef BatchInfo info = BatchInfo.__new__(BatchInfo)
+    info.base_offset = h.base_offset
+    info.size = <Py_ssize_t>h.batch_length + PB_LOG_OVERHEAD
+    info.partition_leader_epoch = h.partition_leader_epoch
+    info.magic = h.magic
+    info.crc = h.crc
+    info.attributes = h.attributes
+    info.compression = h.attributes & PB_ATTR_COMPRESSION_MASK
+    info.timestamp_type = 1 if h.attributes & PB_ATTR_LOG_APPEND_TIME else 0
+    info.is_transactional = (h.attributes & PB_ATTR_TRANSACTIONAL) != 0
+    info.is_control = (h.attributes & PB_ATTR_CONTROL) != 0
+    info.last_offset_delta = h.last_offset_delta
+    info.first_timestamp = h.first_timestamp
+    info.max_timestamp = h.max_timestamp
+    info.producer_id = h.producer_id
+    info.producer_epoch = h.producer_epoch
+    info.base_sequence = h.base_sequence
+    info.records_count = h.records_count
+    return info
+
+
+cdef class ScanResult:
+    """What a recovery scan found; ``error`` is None or why the scan stopped early."""
+
+    def __repr__(self):
+        return (f"ScanResult(valid_end={self.valid_end}, next_offset={self.next_offset}, "
+                f"batch_count={self.batch_count}, error={self.error!r})")
+
+
+cdef inline int _check_range(Py_ssize_t start, Py_ssize_t end, Py_ssize_t length) except -1:
+    if start < 0 or end < start or end > length:
+        raise ValueError(f"range [{start}, {end}) outside a buffer of {length} bytes")
+    return 0
+
+
+cdef object _decompress_section(const pb_batch_header *h, object buf, Py_ssize_t position,
+                                Py_ssize_t limit):
+    """Scratch buffer holding the decompressed records section of the checked batch at
+    ``position`` of ``buf``."""
+    # A real memoryview (it keeps `buf` exported) so that nothing the codec libraries or a
+    # traceback retain can outlive the memory it points to.
+    view = memoryview(buf)
+    if view.itemsize != 1 or view.format != "B":
+        view = view.cast("B")
+    section = view[position + PB_BATCH_HEADER_SIZE:
+                   position + <Py_ssize_t>h.batch_length + PB_LOG_OVERHEAD]
+    return _compression.decompress(h.attributes & PB_ATTR_COMPRESSION_MASK, section, limit)
+
+
+cdef int _validate_section(object data, int32_t count) except -1:
+    cdef Py_buffer view
+    cdef PyThreadState *state
+    cdef size_t pos = 0
+    cdef int err
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        state = _crc.release_gil_if(view.len >= RECORDS_GIL_THRESHOLD)
+        err = pb_validate_records(<const uint8_t *>view.buf, <size_t>view.len, count, &pos)
+        _crc.reacquire_gil(state)
+        if err:
+            _raise(err, <Py_ssize_t>pos)
+    finally:
+        PyBuffer_Release(&view)
+    return 0
+
+
+def validate_batch(buf, Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED):
+    """Check one batch exactly as a producer sent it; return its BatchInfo.
+
+    Header bounds, batchLength == len(buf) - 12, magic 2, CRC32C, recordsCount ==
+    lastOffsetDelta + 1, no control batch, and every record's framing with offsetDelta i.
+    Compressed records are decompressed (at most ``max_decompressed_size`` bytes) and
+    checked the same way. ``buf`` is never modified.
+    """
+    cdef Py_buffer view
+    cdef PyThreadState *state
+    cdef pb_batch_header h
+    cdef size_t pos = 0
+    cdef int err
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        state = _crc.release_gil_if(view.len >= RECORDS_GIL_THRESHOLD)
+        err = pb_validate_batch(<const uint8_t *>view.buf, <size_t>view.len, &h, &pos)
+        _crc.reacquire_gil(state)
+        if err:
+            _raise(err, <Py_ssize_t>pos)
+        if h.attributes & PB_ATTR_COMPRESSION_MASK:
+            data = _decompress_section(&h, buf, 0, max_decompressed_size)
+            _validate_section(data, h.records_count)
+    finally:
+        PyBuffer_Release(&view)
+    return batch_info_from_header(&h)
+
+
+def read_batch_header(buf, Py_ssize_t position=0):
+    """Header of the batch at ``position`` (61 bytes needed; no CRC, records unread)."""
+    cdef Py_buffer view
+    cdef pb_batch_header h
+    cdef int err
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        _check_range(position, position, view.len)
+        err = pb_read_header(<const uint8_t *>view.buf + position,
+                             <size_t>(view.len - position), &h)
+        if err:
+            _raise(err, position)
+    finally:
+        PyBuffer_Release(&view)
+    return batch_info_from_header(&h)
+
+
+def stamp_batch(buf, Py_ssize_t position, int64_t base_offset, int32_t partition_leader_epoch,
+                int64_t log_append_time=-1):
+    """Rewrite baseOffset and partitionLeaderEpoch of the batch at ``position`` in place.
+
+    With ``log_append_time >= 0`` also set the LogAppendTime bit and maxTimestamp and
+    recompute the CRC. ``buf`` must be writable.
+    """
+    cdef Py_buffer view
+    cdef PyThreadState *state
+    cdef int err
+    PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
+    try:
+        _check_range(position, position, view.len)
+        state = _crc.release_gil_if(
+            log_append_time >= 0 and view.len - position >= RECORDS_GIL_THRESHOLD)
+        err = pb_stamp_batch(<uint8_t *>view.buf + position, <size_t>(view.len - position),
+                             base_offset, partition_leader_epoch, log_append_time)
+        _crc.reacquire_gil(state)
+        if err:
+            _raise(err, position)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def scan_log(buf, Py_ssize_t start, Py_ssize_t end, int64_t base_offset,
+             int64_t index_interval_bytes):
+    """Recovery scan of the batches in ``buf[start:end]`` (positions are absolute).
+
+    Validates each batch's header, CRC and offsets (increasing, within 2^31 of
+    ``base_offset``) and stops at the first bad one; rebuilds the offset and time index
+    entries the way Kafka's LogSegment.recover does. One C loop, no per-batch Python.
+    """
+    cdef Py_buffer view
+    cdef PyThreadState *state
+    cdef pb_scan s
+    cdef int rc
+    cdef ScanResult result = ScanResult.__new__(ScanResult)
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        _check_range(start, end, view.len)
+        state = _crc.release_gil_if(end - start >= RECORDS_GIL_THRESHOLD)
+        rc = pb_scan_log(<const uint8_t *>view.buf, <size_t>start, <size_t>end,
+                         base_offset, index_interval_bytes, &s)
+        _crc.reacquire_gil(state)
+    finally:
+        PyBuffer_Release(&view)
+    try:
+        if rc != 0:
+            raise MemoryError("scan_log: index buffers")
+        result.valid_end = <Py_ssize_t>s.valid_end
+        result.next_offset = s.next_offset
+        result.max_timestamp = s.max_timestamp
+        result.offset_of_max_timestamp = s.offset_of_max_timestamp
+        result.batch_count = s.batch_count
+        result.offset_index = PyBytes_FromStringAndSize(<char *>s.offset_index,
+                                                        <Py_ssize_t>s.offset_index_len)
+        result.time_index = PyBytes_FromStringAndSize(<char *>s.time_index,
+                                                      <Py_ssize_t>s.time_index_len)
+        if s.err:
+            result.error = f"{pb_err_message(s.err).decode()} at position {s.err_pos}"
+        else:
+            result.error = None
+    finally:
+        pb_scan_free(&s)
+    return result
+
+
+def find_position(buf, Py_ssize_t start, Py_ssize_t end, int64_t target_offset):
+    """(position, BatchInfo) of the first complete batch in ``buf[start:end]`` whose last
+    offset >= ``target_offset``, or None. Header walk only (no CRC)."""
+    cdef Py_buffer view
+    cdef pb_batch_header h
+    cdef size_t pos = 0
+    cdef int rc
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        _check_range(start, end, view.len)
+        rc = pb_find_position(<const uint8_t *>view.buf, <size_t>start, <size_t>end,
+                              target_offset, &pos, &h)
+        if rc < 0:
+            _raise(rc, <Py_ssize_t>pos)
+    finally:
+        PyBuffer_Release(&view)
+    if rc == 0:
+        return None
+    return (<Py_ssize_t>pos, batch_info_from_header(&h))
+
+
+def find_timestamp(buf, Py_ssize_t start, Py_ssize_t end, int64_t target_ts,
+                   Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED):
+    """(position, offset, timestamp) of the first record with timestamp >= ``target_ts``
+    in ``buf[start:end]``, or None (Kafka's LogSegment.findOffsetByTimestamp).
+
+    Batches are skipped by their maxTimestamp; inside the first candidate the records are
+    walked natively (a compressed batch is decompressed first). LogAppendTime batches
+    answer with their base offset and maxTimestamp, as every record carries it.
+    """
+    cdef Py_buffer view
+    cdef pb_batch_header h
+    cdef size_t pos = 0
+    cdef Py_ssize_t p = start
+    cdef int rc
+    cdef int32_t delta = 0
+    cdef int64_t ts = 0
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        _check_range(start, end, view.len)
+        while True:
+            rc = pb_find_timestamp(<const uint8_t *>view.buf, <size_t>p, <size_t>end,
+                                   target_ts, &pos, &h)
+            if rc < 0:
+                _raise(rc, <Py_ssize_t>pos)
+            if rc == 0:
+                return None
+            if h.attributes & PB_ATTR_LOG_APPEND_TIME:
+                return (<Py_ssize_t>pos, h.base_offset, h.max_timestamp)
+            rc = _find_in_batch(&h, buf, <const uint8_t *>view.buf, <Py_ssize_t>pos, target_ts,
+                                max_decompressed_size, &delta, &ts)
+            if rc:
+                return (<Py_ssize_t>pos, h.base_offset + delta, ts)
+            # maxTimestamp promised a record that is not there: keep looking after it.
+            p = <Py_ssize_t>pos + h.batch_length + PB_LOG_OVERHEAD
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef int _find_in_batch(const pb_batch_header *h, object buf, const uint8_t *base,
+                        Py_ssize_t position, int64_t target_ts, Py_ssize_t limit,
+                        int32_t *delta, int64_t *ts) except -1:
+    cdef Py_ssize_t size = <Py_ssize_t>h.batch_length + PB_LOG_OVERHEAD
+    cdef const uint8_t *batch = base + position
+    cdef Py_buffer view
+    cdef int rc
+    if h.attributes & PB_ATTR_COMPRESSION_MASK == 0:
+        rc = pb_records_find_timestamp(batch + PB_BATCH_HEADER_SIZE,
+                                       <size_t>(size - PB_BATCH_HEADER_SIZE), h.records_count,
+                                       h.first_timestamp, target_ts, delta, ts)
+    else:
+        data = _decompress_section(h, buf, position, limit)
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            rc = pb_records_find_timestamp(<const uint8_t *>view.buf, <size_t>view.len,
+                                           h.records_count, h.first_timestamp, target_ts,
+                                           delta, ts)
+        finally:
+            PyBuffer_Release(&view)
+    if rc < 0:
+        _raise(rc, 0)
+    return rc
+
+
+def decode_records(batch_buf, Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED):
+    """All records of one batch as ``Record`` tuples (tools and tests; not a hot path).
+
+    Checks the batch like ``validate_batch`` but accepts control batches (as stored in a
+    log). Record timestamps of a LogAppendTime batch are its maxTimestamp.
+    """
+    cdef Py_buffer view
+    cdef pb_batch_header h
+    cdef int err
+    cdef size_t pos = 0
+    PyObject_GetBuffer(batch_buf, &view, PyBUF_SIMPLE)
+    try:
+        err = pb_check_batch(<const uint8_t *>view.buf, <size_t>view.len, &h)
+        if not err and <Py_ssize_t>h.batch_length + PB_LOG_OVERHEAD != view.len:
+            err = PB_ERR_BATCH_LENGTH
+        if not err and h.records_count < 0:
+            err = PB_ERR_COUNT
+        if not err and h.attributes & PB_ATTR_COMPRESSION_MASK > 4:
+            err = PB_ERR_UNSUPPORTED
+        if err:
+            _raise(err, 0)
+        if h.attributes & PB_ATTR_COMPRESSION_MASK:
+            data = _decompress_section(&h, batch_buf, 0, max_decompressed_size)
+        else:
+            data = PyBytes_FromStringAndSize(<char *>view.buf + PB_BATCH_HEADER_SIZE,
+                                             view.len - PB_BATCH_HEADER_SIZE)
+    finally:
+        PyBuffer_Release(&view)
+    _validate_section(data, h.records_count)
+    return _decode_section(&h, data)
+
+
+cdef list _decode_section(const pb_batch_header *h, object data):
+    cdef Py_buffer view
+    cdef pb_record r
+    cdef const uint8_t *p
+    cdef const uint8_t *end
+    cdef const uint8_t *hp
+    cdef const uint8_t *hk
+    cdef const uint8_t *hv
+    cdef int32_t hklen, hvlen, i, j
+    cdef bint log_append = (h.attributes & PB_ATTR_LOG_APPEND_TIME) != 0
+    out = []
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t *>view.buf
+        end = p + view.len
+        for i in range(h.records_count):
+            if pb_record_parse(&p, end, &r):
+                raise AssertionError("record changed between validation and decoding")
+            headers = []
+            hp = r.headers
+            for j in range(r.header_count):
+                pb_header_next(&hp, r.headers_end, &hk, &hklen, &hv, &hvlen)
+                headers.append((
+                    (<const char *>hk)[:hklen].decode("utf-8", "surrogateescape"),
+                    None if hvlen < 0 else (<const char *>hv)[:hvlen]))
+            out.append(Record(
+                h.base_offset + r.offset_delta,
+                h.max_timestamp if log_append else
+                <int64_t>(<unsigned long long>h.first_timestamp +
+                          <unsigned long long>r.timestamp_delta),
+                None if r.key_len < 0 else (<const char *>r.key)[:r.key_len],
+                None if r.value_len < 0 else (<const char *>r.value)[:r.value_len],
+                headers))
+    finally:
+        PyBuffer_Release(&view)
+    return out
+
+
+# ---- encoding ----
+
+cdef enum:
+    MAX_VIEWS = 12
+
+
+cdef class _Views:
+    """Py_buffers held for the duration of one encode call; released on every path."""
+    cdef Py_buffer views[MAX_VIEWS]
+    cdef int n
+
+    cdef Py_buffer *get(self, obj, int align) except NULL:
+        if self.n == MAX_VIEWS:
+            raise ValueError("too many buffers")
+        PyObject_GetBuffer(obj, &self.views[self.n], PyBUF_SIMPLE)
+        self.n += 1
+        if align > 1 and (<uintptr_t>self.views[self.n - 1].buf) % align:
+            raise ValueError(f"buffer must be {align}-byte aligned (Arrow buffers are)")
+        return &self.views[self.n - 1]
+
+    cdef void release(self):
+        while self.n:
+            self.n -= 1
+            PyBuffer_Release(&self.views[self.n])
+
+    def __dealloc__(self):
+        self.release()
+
+
+cdef int _column(_Views views, object spec, int64_t count, pb_column *col) except -1:
+    """Fill ``col`` from ``(offsets, data[, validity[, validity_offset]])`` or None."""
+    cdef Py_buffer *v
+    cdef int64_t bits
+    col.offsets = NULL
+    col.data = NULL
+    col.data_len = 0
+    col.validity = NULL
+    col.validity_offset = 0
+    col.length = 0
+    if spec is None:
+        return 0
+    spec = tuple(spec)
+    if not 2 <= len(spec) <= 4:
+        raise ValueError("a column is (offsets, data[, validity[, validity_offset]])")
+    v = views.get(spec[0], 4)
+    col.offsets = <const int32_t *>v.buf
+    col.length = v.len // 4 - 1
+    v = views.get(spec[1], 1)
+    col.data = <const uint8_t *>v.buf
+    col.data_len = <size_t>v.len
+    if len(spec) > 2 and spec[2] is not None:
+        v = views.get(spec[2], 1)
+        col.validity = <const uint8_t *>v.buf
+        col.validity_offset = spec[3] if len(spec) > 3 else 0
+        if col.validity_offset < 0:
+            raise ValueError("validity_offset must be >= 0")
+        bits = v.len * 8 - col.validity_offset
+        if bits < col.length:
+            col.length = bits
+    if col.length < count:
+        raise ValueError(f"column buffers describe {col.length} entries, need {count}")
+    return 0
+
+
+def encode_batch_columns(Py_ssize_t count, values, keys=None, timestamps=None, headers=None,
+                         *, int64_t base_offset=0, int64_t producer_id=-1,
+                         int producer_epoch=-1, int32_t base_sequence=-1, int compression=0,
+                         bint transactional=False, int32_t partition_leader_epoch=-1):
+    """Encode ``count`` records from Arrow-layout columns into one batch (bytes).
+
+    ``values`` / ``keys``: ``(offsets, data[, validity[, validity_offset]])`` buffers of an
+    Arrow binary array: int32 offsets (count + 1, 4-byte aligned), data, and an optional
+    validity bitmap (LSB first; a clear bit is a null) starting at bit ``validity_offset``.
+    ``keys=None``: all keys null. ``timestamps``: int64 buffer of ``count`` milliseconds
+    (8-byte aligned) or None for now. ``headers``: None or ``(list_offsets, key_column,
+    value_column)`` as an Arrow list<struct<key, value>>: int32 ``list_offsets``
+    (count + 1) select each record's entries of the two binary columns; keys not null.
+    This is the entry point of the Spark writer and the load generator: no per-record
+    Python work.
+    """
+    cdef _Views views = _Views()
+    cdef pb_encode_input inp
+    cdef Py_buffer *v
+    cdef const char *why = NULL
+    cdef int64_t size
+    if count < 1 or count > 0x7fffffff:
+        raise ValueError("a batch holds 1 .. 2^31-1 records")
+    if not 0 <= compression <= 4:
+        raise UnsupportedCompressionError(f"unknown compression codec {compression}")
+    inp.count = <int32_t>count
+    inp.timestamps = NULL
+    inp.header_offsets = NULL
+    inp.default_timestamp = int(time.time() * 1000)
+    try:
+        _column(views, values, count, &inp.values)
+        _column(views, keys, count, &inp.keys)
+        if timestamps is not None:
+            v = views.get(timestamps, 8)
+            if v.len < count * 8:
+                raise ValueError("timestamps buffer shorter than count int64 values")
+            inp.timestamps = <const int64_t *>v.buf
+        if headers is not None:
+            list_offsets, key_column, value_column = headers
+            v = views.get(list_offsets, 4)
+            if v.len < (count + 1) * 4:
+                raise ValueError("header list offsets shorter than count + 1")
+            inp.header_offsets = <const int32_t *>v.buf
+            _column(views, key_column, 0, &inp.header_keys)
+            _column(views, value_column, 0, &inp.header_values)
+        else:
+            _column(views, None, 0, &inp.header_keys)
+            _column(views, None, 0, &inp.header_values)
+        size = pb_encode_records_size(&inp, &why)
+        if size < 0:
+            raise ValueError(why.decode())
+        return _encode(&inp, size, base_offset, producer_id, producer_epoch, base_sequence,
+                       compression, transactional, partition_leader_epoch)
+    finally:
+        views.release()
+
+
+cdef bytes _encode(pb_encode_input *inp, int64_t size, int64_t base_offset,
+                   int64_t producer_id, int producer_epoch, int32_t base_sequence,
+                   int compression, bint transactional, int32_t partition_leader_epoch):
+    cdef pb_batch_header h
+    cdef bytes out
+    cdef bytes records
+    cdef uint8_t *o
+    h.base_offset = base_offset
+    h.partition_leader_epoch = partition_leader_epoch
+    h.attributes = compression | (PB_ATTR_TRANSACTIONAL if transactional else 0)
+    h.last_offset_delta = inp.count - 1
+    h.first_timestamp = inp.base_timestamp
+    h.max_timestamp = inp.max_timestamp
+    h.producer_id = producer_id
+    h.producer_epoch = producer_epoch
+    h.base_sequence = base_sequence
+    h.records_count = inp.count
+    if compression == 0:
+        out = PyBytes_FromStringAndSize(NULL, PB_BATCH_HEADER_SIZE + size)
+        o = <uint8_t *>PyBytes_AS_STRING(out)
+        pb_encode_records(o + PB_BATCH_HEADER_SIZE, inp)
+    else:
+        records = PyBytes_FromStringAndSize(NULL, size)
+        pb_encode_records(<uint8_t *>PyBytes_AS_STRING(records), inp)
+        compressed = _compression.compress(compression, records)
+        out = PyBytes_FromStringAndSize(NULL, PB_BATCH_HEADER_SIZE + len(compressed))
+        o = <uint8_t *>PyBytes_AS_STRING(out)
+        memcpy(o + PB_BATCH_HEADER_SIZE, PyBytes_AS_STRING(compressed), len(compressed))
+    pb_finish_batch(o, <size_t>len(out), &h)
+    return out
+
+
+cdef tuple _pack_column(list items):
+    """Arrow-layout (offsets, data, validity) of a list of bytes-like or None."""
+    import array
+    offsets = array.array("i", [0])
+    validity = bytearray((len(items) + 7) // 8)
+    parts = []
+    cdef int64_t total = 0
+    cdef Py_ssize_t i
+    cdef bint nulls = False
+    for i, item in enumerate(items):
+        if item is None:
+            nulls = True
+        else:
+            validity[i >> 3] |= 1 << (i & 7)
+            parts.append(item)
+            total += len(item)
+            if total > 0x7fffffff:
+                raise ValueError("column data larger than 2 GiB")
+        offsets.append(total)
+    return (offsets, b"".join(parts), validity if nulls else None)
+
+
+def encode_batch(values, keys=None, timestamps=None, headers=None, *, int64_t base_offset=0,
+                 int64_t producer_id=-1, int producer_epoch=-1, int32_t base_sequence=-1,
+                 int compression=0, bint transactional=False,
+                 int32_t partition_leader_epoch=-1):
+    """Encode one batch from lists (a convenience over ``encode_batch_columns``).
+
+    ``values``: list of bytes-like or None; ``keys``: same length or None;
+    ``timestamps``: list of int milliseconds or None (now); ``headers``: None or one list of
+    ``(key str | bytes, value bytes | None)`` per record.
+    """
+    import array
+    cdef Py_ssize_t n = len(values)
+    if keys is not None and len(keys) != n:
+        raise ValueError("keys and values differ in length")
+    ts = None
+    if timestamps is not None:
+        if len(timestamps) != n:
+            raise ValueError("timestamps and values differ in length")
+        ts = array.array("q", timestamps)
+    hdr = None
+    if headers is not None:
+        if len(headers) != n:
+            raise ValueError("headers and values differ in length")
+        list_offsets = array.array("i", [0])
+        hkeys = []
+        hvalues = []
+        for record_headers in headers:
+            for k, v in record_headers:
+                hkeys.append(k.encode("utf-8") if isinstance(k, str) else k)
+                hvalues.append(v)
+            list_offsets.append(len(hkeys))
+        hdr = (list_offsets, _pack_column(hkeys), _pack_column(hvalues))
+    return encode_batch_columns(
+        n, _pack_column(list(values)), None if keys is None else _pack_column(list(keys)),
+        ts, hdr, base_offset=base_offset, producer_id=producer_id,
+        producer_epoch=producer_epoch, base_sequence=base_sequence, compression=compression,
+        transactional=transactional, partition_leader_epoch=partition_leader_epoch)
