@@ -44,11 +44,13 @@ def _value(f: F, t: str, version: int, flexible: bool, rnd: random.Random) -> An
 
 
 def sample_struct(fields: tuple[F, ...], version: int, flexible: bool,
-                  rnd: random.Random, depth: int = 0) -> dict:
+                  rnd: random.Random, depth: int = 0, tagged: bool = True) -> dict:
+    """``tagged=False`` leaves tagged fields at their defaults (off the wire)."""
     d = {}
     for f in fields:
         is_tagged = f.tag is not None and in_range(f.tagged, version)
         present = in_range(f.versions, version) and (flexible or not is_tagged)
+        present = present and (tagged or not is_tagged)
         if not present:
             d[f.name] = codec._type_default(f)
             continue
@@ -58,10 +60,11 @@ def sample_struct(fields: tuple[F, ...], version: int, flexible: bool,
             continue
         t = f.type
         if t == "struct":
-            d[f.name] = sample_struct(f.fields, version, flex, rnd, depth + 1)
+            d[f.name] = sample_struct(f.fields, version, flex, rnd, depth + 1, tagged)
         elif t == "[]struct":
             n = rnd.randint(0, 2) if depth < 3 else 0
-            d[f.name] = [sample_struct(f.fields, version, flex, rnd, depth + 1) for _ in range(n)]
+            d[f.name] = [sample_struct(f.fields, version, flex, rnd, depth + 1, tagged)
+                         for _ in range(n)]
         elif t.startswith("[]"):
             d[f.name] = [_value(f, t[2:], version, flex, rnd) for _ in range(rnd.randint(0, 3))]
         else:
@@ -69,12 +72,40 @@ def sample_struct(fields: tuple[F, ...], version: int, flexible: bool,
     return d
 
 
-def sample(api_key: int, version: int, response: bool, seed: int = 0) -> dict:
+def sample(api_key: int, version: int, response: bool, seed: int = 0,
+           tagged: bool = True) -> dict:
     api = messages.APIS[api_key]
     first = api.response_flexible if response else api.request_flexible
     flexible = first is not None and version >= first
     rnd = random.Random(f"{api_key}/{version}/{response}/{seed}")
-    return sample_struct(api.response if response else api.request, version, flexible, rnd)
+    return sample_struct(api.response if response else api.request, version, flexible, rnd,
+                         tagged=tagged)
+
+
+def positional(body: dict, api_key: int, version: int, response: bool) -> tuple:
+    """The body as nested tuples in wire order (tagged fields left out, an empty dict
+    where a flexible struct ends), the shape of kafka-python's hand-written Structs."""
+    api = messages.APIS[api_key]
+    first = api.response_flexible if response else api.request_flexible
+    flexible = first is not None and version >= first
+    return _positional(body, api.response if response else api.request, version, flexible)
+
+
+def _positional(d: dict, fields: tuple[F, ...], version: int, flexible: bool) -> tuple:
+    out = []
+    for f in fields:
+        if not in_range(f.versions, version) or (
+                f.tag is not None and in_range(f.tagged, version) and flexible):
+            continue
+        v = plain(d[f.name])
+        if f.type == "[]struct" and v is not None:
+            v = [_positional(x, f.fields, version, flexible) for x in v]
+        elif f.type == "struct" and v is not None:
+            v = _positional(v, f.fields, version, flexible)
+        out.append(v)
+    if flexible:
+        out.append({})
+    return tuple(out)
 
 
 def plain(value: Any) -> Any:

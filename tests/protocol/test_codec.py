@@ -110,6 +110,11 @@ def test_unknown_api_and_version():
         decode_request(18, 99, bytes(raw), header.header_size)
     with pytest.raises(InvalidRequestError):
         decode_request(4242, 0, b"", 0)
+    # ...and answered with an ApiVersions v0 body, the one every client can read (KIP-511)
+    body = {"error_code": 35, "api_keys": [{"api_key": 18, "min_version": 0, "max_version": 4}]}
+    assert encode_response(18, 99, 1, body) == encode_response(18, 0, 1, body)
+    assert encode_response(18, 99, 1, body)[8:] == \
+        b"\x00\x23" + b"\x00\x00\x00\x01" + b"\x00\x12\x00\x00\x00\x04"
 
 
 def test_defaults_fill_missing_fields():

@@ -495,10 +495,15 @@ def supported_versions() -> list[tuple[int, int, int]]:
     return [(key, api.versions[0], api.versions[1]) for key, api in sorted(messages.APIS.items())]
 
 
-def _is_flexible(api_key: int, api_version: int, response: bool) -> bool:
+def _is_known_version(api_key: int, api_version: int) -> bool:
     api = messages.APIS.get(api_key)
-    if api is None or not api.versions[0] <= api_version <= api.versions[1]:
+    return api is not None and api.versions[0] <= api_version <= api.versions[1]
+
+
+def _is_flexible(api_key: int, api_version: int, response: bool) -> bool:
+    if not _is_known_version(api_key, api_version):
         return False
+    api = messages.APIS[api_key]
     first = api.response_flexible if response else api.request_flexible
     return first is not None and api_version >= first
 
@@ -590,7 +595,13 @@ def encode_response(api_key: int, api_version: int, correlation_id: int,
 
     Returns bytes, or a list of bytes and ``FileRegion`` segments when a ``records`` field
     holds file regions (their lengths are counted in the size prefix).
+
+    An ApiVersions request of a version this table does not know is answered with a v0
+    body (KIP-511; Kafka's ``RequestContext.apiVersion()`` does the same), which every
+    client can parse: put UNSUPPORTED_VERSION and the supported ranges in ``body``.
     """
+    if api_key == API_VERSIONS_KEY and not _is_known_version(api_key, api_version):
+        api_version = 0
     plan = _plan(api_key, api_version, True)
     w = _Writer()
     w.buf += _I32.pack(0)  # size, filled in by finish()
