@@ -379,7 +379,7 @@ class _Plan:
         for f in fields:
             is_tagged = f.tag is not None and in_range(f.tagged, version)
             flex = flexible if f.flexible is TYPE_DEFAULT else in_range(f.flexible, version)
-            if is_tagged and flexible:
+            if f.tag is not None and is_tagged and flexible:
                 read, write = _field_codec(f, version, flex)
                 self.tagged.append((f.tag, f.name, read, write, f))
                 self.missing.append(f)  # default first, overwritten when the tag is present
@@ -556,6 +556,8 @@ def _skip_tagged(r: _Reader) -> None:
 def _decode(api_key: int, api_version: int, buf: Any, offset: int, response: bool) -> dict:
     plan = _plan(api_key, api_version, response)
     mv = _view(buf)
+    if not 0 <= offset <= len(mv):
+        raise InvalidRequestError(f"body offset {offset} outside a frame of {len(mv)} bytes")
     r = _Reader(mv, offset, len(mv))
     try:
         return plan.read(r)
