@@ -1,0 +1,1 @@
+"""The single-node broker: request handlers, topics, partitions, producer state."""

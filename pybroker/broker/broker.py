@@ -1,0 +1,296 @@
+"""The broker process: storage, topics, producer ids, the server, and request dispatch.
+
+Start-up: open the data dir (``meta.properties`` holds the cluster id and node id), recover
+the logs (``LogManager.load``, logged with its duration), open the topics and restore
+producer state (the clean-shutdown snapshot, or a replay of the log tail after a crash),
+then bind the listener and log ``ready``. Shutdown (SIGTERM/SIGINT): stop accepting, wake
+long-polling fetches, answer the requests already received, snapshot producer state,
+close the LogManager cleanly (it writes the clean-shutdown marker).
+
+Dispatch of one frame: header -> handler by API key -> decode -> handle -> encode. A
+request the broker cannot parse (garbage, unknown API key, a version outside what is
+served, a malformed body) closes that connection with a log line, as Kafka's SocketServer
+does; ApiVersions of an unknown version is answered in v0 with UNSUPPORTED_VERSION and the
+supported list (KIP-511). Handler bugs are logged and answered UNKNOWN_SERVER_ERROR.
+
+Observability of the data plane: the native zero-copy counters (bytes sent with
+sendfile/splice vs bytes sent from memory) and request counts are written as JSON to
+``stats.file`` (default ``<data_dir>/broker-stats.json``) every ``stats.interval.ms`` when
+they changed, on SIGUSR1 at once, and at shutdown.
+
+Not thread-safe: everything runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+import uuid
+from typing import Any
+
+from pybroker.broker import handlers as handler_registry
+from pybroker.broker.files import read_json, write_json
+from pybroker.broker.producer_ids import ProducerIdManager
+from pybroker.broker.request import Encoded, RequestContext
+from pybroker.broker.topic_manager import TopicManager
+from pybroker.config import BrokerConfig
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.net.connection import CloseConnection, Connection
+from pybroker.net.protocol import codec, messages
+from pybroker.net.server import Server
+
+log = logging.getLogger("pybroker.broker")
+
+API_VERSIONS = 18
+SNAPSHOT_FILE = "producer-state.json"
+STATS_FILE = "broker-stats.json"
+SHUTDOWN_DRAIN_SECONDS = 10.0
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.data_dir = config.data_dir
+        self.handlers = handler_registry.load_all()
+        self.cluster_id = ""
+        self.logs: Any = None
+        self.topics: TopicManager
+        self.producer_ids: ProducerIdManager
+        self.server: Server | None = None
+        self.advertised: tuple[str, int] = ("127.0.0.1", 0)
+        self.shutting_down = False
+        self.requests = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+        self._stats_path = config["stats.file"] or os.path.join(self.data_dir, STATS_FILE)
+        self._stats_seq = 0
+        self._stats_last: tuple[int, ...] = ()
+
+    # lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> tuple[str, int]:
+        """Recover storage, bind the listener; returns the bound address."""
+        from pybroker.log.log_manager import LogManager
+
+        started = time.monotonic()
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.cluster_id = self._read_meta()
+        self.logs = LogManager(self.data_dir)
+        self.topics = TopicManager(self.config, self.logs)
+        self.topics.read()
+        log.info("recovering logs in %s", self.data_dir)
+        self.logs.load(config_for=self.topics.config_for)
+        self.topics.open()
+        self.producer_ids = ProducerIdManager(self.data_dir, self.config["producer.id.block.size"])
+        self._restore_producer_state()
+        for hook in handler_registry.STARTUP:
+            await hook(self)
+        log.info("recovery done: %d topics, %d partitions in %.3f s",
+                 len(self.topics.topics()), len(self.topics.partitions()),
+                 time.monotonic() - started)
+        host, port = self.config.listen
+        self.server = Server(self.dispatch, host, port,
+                             max_request_bytes=self.config["socket.request.max.bytes"],
+                             max_queued_bytes=self.config["queued.max.request.bytes"])
+        bound = self.server.start()
+        self.advertised = self.config.advertised(bound)
+        self._tasks = [asyncio.create_task(t) for t in (
+            self._every(self.config["log.retention.check.interval.ms"], self._retention),
+            self._every(self.config["log.flush.scheduler.interval.ms"], self.logs.flush_due),
+            self._every(self.config["stats.interval.ms"], self.write_stats),
+            self._every(60_000, self._snapshot_producer_state),
+        )]
+        return bound
+
+    def _read_meta(self) -> str:
+        """Cluster id from ``meta.properties`` (created on first start), Kafka's file name."""
+        path = os.path.join(self.data_dir, "meta.properties")
+        props: dict[str, str] = {}
+        if os.path.exists(path):
+            from pybroker.config import read_properties
+            props = read_properties(path)
+        cluster_id = self.config["cluster.id"] or props.get("cluster.id") or _new_cluster_id()
+        if props.get("cluster.id") != cluster_id or props.get("node.id") != str(self.broker_id):
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(f"version=1\ncluster.id={cluster_id}\nnode.id={self.broker_id}\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        return cluster_id
+
+    async def _every(self, interval_ms: int, fn: Any) -> None:
+        while True:
+            await asyncio.sleep(max(interval_ms, 10) / 1000)
+            try:
+                fn()
+            except Exception:
+                log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
+
+    def _retention(self) -> None:
+        deleted = self.logs.run_retention()
+        if deleted:
+            log.info("retention deleted %s segments", deleted)
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop, sig)
+        loop.add_signal_handler(signal.SIGUSR1, self.write_stats)
+
+    def request_stop(self, sig: int | None = None) -> None:
+        if not self._stopped.is_set():
+            log.info("received %s, shutting down",
+                     signal.Signals(sig).name if sig else "stop request")
+            self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def shutdown(self) -> None:
+        """Stop accepting, answer in-flight requests, flush and close storage cleanly."""
+        self.shutting_down = True
+        started = time.monotonic()
+        for task in self._tasks:
+            task.cancel()
+        if self.server is not None:
+            self.server.stop_accepting()
+            for partition in self.topics.partitions():
+                partition.wake()  # long-polling fetches answer now
+            await self.server.drain(SHUTDOWN_DRAIN_SECONDS)
+        for hook in handler_registry.SHUTDOWN:
+            try:
+                await hook(self)
+            except Exception:
+                log.exception("shutdown hook %s failed", getattr(hook, "__name__", hook))
+        if self.logs is not None:
+            self._snapshot_producer_state()
+            self.logs.close(clean=True)
+        self.write_stats()
+        log.info("shutdown complete in %.3f s", time.monotonic() - started)
+
+    # producer state snapshots ---------------------------------------------------------
+
+    def _snapshot_producer_state(self) -> None:
+        state = {}
+        for p in self.topics.partitions():
+            if p.producers.producers:
+                state[f"{p.topic}-{p.index}"] = {"offset": p.log.log_end_offset,
+                                                 "producers": p.producers.to_json()}
+        write_json(os.path.join(self.data_dir, SNAPSHOT_FILE), state)
+
+    def _restore_producer_state(self) -> None:
+        snapshot = read_json(os.path.join(self.data_dir, SNAPSHOT_FILE), {}) or {}
+        for p in self.topics.partitions():
+            p.restore_producers(snapshot.get(f"{p.topic}-{p.index}"))
+
+    # stats ------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        from pybroker._native.zerocopy import zerocopy_counters
+
+        counters = zerocopy_counters()
+        zero, copied = counters["zero_copy_bytes"], counters["copied_bytes"]
+        return {
+            "pid": os.getpid(),
+            "time": time.time(),
+            "zero_copy_bytes": zero,
+            "copied_bytes": copied,
+            "zero_copy_fraction": zero / (zero + copied) if zero + copied else 0.0,
+            "requests": self.requests,
+            "connections": len(self.server.connections) if self.server else 0,
+            "accepted": self.server.accepted if self.server else 0,
+        }
+
+    def write_stats(self) -> None:
+        """Write the stats file if anything changed (always on SIGUSR1 and at shutdown)."""
+        stats = self.stats()
+        key = (stats["zero_copy_bytes"], stats["copied_bytes"], stats["requests"],
+               stats["connections"])
+        self._stats_seq += 1
+        if key == self._stats_last and self._stats_seq % 60:
+            return
+        self._stats_last = key
+        stats["seq"] = self._stats_seq
+        write_json(self._stats_path, stats)
+
+    # dispatch ---------------------------------------------------------------------------
+
+    async def dispatch(self, conn: Connection, frame: bytearray) -> Any:
+        """Handle one request frame; returns the response parts, or None for no response."""
+        try:
+            header = codec.read_request_header(frame)
+        except KafkaError as exc:
+            raise CloseConnection(f"unreadable request header: {exc}") from None
+        self.requests += 1
+        api_key, version = header.api_key, header.api_version
+        entry = self.handlers.get(api_key)
+        if entry is None:
+            raise CloseConnection(f"unknown API key {api_key}")
+        low, high = entry.versions
+        if not low <= version <= high:
+            if api_key == API_VERSIONS:
+                return self._encode(api_key, 0, header.correlation_id, self.api_versions_body(
+                    ErrorCode.UNSUPPORTED_VERSION))
+            raise CloseConnection(f"unsupported version {version} of {codec.api_name(api_key)}")
+        try:
+            if entry.decode is not None:
+                request = entry.decode(frame, header.header_size, version)
+            else:
+                request = codec.decode_request(api_key, version, frame, header.header_size)
+        except KafkaError as exc:
+            raise CloseConnection(f"malformed {codec.api_name(api_key)} v{version}: "
+                                  f"{exc}") from None
+        ctx = RequestContext(self, api_key, version, header.correlation_id, header.client_id,
+                             conn.peer, frame)
+        try:
+            body = await entry.fn(ctx, request)
+        except CloseConnection:
+            raise
+        except KafkaError as exc:
+            body = self._error_body(ctx, exc.code, str(exc))
+        except Exception:
+            log.exception("bug handling %s v%d from %s", codec.api_name(api_key), version,
+                          conn.peer)
+            body = self._error_body(ctx, ErrorCode.UNKNOWN_SERVER_ERROR, "")
+        if body is None:
+            return None
+        if isinstance(body, Encoded):
+            return body.parts
+        return self._encode(api_key, version, header.correlation_id, body)
+
+    @staticmethod
+    def _encode(api_key: int, version: int, correlation_id: int, body: dict) -> Any:
+        out = codec.encode_response(api_key, version, correlation_id, body)
+        return (out,) if isinstance(out, bytes) else out
+
+    @staticmethod
+    def _error_body(ctx: RequestContext, code: int, message: str) -> dict:
+        """A whole-request error, for APIs whose response has a top-level error_code."""
+        api = messages.APIS[ctx.api_key]
+        for f in api.response:
+            if f.name == "error_code" and f.versions[0] <= ctx.api_version <= f.versions[1]:
+                return {"error_code": int(code), "error_message": message or None}
+        raise CloseConnection(f"{codec.api_name(ctx.api_key)} failed with "
+                              f"{ErrorCode(code).name} {message}")
+
+    def api_versions_body(self, error: int = ErrorCode.NONE) -> dict:
+        spec = {key: (low, high) for key, low, high in codec.supported_versions()}
+        keys = []
+        for key, entry in sorted(self.handlers.items()):
+            low, high = entry.versions
+            if key in spec:
+                low, high = max(low, spec[key][0]), min(high, spec[key][1])
+            keys.append({"api_key": key, "min_version": low, "max_version": high})
+        return {"error_code": int(error), "api_keys": keys, "throttle_time_ms": 0}
+
+
+def _new_cluster_id() -> str:
+    """22 characters of URL-safe base64 of a random UUID, like Kafka's cluster ids."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

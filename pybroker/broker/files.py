@@ -1,0 +1,30 @@
+"""Small metadata files of the broker (topics, producer ids, snapshots): atomic JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+
+def write_json(path: str, data: Any) -> None:
+    """Replace ``path`` atomically and durably: write a temp file, fsync, rename, fsync dir."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, separators=(",", ":"), sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def read_json(path: str, default: Any = None) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return default

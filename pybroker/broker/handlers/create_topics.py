@@ -1,0 +1,84 @@
+"""CreateTopics (key 19): partitions, replication factor 1, validated configs, validate_only.
+
+Per topic, as Kafka answers: an illegal name INVALID_TOPIC_EXCEPTION, an existing one
+TOPIC_ALREADY_EXISTS, a name twice in one request INVALID_REQUEST, partitions <= 0
+INVALID_PARTITIONS, a replication factor other than 1 (this is one node)
+INVALID_REPLICATION_FACTOR, manual assignments naming other brokers
+INVALID_REPLICA_ASSIGNMENT, a bad config INVALID_CONFIG. -1 partitions or replication
+factor (v4+) take the broker defaults. v5+ answers the effective configs.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from pybroker.broker import topic_config
+from pybroker.broker.handlers import handler
+from pybroker.broker.request import RequestContext
+from pybroker.errors import ErrorCode, InvalidRequestError, KafkaError
+from pybroker.net.protocol.codec import ZERO_UUID
+
+
+def _bad_assignment(message: str) -> KafkaError:
+    return KafkaError(message, ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+
+
+def _from_assignments(item: dict, broker_id: int) -> tuple[int, int]:
+    """(partitions, replication factor) of a manual assignment, checked against this node."""
+    if item["num_partitions"] != -1 or item["replication_factor"] != -1:
+        raise InvalidRequestError("Both numPartitions or replicationFactor and "
+                                  "replicasAssignments were set. Both cannot be used at the "
+                                  "same time.")
+    indexes = sorted(a["partition_index"] for a in item["assignments"])
+    if indexes != list(range(len(indexes))):
+        raise _bad_assignment("Partitions should be a consecutive 0-based "
+                              "integer sequence")
+    for a in item["assignments"]:
+        if a["broker_ids"] != [broker_id]:
+            raise _bad_assignment(
+                f"Unknown broker(s) or replication factor other than 1 in assignment "
+                f"{a['broker_ids']} of partition {a['partition_index']}")
+    return len(indexes), 1
+
+
+def _create(ctx: RequestContext, item: dict, validate_only: bool) -> dict[str, Any]:
+    topics = ctx.broker.topics
+    name = item["name"]
+    partitions, replication = item["num_partitions"], item["replication_factor"]
+    if item.get("assignments"):
+        partitions, replication = _from_assignments(item, ctx.broker.broker_id)
+    configs = {c["name"]: c["value"] for c in item.get("configs") or ()}
+    if validate_only:
+        partitions, overrides = topics.check_new(name, partitions, replication, configs)
+        topic_id = ZERO_UUID
+    else:
+        topic = topics.create(name, partitions, replication, configs)
+        overrides, topic_id = topic.overrides, topic.topic_id
+    return {
+        "name": name, "topic_id": topic_id, "error_code": ErrorCode.NONE,
+        "error_message": None, "num_partitions": partitions, "replication_factor": 1,
+        "configs": [{"name": key, "value": value, "read_only": False, "config_source": source,
+                     "is_sensitive": False}
+                    for key, value, source in topic_config.describe(topics.broker_defaults,
+                                                                    overrides)],
+    }
+
+
+@handler(api_key=19, versions=(0, 7))
+async def create_topics(ctx: RequestContext, request: dict) -> dict:
+    items = request["topics"] or []
+    counts = collections.Counter(item["name"] for item in items)
+    results = []
+    for item in items:
+        try:
+            if counts[item["name"]] > 1:
+                raise InvalidRequestError(f"Create topics request from client "
+                                          f"`{ctx.client_id}` contains multiple entries for "
+                                          f"the following topics: {item['name']}")
+            results.append(_create(ctx, item, request.get("validate_only", False)))
+        except KafkaError as exc:
+            results.append({"name": item["name"], "topic_id": ZERO_UUID, "error_code": exc.code,
+                            "error_message": str(exc), "num_partitions": -1,
+                            "replication_factor": -1, "configs": []})
+    return {"throttle_time_ms": 0, "topics": results}

@@ -1,0 +1,26 @@
+"""DescribeCluster (key 60): this one broker is the whole cluster and its controller."""
+
+from __future__ import annotations
+
+from pybroker.broker.handlers import handler
+from pybroker.broker.request import RequestContext
+from pybroker.errors import ErrorCode
+
+UNSUPPORTED_ENDPOINT_TYPE = 115
+ENDPOINT_BROKERS = 1
+
+
+@handler(api_key=60, versions=(0, 1))
+async def describe_cluster(ctx: RequestContext, request: dict) -> dict:
+    broker = ctx.broker
+    host, port = broker.advertised
+    if request.get("endpoint_type", ENDPOINT_BROKERS) != ENDPOINT_BROKERS:
+        return {"error_code": UNSUPPORTED_ENDPOINT_TYPE,
+                "error_message": "only broker endpoints are served", "cluster_id": "",
+                "brokers": []}
+    return {
+        "error_code": ErrorCode.NONE,
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.broker_id,
+        "brokers": [{"broker_id": broker.broker_id, "host": host, "port": port}],
+    }

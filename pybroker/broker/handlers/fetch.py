@@ -1,0 +1,149 @@
+"""Fetch (key 1), v4-v16: record bytes go from the segment files to the socket unread.
+
+Per partition the log answers with ``FileRegion``s up to the high watermark (read_committed
+reads up to the last stable offset, the same offset here: this broker has no
+transactions, so there is nothing aborted to list). The response is built by the Cython
+builder (``pybroker._native.wire.build_fetch``) as header bytes and those regions, which
+the connection sends with sendfile/splice.
+
+Limits, as Kafka applies them (KIP-74): ``max_bytes`` (capped by the broker's
+``fetch.max.bytes``) bounds the whole response and ``partition_max_bytes`` each partition,
+except that the first batch of the first partition with data is returned whole even if it
+is larger, so a consumer can always make progress.
+
+Long polling: if fewer than ``min_bytes`` are available and no partition has an error, the
+request waits up to ``max_wait_ms`` for appends to any of its partitions, re-reading after
+each, then answers with what there is. Shutdown wakes it at once.
+
+Fetch sessions (KIP-227): the broker keeps none. Every response says session id 0, which
+tells v7+ clients to send full requests; a request naming a session id gets
+FETCH_SESSION_ID_NOT_FOUND, after which clients start over without one. v13+ address
+topics by id: an unknown id gets UNKNOWN_TOPIC_ID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from pybroker._native.wire import build_fetch
+from pybroker.broker.handlers import handler
+from pybroker.broker.partition import Partition
+from pybroker.broker.request import Encoded, RequestContext
+from pybroker.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("pybroker.fetch")
+
+READ_COMMITTED = 1
+FIRST_TOPIC_ID_VERSION = 13
+
+# (partition index, the partition or None, error code, fetch offset, partition max bytes)
+Wanted = tuple[int, "Partition | None", int, int, int]
+
+
+def _resolve(ctx: RequestContext, request: dict) -> list[tuple[Any, list[Wanted]]]:
+    topics = ctx.broker.topics
+    by_id = ctx.api_version >= FIRST_TOPIC_ID_VERSION
+    wanted = []
+    for t in request["topics"]:
+        if by_id:
+            key, topic, missing = t["topic_id"], topics.by_id(t["topic_id"]), \
+                ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            key, topic, missing = t["topic"], topics.get(t["topic"]), \
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        parts: list[Wanted] = []
+        for p in t["partitions"]:
+            index = p["partition"]
+            if topic is None:
+                parts.append((index, None, missing, 0, 0))
+            elif not 0 <= index < len(topic.partitions):
+                parts.append((index, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0, 0))
+            else:
+                parts.append((index, topic.partitions[index], ErrorCode.NONE, p["fetch_offset"],
+                              p["partition_max_bytes"]))
+        wanted.append((key, parts))
+    return wanted
+
+
+def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
+          committed: bool) -> tuple[list, int, bool]:
+    """One pass over the partitions: (response topics, bytes found, any partition error)."""
+    remaining = max_bytes
+    total = 0
+    errors = False
+    aborted = [] if committed else None
+    out = []
+    for key, parts in wanted:
+        out_parts = []
+        for index, partition, code, offset, partition_max in parts:
+            if partition is None:
+                out_parts.append((index, code, -1, -1, -1, None, b""))
+                errors = True
+                continue
+            plog = partition.log
+            try:
+                hw = plog.high_watermark
+                start = plog.log_start_offset
+                records: Any = b""
+                if offset < start or offset > plog.log_end_offset:
+                    raise KafkaError(f"offset {offset} not in [{start}, {plog.log_end_offset}]",
+                                     ErrorCode.OFFSET_OUT_OF_RANGE)
+                if offset < hw and remaining > 0:
+                    result = plog.read(offset, min(partition_max, remaining), max_offset=hw,
+                                       min_one=total == 0)
+                    if result.size:
+                        records = result.regions
+                        total += result.size
+                        remaining -= result.size
+                out_parts.append((index, ErrorCode.NONE, hw, hw, start, aborted, records))
+            except KafkaError as exc:
+                out_parts.append((index, exc.code, plog.high_watermark, plog.high_watermark,
+                                  plog.log_start_offset, None, b""))
+                errors = True
+        out.append((key, out_parts))
+    return out, total, errors
+
+
+@handler(api_key=1, versions=(4, 16))
+async def fetch(ctx: RequestContext, request: dict) -> Encoded:
+    broker = ctx.broker
+    version = ctx.api_version
+    if version >= 7 and request["session_id"] != 0:
+        parts, _ = build_fetch(version, ctx.correlation_id, 0,
+                               ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])
+        return Encoded(parts)
+    wanted = _resolve(ctx, request)
+    max_bytes = min(request["max_bytes"], broker.config["fetch.max.bytes"])
+    committed = request["isolation_level"] == READ_COMMITTED
+    min_bytes = request["min_bytes"]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request["max_wait_ms"] / 1000
+    while True:
+        topics, total, errors = _read(wanted, max_bytes, committed)
+        remaining = deadline - loop.time()
+        if total >= min_bytes or errors or remaining <= 0 or broker.shutting_down:
+            break
+        await _wait_for_append(loop, wanted, remaining)
+    parts, _ = build_fetch(version, ctx.correlation_id, 0, ErrorCode.NONE, 0, topics)
+    return Encoded(parts)
+
+
+async def _wait_for_append(loop: asyncio.AbstractEventLoop,
+                           wanted: list[tuple[Any, list[Wanted]]], timeout: float) -> None:
+    fut: asyncio.Future[None] = loop.create_future()
+    for _, parts in wanted:
+        for _, partition, _, _, _ in parts:
+            if partition is not None:
+                partition.waiter(fut)
+    timer = loop.call_later(timeout, _resolve_future, fut)
+    try:
+        await fut
+    finally:
+        timer.cancel()
+
+
+def _resolve_future(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

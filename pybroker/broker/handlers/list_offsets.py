@@ -1,0 +1,62 @@
+"""ListOffsets (key 2), v1-v8: offsets by timestamp, and the special timestamps.
+
+-2 earliest (the log start offset), -1 latest (the high watermark: the last stable
+offset for read_committed is the same here, there are no transactions), -3 the record with
+the largest timestamp (v7+, KIP-734), -4 earliest local (v8+, KIP-405: no tiered storage,
+so the log start). A timestamp >= 0 finds the first record with a timestamp at or after it
+below the high watermark; none gives offset and timestamp -1, as Kafka answers.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pybroker.broker.handlers import handler
+from pybroker.broker.partition import LEADER_EPOCH, Partition
+from pybroker.broker.request import RequestContext
+from pybroker.errors import ErrorCode, KafkaError, UnsupportedVersionError
+
+log = logging.getLogger("pybroker.list_offsets")
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+
+
+def _offset(partition: Partition, timestamp: int, version: int) -> tuple[int, int]:
+    """(timestamp, offset) answered for ``timestamp``."""
+    plog = partition.log
+    if timestamp == LATEST:
+        return -1, plog.high_watermark
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        if timestamp == EARLIEST_LOCAL and version < 8:
+            raise UnsupportedVersionError("earliest-local offsets need ListOffsets v8+")
+        return -1, plog.log_start_offset
+    if timestamp == MAX_TIMESTAMP and version < 7:
+        raise UnsupportedVersionError("max-timestamp offsets need ListOffsets v7+")
+    if timestamp < 0 and timestamp != MAX_TIMESTAMP:
+        raise UnsupportedVersionError(f"special timestamp {timestamp} is not supported")
+    found = plog.offset_for_timestamp(timestamp)
+    if found is None or found.offset >= plog.high_watermark:
+        return -1, -1
+    return found.timestamp, found.offset
+
+
+@handler(api_key=2, versions=(1, 8))
+async def list_offsets(ctx: RequestContext, request: dict) -> dict:
+    topics = ctx.broker.topics
+    out = []
+    for t in request["topics"]:
+        parts: list[dict[str, Any]] = []
+        for p in t["partitions"]:
+            index = p["partition_index"]
+            try:
+                partition = topics.partition(t["name"], index)
+                timestamp, offset = _offset(partition, p["timestamp"], ctx.api_version)
+                parts.append({"partition_index": index, "error_code": ErrorCode.NONE,
+                              "timestamp": timestamp, "offset": offset,
+                              "leader_epoch": LEADER_EPOCH})
+            except KafkaError as exc:
+                parts.append({"partition_index": index, "error_code": exc.code,
+                              "timestamp": -1, "offset": -1, "leader_epoch": -1})
+        out.append({"name": t["name"], "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": out}

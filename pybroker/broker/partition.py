@@ -1,0 +1,149 @@
+"""One partition as the request handlers see it: its log, producer state and fetch waiters.
+
+On a single node this broker is the leader of every partition with an ISR of one, so an
+append is committed when it is written: the high watermark moves to the log end offset
+right after each append (acks=all is acks=1). Replication (issue 7) would move it instead.
+
+Fetch long polling: a waiting fetch registers a future with :meth:`Partition.waiter`;
+every append (and shutdown) resolves them, and the fetch re-reads.
+
+Not thread-safe: used from the event loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any, NamedTuple
+
+from pybroker.broker.producer_state import ProducerStateTable
+from pybroker.errors import InvalidTimestampError
+from pybroker.log.log_config import LogConfig
+
+LEADER_EPOCH = 0  # single node: leadership never moves
+_TAIL_SCAN_BYTES = 64 * 1024 * 1024  # how much log a crash replay reads without a snapshot
+
+
+class AppendResult(NamedTuple):
+    base_offset: int
+    log_append_time: int  # -1 for CreateTime topics
+    log_start_offset: int
+
+
+class Partition:
+    __slots__ = ("topic", "index", "log", "config", "producers", "_waiters")
+
+    def __init__(self, topic: str, index: int, log: Any, config: LogConfig) -> None:
+        self.topic = topic
+        self.index = index
+        self.log = log
+        self.config = config
+        self.producers = ProducerStateTable()
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic}-{self.index})"
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    def append(self, batch: memoryview, info: Any) -> AppendResult:
+        """Append one validated batch (``info`` from ``validate_batch``); idempotence applied.
+
+        The caller has checked the size against ``max.message.bytes``.
+
+        ``batch`` must be writable: offsets (and LogAppendTime) are stamped into it in place.
+        A retried batch of an idempotent producer is answered with its original offsets.
+        """
+        now = int(time.time() * 1000)
+        log_append_time = now if self.config.log_append_time else -1
+        if log_append_time < 0:
+            self._check_timestamps(info, now)
+        idempotent = info.producer_id >= 0 and info.base_sequence >= 0
+        if idempotent:
+            duplicate = self.producers.check(info.producer_id, info.producer_epoch,
+                                             info.base_sequence, info.last_offset_delta)
+            if duplicate is not None:
+                return AppendResult(duplicate.first_offset, duplicate.timestamp,
+                                    self.log.log_start_offset)
+        appended = self.log.append(batch, info, leader_epoch=LEADER_EPOCH,
+                                   log_append_time=log_append_time)
+        self.log.high_watermark = self.log.log_end_offset  # ISR of one: committed on write
+        if idempotent:
+            self.producers.record(info.producer_id, info.producer_epoch, info.base_sequence,
+                                  info.last_offset_delta, appended.base_offset,
+                                  appended.log_append_time)
+        self.wake()
+        return AppendResult(appended.base_offset, appended.log_append_time,
+                            appended.log_start_offset)
+
+    def _check_timestamps(self, info: Any, now: int) -> None:
+        config = self.config
+        if info.max_timestamp - now > config.message_timestamp_after_max_ms:
+            raise InvalidTimestampError(
+                f"Timestamp {info.max_timestamp} is more than "
+                f"message.timestamp.after.max.ms={config.message_timestamp_after_max_ms} "
+                f"ahead of the broker's clock")
+        if now - info.first_timestamp > config.message_timestamp_before_max_ms:
+            raise InvalidTimestampError(
+                f"Timestamp {info.first_timestamp} is more than "
+                f"message.timestamp.before.max.ms={config.message_timestamp_before_max_ms} "
+                f"behind the broker's clock")
+
+    # fetch long polling -----------------------------------------------------------------
+
+    def waiter(self, fut: asyncio.Future[None]) -> None:
+        if len(self._waiters) >= 64:  # timed-out polls of an idle partition pile up
+            self._waiters = [f for f in self._waiters if not f.done()]
+        self._waiters.append(fut)
+
+    def wake(self) -> None:
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    # producer state after a restart ------------------------------------------------------
+
+    def restore_producers(self, snapshot: dict[str, Any] | None) -> None:
+        """Load a snapshot if the log still covers it, then replay the batches after it."""
+        from pybroker._native.records import read_batch_header
+
+        end = self.log.log_end_offset
+        start = self.log.log_start_offset
+        if snapshot is not None and start <= snapshot["offset"] <= end:
+            self.producers = ProducerStateTable.from_json(snapshot["producers"])
+            start = snapshot["offset"]
+        else:
+            self.producers = ProducerStateTable()
+            start = max(start, self._tail_start(end))
+        offset = start
+        while offset < end:
+            result = self.log.read(offset, 4 * 1024 * 1024, max_offset=None, min_one=True)
+            if not result.regions:
+                break
+            for region in result.regions:
+                data = os.pread(region.fd, region.length, region.position)
+                position = 0
+                while position + 61 <= len(data):
+                    info = read_batch_header(data, position)
+                    if info.size > len(data) - position:
+                        break
+                    if info.last_offset >= offset:
+                        self.producers.replay(info, info.base_offset)
+                    offset = info.last_offset + 1
+                    position += info.size
+            if offset <= result.first_offset:
+                break  # no progress: a torn tail the log will not read past
+
+    def _tail_start(self, end: int) -> int:
+        """An offset about ``_TAIL_SCAN_BYTES`` before the end, for a replay without snapshot."""
+        size = self.log.size()
+        if size <= _TAIL_SCAN_BYTES:
+            return 0
+        # Without an offset-by-position lookup, estimate from the average batch density.
+        per_offset = size / max(1, end - self.log.log_start_offset)
+        return max(0, end - int(_TAIL_SCAN_BYTES / max(per_offset, 1.0)))

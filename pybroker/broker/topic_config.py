@@ -1,0 +1,106 @@
+"""Topic configs: the keys a topic may override, their checks, and Kafka's defaults.
+
+The keys the log acts on are checked by ``LogConfig.from_properties``; Kafka also accepts
+a few topic keys that matter only to features this broker does not have (compaction
+tuning, preallocation, down-conversion). They are accepted, validated and kept so clients
+and admin tools that set them work, and listed by DescribeConfigs. A topic stores only its
+overrides; its effective config is Kafka's default < broker default
+(``BrokerConfig.topic_defaults``) < topic override. Values travel as strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pybroker.errors import InvalidConfigError
+from pybroker.log.log_config import KNOWN_KEYS, LogConfig
+
+
+def _non_negative(text: str) -> int:
+    if int(text) < 0:
+        raise ValueError("must be >= 0")
+    return int(text)
+
+
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return text.lower() == "true"
+
+
+# keys outside LogConfig: key -> (check, Kafka's default)
+_EXTRA: dict[str, tuple[Callable[[str], Any], str]] = {
+    "delete.retention.ms": (_non_negative, "86400000"),
+    "max.compaction.lag.ms": (_non_negative, "9223372036854775807"),
+    "min.compaction.lag.ms": (_non_negative, "0"),
+    "min.cleanable.dirty.ratio": (float, "0.5"),
+    "message.timestamp.difference.max.ms": (_non_negative, "9223372036854775807"),
+    "preallocate": (_bool, "false"),
+    "unclean.leader.election.enable": (_bool, "false"),
+    "message.downconversion.enable": (_bool, "true"),
+}
+
+
+def _as_text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _log_check(key: str) -> Callable[[str], Any]:
+    def check(text: str) -> Any:
+        return LogConfig.from_properties({key: text})
+    return check
+
+
+# Every topic key: key -> (check raising ValueError/InvalidConfigError, Kafka's default)
+TOPIC_CONFIGS: dict[str, tuple[Callable[[str], Any], str]] = {
+    **{key: (_log_check(key), _as_text(value))
+       for key, value in LogConfig().to_properties().items()},
+    **_EXTRA,
+}
+DEFAULTS: dict[str, str] = {key: default for key, (_, default) in TOPIC_CONFIGS.items()}
+
+
+def validate(configs: Mapping[str, Any]) -> dict[str, str]:
+    """Check topic overrides; returns them as strings. Raises InvalidConfigError."""
+    out: dict[str, str] = {}
+    for key, value in configs.items():
+        if key not in TOPIC_CONFIGS:
+            raise InvalidConfigError(f"Unknown topic config name: {key}")
+        if value is None:
+            raise InvalidConfigError(f"Null value not supported for topic config {key}")
+        out[key] = _as_text(value)
+        try:
+            TOPIC_CONFIGS[key][0](out[key])
+        except ValueError as exc:
+            raise InvalidConfigError(
+                f"Invalid value {value} for configuration {key}: {exc}") from None
+    return out
+
+
+def effective(broker_defaults: Mapping[str, Any], overrides: Mapping[str, str]) -> dict[str, str]:
+    """Every topic config as a string: Kafka default < broker default < topic override."""
+    merged = dict(DEFAULTS)
+    merged.update({k: _as_text(v) for k, v in broker_defaults.items() if k in DEFAULTS})
+    merged.update(overrides)
+    return merged
+
+
+def log_config(broker_defaults: Mapping[str, Any], overrides: Mapping[str, str]) -> LogConfig:
+    merged = effective(broker_defaults, overrides)
+    return LogConfig.from_properties({k: v for k, v in merged.items() if k in KNOWN_KEYS})
+
+
+# Kafka's DescribeConfigs config_source values
+SOURCE_TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
+SOURCE_BROKER = 4  # STATIC_BROKER_CONFIG (server.properties, environment, flags)
+SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
+
+
+def describe(broker_defaults: Mapping[str, Any],
+             overrides: Mapping[str, str]) -> list[tuple[str, str, int]]:
+    """(key, effective value, config_source) of every topic config, sorted by key."""
+    merged = effective(broker_defaults, overrides)
+    return [(key, merged[key], SOURCE_TOPIC if key in overrides else
+             SOURCE_BROKER if key in broker_defaults else SOURCE_DEFAULT)
+            for key in sorted(merged)]

@@ -1,0 +1,237 @@
+"""Topics of this broker: names, ids, partition counts and config overrides, persisted.
+
+``topics.json`` in the data dir holds, per topic, its id (a UUID, as Kafka's topic ids),
+partition count and config overrides; it is replaced atomically on every change and written
+*before* a new partition's log is created, so a crash never leaves a log no topic owns.
+The logs themselves are the LogManager's (``<data_dir>/<topic>-<partition>``).
+
+Effective topic config = Kafka's default < broker default (``BrokerConfig.topic_defaults``)
+< topic override; see :mod:`pybroker.broker.topic_config`.
+
+Not thread-safe: used from the event loop thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from pybroker.broker import topic_config
+from pybroker.broker.files import read_json, write_json
+from pybroker.broker.partition import Partition
+from pybroker.config import BrokerConfig
+from pybroker.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from pybroker.log.log_config import LogConfig
+
+log = logging.getLogger("pybroker.topics")
+
+FILE_NAME = "topics.json"
+MAX_NAME_LENGTH = 249
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def validate_topic_name(name: str | None) -> None:
+    """Kafka's rules (``org.apache.kafka.common.internals.Topic.validate``)."""
+    if not name:
+        raise InvalidTopicError("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopicError("Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidTopicError(f"Topic name is longer than {MAX_NAME_LENGTH} characters")
+    if not _LEGAL_NAME.fullmatch(name):
+        raise InvalidTopicError(f"Topic name \"{name}\" is illegal, it contains a character "
+                                "other than ASCII alphanumerics, '.', '_' and '-'")
+
+
+@dataclass
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    overrides: dict[str, str]
+    partitions: list[Partition] = field(default_factory=list)
+
+    @property
+    def internal(self) -> bool:
+        return self.name.startswith("__")
+
+
+class TopicManager:
+    def __init__(self, config: BrokerConfig, log_manager: Any) -> None:
+        self.config = config
+        self.logs = log_manager
+        self._path = os.path.join(config.data_dir, FILE_NAME)
+        self._topics: dict[str, Topic] = {}
+        self._by_id: dict[uuid.UUID, Topic] = {}
+        self._stored: dict[str, tuple[Topic, int]] = {}
+        self.broker_defaults = config.topic_defaults()
+
+    # queries --------------------------------------------------------------------------
+
+    def get(self, name: str) -> Topic | None:
+        return self._topics.get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> Topic | None:
+        return self._by_id.get(topic_id)
+
+    def topics(self) -> list[Topic]:
+        return list(self._topics.values())
+
+    def partition(self, name: str, index: int) -> Partition:
+        topic = self._topics.get(name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            raise UnknownTopicOrPartitionError(f"{name}-{index}")
+        return topic.partitions[index]
+
+    def partitions(self) -> list[Partition]:
+        return [p for t in self._topics.values() for p in t.partitions]
+
+    def effective_config(self, topic: Topic) -> dict[str, str]:
+        return topic_config.effective(self.broker_defaults, topic.overrides)
+
+    def log_config(self, overrides: dict[str, str]) -> LogConfig:
+        return topic_config.log_config(self.broker_defaults, overrides)
+
+    # persistence ----------------------------------------------------------------------
+
+    def read(self) -> None:
+        """Read ``topics.json`` (before the logs load: they need each topic's config)."""
+        data = read_json(self._path, {"topics": {}})
+        self._stored = {name: (Topic(name, uuid.UUID(item["id"]),
+                                     dict(item.get("configs", {}))), int(item["partitions"]))
+                        for name, item in data["topics"].items()}
+
+    def config_for(self, name: str) -> LogConfig:
+        stored = self._stored.get(name)
+        return self.log_config(stored[0].overrides if stored else {})
+
+    def open(self) -> None:
+        """Attach the loaded logs to their topics. A log no topic claims (a crash between
+        saving ``topics.json`` and creating or deleting the log) is adopted, not deleted:
+        losing data to a lost metadata write would be worse than keeping a topic."""
+        for topic, partitions in self._stored.values():
+            self._add(topic, partitions)
+        orphans: dict[str, int] = {}
+        for (name, index), _ in self.logs.logs():
+            if name not in self._topics:
+                orphans[name] = max(orphans.get(name, 0), index + 1)
+        for name, partitions in orphans.items():
+            log.warning("adopting logs of topic %s, missing from %s", name, FILE_NAME)
+            self._add(Topic(name, uuid.uuid4(), {}), partitions)
+        if orphans:
+            self._save()
+        for partition in self.partitions():
+            # One node: everything that survived recovery is committed.
+            partition.log.high_watermark = partition.log.log_end_offset
+        self._stored = {}
+
+    def _save(self) -> None:
+        write_json(self._path, {"version": 1, "topics": {
+            t.name: {"id": str(t.topic_id), "partitions": len(t.partitions),
+                     "configs": t.overrides} for t in self._topics.values()}})
+
+    def _add(self, topic: Topic, partitions: int) -> None:
+        self._topics[topic.name] = topic
+        self._by_id[topic.topic_id] = topic
+        self._grow(topic, partitions)
+
+    def _grow(self, topic: Topic, partitions: int) -> None:
+        config = self.log_config(topic.overrides)
+        for index in range(len(topic.partitions), partitions):
+            plog = self.logs.get_or_create(topic.name, index, config)
+            topic.partitions.append(Partition(topic.name, index, plog, config))
+
+    # changes --------------------------------------------------------------------------
+
+    def check_new(self, name: str, partitions: int, replication_factor: int,
+                  configs: dict[str, str | None]) -> tuple[int, dict[str, str]]:
+        """Validate a topic creation; (partitions, overrides) with defaults resolved."""
+        validate_topic_name(name)
+        if name in self._topics:
+            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+        if partitions == -1:
+            partitions = self.config["num.partitions"]
+        if partitions <= 0:
+            raise InvalidPartitionsError("Number of partitions must be larger than 0.")
+        if replication_factor == -1:
+            replication_factor = self.config["default.replication.factor"]
+        if replication_factor != 1:
+            raise InvalidReplicationFactorError(
+                f"Replication factor: {replication_factor} larger than available brokers: 1."
+                if replication_factor > 1 else "Replication factor must be larger than 0.")
+        overrides = topic_config.validate(configs)
+        self.log_config(overrides)  # with the broker defaults too (e.g. segment sizes)
+        return partitions, overrides
+
+    def create(self, name: str, partitions: int = -1, replication_factor: int = -1,
+               configs: dict[str, str | None] | None = None) -> Topic:
+        partitions, overrides = self.check_new(name, partitions, replication_factor,
+                                               configs or {})
+        topic = Topic(name, uuid.uuid4(), overrides)
+        self._topics[name] = topic
+        self._by_id[topic.topic_id] = topic
+        self._save()
+        self._grow(topic, partitions)
+        log.info("created topic %s with %d partitions, id %s%s", name, partitions,
+                 topic.topic_id, f", configs {overrides}" if overrides else "")
+        return topic
+
+    def auto_create(self, name: str) -> Topic | None:
+        """Create ``name`` with the defaults if auto.create.topics.enable, else None."""
+        if not self.config["auto.create.topics.enable"]:
+            return None
+        return self.create(name)
+
+    def add_partitions(self, name: str, total: int) -> Topic:
+        topic = self._topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+        if total <= len(topic.partitions):
+            raise InvalidPartitionsError(
+                f"Topic currently has {len(topic.partitions)} partitions, {total} would not "
+                "be an increase.")
+        self._save_with(topic, total)
+        self._grow(topic, total)
+        return topic
+
+    def _save_with(self, topic: Topic, partitions: int) -> None:
+        current = topic.partitions
+        topic.partitions = current + [None] * (partitions - len(current))  # type: ignore
+        try:
+            self._save()
+        finally:
+            topic.partitions = current
+
+    def alter_configs(self, name: str, overrides: dict[str, str]) -> Topic:
+        """Replace the topic's overrides (validated); open logs get the new config."""
+        topic = self._topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+        overrides = topic_config.validate(overrides)
+        config = self.log_config(overrides)
+        topic.overrides = overrides
+        self._save()
+        for partition in topic.partitions:
+            partition.config = config
+            partition.log.update_config(config)
+        return topic
+
+    def delete(self, name: str) -> None:
+        topic = self._topics.pop(name, None)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+        self._by_id.pop(topic.topic_id, None)
+        self._save()
+        for partition in topic.partitions:
+            partition.wake()
+            self.logs.delete(name, partition.index)
+        log.info("deleted topic %s", name)

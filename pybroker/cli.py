@@ -1,0 +1,141 @@
+"""``pybroker`` command line: ``serve`` and ``log dump`` here; more commands plug in.
+
+A command family is a function ``register(subparsers)`` that adds its sub-parsers and
+sets ``func`` on each (called with the parsed args, returns the exit code). Families are
+this module's ``COMMANDS`` plus every module ``pybroker/cli_<family>.py`` that defines
+``register`` (found by name, so adding a family touches no existing file): ``topic``,
+``produce`` and ``consume`` live in ``cli_topic.py`` and ``cli_clients.py``.
+
+``serve`` logs one line per record on stderr (``time level logger message``), says when
+recovery starts and how long it took, and prints ``ready`` with the listen address once
+the port accepts connections. SIGTERM/SIGINT shut down cleanly and exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import pkgutil
+import sys
+from collections.abc import Callable, Sequence
+
+LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s %(name)s %(message)s"
+LOG_DATE_FORMAT = "%Y-%m-%dT%H:%M:%S"
+
+
+def setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(stream=sys.stderr, format=LOG_FORMAT, datefmt=LOG_DATE_FORMAT,
+                        level=getattr(logging, level.upper(), logging.INFO), force=True)
+
+
+# ---------------------------------------------------------------------------- serve
+
+
+def _register_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="run a broker",
+                       description="Run a single-node broker. Settings: properties file, "
+                       "then PYBROKER_<KEY> environment variables, then these flags.")
+    p.add_argument("--config", metavar="FILE", help="properties file (Kafka key names)")
+    p.add_argument("--data-dir", metavar="DIR", help="log directory (log.dirs)")
+    p.add_argument("--listen", metavar="HOST:PORT", help="address to listen on (port 0: any)")
+    p.add_argument("--broker-id", metavar="N", type=int, help="broker.id")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                   help="any other setting, e.g. --set num.partitions=3 (repeatable)")
+    p.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pybroker.config import BrokerConfig
+
+    overrides: dict[str, object] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set wants KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    # None means "flag not given": BrokerConfig.load keeps the value from file/environment.
+    # --listen sets listeners too, so it beats a listeners= line of the file.
+    overrides.update({"log.dirs": args.data_dir, "broker.id": args.broker_id,
+                      "listen": args.listen, "listeners": args.listen})
+    config = BrokerConfig.load(args.config, overrides=overrides)
+    setup_logging(config["log.level"])
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:  # pragma: no cover - a declared dependency
+        logging.getLogger("pybroker").warning("uvloop missing, using the default loop")
+    return asyncio.run(_run_broker(config))
+
+
+async def _run_broker(config: object) -> int:
+    from pybroker.broker.broker import Broker
+
+    log = logging.getLogger("pybroker")
+    broker = Broker(config)  # type: ignore[arg-type]
+    broker.install_signal_handlers()
+    try:
+        host, port = await broker.start()
+    except OSError as exc:
+        log.error("cannot start: %s", exc)
+        await broker.shutdown()
+        return 1
+    log.info("ready: listening on %s:%d (advertised %s:%d), broker.id %d, data dir %s",
+             host, port, *broker.advertised, broker.broker_id, broker.data_dir)
+    await broker.wait_stopped()
+    await broker.shutdown()
+    return 0
+
+
+# -------------------------------------------------------------------------- log dump
+
+
+def _register_log(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("log", help="inspect log files")
+    log_sub = p.add_subparsers(dest="log_command", required=True)
+    dump = log_sub.add_parser("dump", help="print the batches of a segment or partition dir",
+                              add_help=False)
+    dump.add_argument("rest", nargs=argparse.REMAINDER)
+    dump.set_defaults(func=_log_dump)
+
+
+def _log_dump(args: argparse.Namespace) -> int:
+    from pybroker.log import dump
+
+    return dump.main(args.rest) or 0
+
+
+# ---------------------------------------------------------------------------- main
+
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_register_serve, _register_log]
+
+
+def _family_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
+    import pybroker
+
+    found = []
+    for module in sorted(m.name for m in pkgutil.iter_modules(pybroker.__path__)):
+        if module.startswith("cli_"):
+            mod = importlib.import_module(f"pybroker.{module}")
+            if hasattr(mod, "register"):
+                found.append(mod.register)
+    return found
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pybroker", description="A broker that speaks the "
+                                     "Apache Kafka wire protocol.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register in COMMANDS + _family_commands():
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""Broker configuration: a properties file, then the environment, then command-line flags.
+
+Keys are Kafka's broker key names where Kafka has one (``log.dirs``, ``num.partitions``,
+``socket.request.max.bytes``, ...). Later sources win: a value from a flag beats the same
+key from ``PYBROKER_<KEY>`` (dots written as underscores, e.g. ``PYBROKER_LOG_DIRS``), which
+beats the properties file, which beats the default below. Only known keys are read from the
+environment, so unrelated ``PYBROKER_*`` variables (build switches) are never mistaken for
+settings; unknown keys in a file are kept and logged, as Kafka does.
+
+Broker defaults that are also topic configs (``log.retention.ms`` -> ``retention.ms``) are
+mapped by :meth:`BrokerConfig.topic_defaults`; a topic's own overrides sit on top of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+log = logging.getLogger("pybroker.config")
+
+_MIB = 1024 * 1024
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+# key -> (parser, default). None as a default means "not set".
+SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
+    "listeners": (str, None),
+    "listen": (str, "127.0.0.1:9092"),
+    "advertised.listeners": (str, None),
+    "log.dirs": (str, None),
+    "log.dir": (str, "./data"),
+    "broker.id": (int, 0),
+    "node.id": (int, None),
+    "cluster.id": (str, None),
+    "num.partitions": (int, 1),
+    "default.replication.factor": (int, 1),
+    "auto.create.topics.enable": (parse_bool, True),
+    "delete.topic.enable": (parse_bool, True),
+    "log.retention.hours": (int, 168),
+    "log.retention.minutes": (int, None),
+    "log.retention.ms": (int, None),
+    "log.retention.bytes": (int, -1),
+    "log.retention.check.interval.ms": (int, 300_000),
+    "log.segment.bytes": (int, 1024 * _MIB),
+    "log.roll.hours": (int, 168),
+    "log.roll.ms": (int, None),
+    "log.index.interval.bytes": (int, 4096),
+    "log.flush.interval.messages": (int, None),
+    "log.flush.interval.ms": (int, None),
+    "log.flush.scheduler.interval.ms": (int, 1000),
+    "log.cleanup.policy": (str, "delete"),
+    "log.message.timestamp.type": (str, "CreateTime"),
+    "compression.type": (str, "producer"),
+    "message.max.bytes": (int, 1_048_588),
+    "min.insync.replicas": (int, 1),
+    "socket.request.max.bytes": (int, 100 * _MIB),
+    "socket.receive.buffer.bytes": (int, 64 * 1024),
+    "fetch.max.bytes": (int, 55 * _MIB),
+    "queued.max.request.bytes": (int, 16 * _MIB),
+    "producer.id.block.size": (int, 1000),
+    "stats.file": (str, None),
+    "stats.interval.ms": (int, 1000),
+    "log.level": (str, "INFO"),
+}
+
+# broker key -> topic key, for the broker-wide defaults of topic configs
+_TOPIC_DEFAULT_KEYS = {
+    "log.segment.bytes": "segment.bytes",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.retention.bytes": "retention.bytes",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "compression.type": "compression.type",
+    "message.max.bytes": "max.message.bytes",
+    "min.insync.replicas": "min.insync.replicas",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+}
+
+ENV_PREFIX = "PYBROKER_"
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """Java-style ``key=value`` (or ``key: value``) lines; ``#``/``!`` comments."""
+    props: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for raw in f:
+            line = raw.strip()
+            if not line or line[0] in "#!":
+                continue
+            sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+            if sep < 0:
+                props[line] = ""
+                continue
+            props[line[:sep].strip()] = line[sep + 1:].strip()
+    return props
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
+    out = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        key = name[len(ENV_PREFIX):].lower().replace("_", ".")
+        if key in SCHEMA:
+            out[key] = value
+    return out
+
+
+class BrokerConfig:
+    """The merged, typed settings of one broker process. Read-only after construction."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        self._values: dict[str, Any] = {k: default for k, (_, default) in SCHEMA.items()}
+        self.extra: dict[str, str] = {}
+        for key, value in (values or {}).items():
+            self._set(key, value)
+
+    def _set(self, key: str, value: Any) -> None:
+        if key not in SCHEMA:
+            self.extra[key] = value
+            return
+        parser = SCHEMA[key][0]
+        try:
+            self._values[key] = None if value is None else parser(value)
+        except ValueError as exc:
+            raise ValueError(f"config {key}: {exc}") from None
+
+    @classmethod
+    def load(cls, path: str | None = None, environ: Mapping[str, str] | None = None,
+             overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
+        merged: dict[str, Any] = {}
+        if path:
+            merged.update(read_properties(path))
+        merged.update(env_overrides(os.environ if environ is None else environ))
+        merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        config = cls(merged)
+        for key in config.extra:
+            log.info("ignoring unknown config %s", key)
+        return config
+
+    def get(self, key: str) -> Any:
+        return self._values[key]
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    # derived settings ------------------------------------------------------------------
+
+    @property
+    def data_dir(self) -> str:
+        dirs = self._values["log.dirs"] or self._values["log.dir"]
+        first = dirs.split(",")[0].strip()
+        if "," in dirs:
+            log.warning("only one log dir is supported; using %s", first)
+        return first
+
+    @property
+    def broker_id(self) -> int:
+        node = self._values["node.id"]
+        return self._values["broker.id"] if node is None else node
+
+    @property
+    def listen(self) -> tuple[str, int]:
+        """(host, port) to bind: the first of ``listeners`` if set, else ``listen``."""
+        if self._values["listeners"]:
+            return parse_address(self._values["listeners"].split(",")[0])
+        return parse_address(self._values["listen"])
+
+    def advertised(self, bound: tuple[str, int]) -> tuple[str, int]:
+        """The address clients are told in Metadata; defaults to the bound one."""
+        if self._values["advertised.listeners"]:
+            return parse_address(self._values["advertised.listeners"].split(",")[0])
+        host, port = bound
+        return ("127.0.0.1" if host in ("", "0.0.0.0", "::") else host), port
+
+    @property
+    def retention_ms(self) -> int:
+        for key, scale in (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
+                           ("log.retention.hours", 3_600_000)):
+            value = self._values[key]
+            if value is not None:
+                return value * scale if value >= 0 else -1
+        return -1
+
+    @property
+    def segment_ms(self) -> int:
+        roll_ms = self._values["log.roll.ms"]
+        return roll_ms if roll_ms is not None else self._values["log.roll.hours"] * 3_600_000
+
+    def topic_defaults(self) -> dict[str, Any]:
+        """Broker-wide defaults of the topic configs, under the topic key names."""
+        out = {topic_key: self._values[key] for key, topic_key in _TOPIC_DEFAULT_KEYS.items()
+               if self._values[key] is not None}
+        out["retention.ms"] = self.retention_ms
+        out["segment.ms"] = self.segment_ms
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``PLAINTEXT://HOST:PORT`` (``[v6]:PORT`` allowed) -> (host, port)."""
+    address = text.strip()
+    if "://" in address:
+        address = address.split("://", 1)[1]
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"not a HOST:PORT address: {text!r}")
+    return host.strip("[]"), int(port)
