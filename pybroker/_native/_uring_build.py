@@ -25,6 +25,8 @@ ffibuilder.cdef(
      * and the thread has one, else pwritev. Returns bytes written or -errno; the
      * iovecs are consumed (advanced) as bytes go out. */
     long long pb_append(int fd, struct iovec *iov, int iovcnt, long long offset, int use_uring);
+    /* pb_append of one buffer: saves the caller building an iovec array. */
+    long long pb_append_one(int fd, char *buf, size_t len, long long offset, int use_uring);
     """
 )
 
@@ -194,6 +196,12 @@ long long pb_append(int fd, struct iovec *iov, int iovcnt, long long offset, int
         }
     }
     return total;
+}
+
+long long pb_append_one(int fd, char *buf, size_t len, long long offset, int use_uring)
+{
+    struct iovec iov = { .iov_base = buf, .iov_len = len };
+    return pb_append(fd, &iov, 1, offset, use_uring);
 }
 """,
     libraries=["uring"],

@@ -97,14 +97,16 @@ class Appender:
         returns the number of bytes written, always their total length."""
         if self._fd < 0:
             raise ValueError("append on a closed Appender")
-        count = len(buffers)
-        iov = ffi.new("struct iovec[]", count)
-        # from_buffer pins each buffer (no copy) until `views` goes away after the call
-        views = [ffi.from_buffer(b) for b in buffers]
-        for i, view in enumerate(views):
-            iov[i].iov_base = view
-            iov[i].iov_len = len(view)
-        written = lib.pb_append(self._fd, iov, count, position, self._uring)
+        if len(buffers) == 1:  # the common case (one batch): no iovec array to build
+            buf = buffers[0]
+            # bytes go to a `char *` parameter as they are; anything else gets pinned
+            view = buf if type(buf) is bytes else ffi.from_buffer(buf)
+            written = lib.pb_append_one(self._fd, view, len(view), position, self._uring)
+        else:
+            # from_buffer pins each buffer (no copy) until `views` goes away after the call
+            views = [ffi.from_buffer(b) for b in buffers]
+            iov = ffi.new("struct iovec[]", [(v, len(v)) for v in views])
+            written = lib.pb_append(self._fd, iov, len(views), position, self._uring)
         if written < 0:
             raise _os_error(-written, f"append at {position} to fd {self._fd}")
         return written
