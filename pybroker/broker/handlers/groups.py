@@ -1,0 +1,241 @@
+"""Consumer group APIs: the wire side of ``pybroker.coordinator.GroupCoordinator``.
+
+    FindCoordinator (10) v0-6   JoinGroup (11) v0-9     Heartbeat (12) v0-4
+    LeaveGroup (13) v0-5        SyncGroup (14) v0-5     DescribeGroups (15) v0-5
+    ListGroups (16) v0-5        OffsetCommit (8) v0-9   OffsetFetch (9) v0-9
+    DeleteGroups (42) v0-2      OffsetDelete (47) v0
+
+Each handler maps the decoded request dict onto one coordinator call and its result onto
+the response dict of the same version; the group semantics live in the coordinator. A
+single node coordinates every group (and every transactional id), so FindCoordinator
+always names this broker.
+
+The coordinator is created and loaded by :func:`start_coordinator` at broker start; if
+the broker has not called it, the first group request does (so the APIs work either way).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pybroker.broker.handlers import handler
+from pybroker.broker.request import RequestContext
+from pybroker.coordinator import CoordinatorConfig, GroupCoordinator, OffsetCommit
+from pybroker.errors import ErrorCode
+
+_ATTR = "group_coordinator"
+# DescribeGroups authorized_operations without ACLs: READ(3), DELETE(6), DESCRIBE(8)
+_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+_NOT_REQUESTED = -(1 << 31)
+
+
+async def start_coordinator(broker: Any) -> GroupCoordinator:
+    """Create the broker's coordinator, load ``__consumer_offsets``, start its timers.
+    Call after the topics are loaded; idempotent."""
+    existing = getattr(broker, _ATTR, None)
+    if existing is not None:
+        return existing
+
+    def partition_exists(topic: str, index: int) -> bool:
+        known = broker.topics.get(topic)
+        return known is not None and 0 <= index < len(known.partitions)
+
+    coordinator = GroupCoordinator(broker.topics, CoordinatorConfig.from_config(broker.config),
+                                   partition_exists=partition_exists)
+    setattr(broker, _ATTR, coordinator)
+    await coordinator.start()
+    return coordinator
+
+
+async def stop_coordinator(broker: Any) -> None:
+    """Answer parked joins and syncs (clients retry elsewhere) and stop the timers."""
+    coordinator = getattr(broker, _ATTR, None)
+    if coordinator is not None:
+        await coordinator.stop()
+
+
+async def _coordinator(ctx: RequestContext) -> GroupCoordinator:
+    coordinator = getattr(ctx.broker, _ATTR, None)
+    return coordinator if coordinator is not None else await start_coordinator(ctx.broker)
+
+
+def _client_host(ctx: RequestContext) -> str:
+    host = ctx.peer.rsplit(":", 1)[0] if ":" in ctx.peer else ctx.peer
+    return "/" + host  # Kafka shows the InetAddress form, "/127.0.0.1"
+
+
+# FindCoordinator ----------------------------------------------------------------------
+
+@handler(api_key=10, versions=(0, 6))
+async def find_coordinator(ctx: RequestContext, request: dict) -> dict:
+    host, port = ctx.broker.advertised
+    node = {"node_id": ctx.broker.broker_id, "host": host, "port": port,
+            "error_code": ErrorCode.NONE, "error_message": None}
+    if ctx.api_version >= 4:
+        return {"throttle_time_ms": 0,
+                "coordinators": [{"key": key, **node} for key in request["coordinator_keys"]]}
+    return {"throttle_time_ms": 0, **node}
+
+
+# membership ---------------------------------------------------------------------------
+
+@handler(api_key=11, versions=(0, 9))
+async def join_group(ctx: RequestContext, request: dict) -> dict:
+    coordinator = await _coordinator(ctx)
+    result = await coordinator.join_group(
+        request["group_id"], request["member_id"], request.get("group_instance_id"),
+        ctx.client_id or "", _client_host(ctx), request["session_timeout_ms"],
+        request.get("rebalance_timeout_ms", -1), request["protocol_type"],
+        [(p["name"], p["metadata"]) for p in request["protocols"]],
+        require_known_member_id=ctx.api_version >= 4)
+    protocol_name = result.protocol_name
+    if protocol_name is None and ctx.api_version < 7:
+        protocol_name = ""  # not nullable before v7
+    return {"throttle_time_ms": 0, "error_code": result.error,
+            "generation_id": result.generation, "protocol_type": result.protocol_type,
+            "protocol_name": protocol_name, "leader": result.leader_id,
+            "skip_assignment": result.skip_assignment, "member_id": result.member_id,
+            "members": [{"member_id": m, "group_instance_id": i, "metadata": md}
+                        for m, i, md in result.members]}
+
+
+@handler(api_key=14, versions=(0, 5))
+async def sync_group(ctx: RequestContext, request: dict) -> dict:
+    coordinator = await _coordinator(ctx)
+    result = await coordinator.sync_group(
+        request["group_id"], request["generation_id"], request["member_id"],
+        request.get("group_instance_id"), request.get("protocol_type"),
+        request.get("protocol_name"),
+        {a["member_id"]: a["assignment"] for a in request["assignments"] or []})
+    return {"throttle_time_ms": 0, "error_code": result.error,
+            "protocol_type": result.protocol_type, "protocol_name": result.protocol_name,
+            "assignment": result.assignment}
+
+
+@handler(api_key=12, versions=(0, 4))
+async def heartbeat(ctx: RequestContext, request: dict) -> dict:
+    coordinator = await _coordinator(ctx)
+    error = coordinator.heartbeat(request["group_id"], request["member_id"],
+                                  request.get("group_instance_id"), request["generation_id"])
+    return {"throttle_time_ms": 0, "error_code": error}
+
+
+@handler(api_key=13, versions=(0, 5))
+async def leave_group(ctx: RequestContext, request: dict) -> dict:
+    coordinator = await _coordinator(ctx)
+    leaving: list[tuple[str, str | None]]
+    if ctx.api_version < 3:
+        leaving = [(request["member_id"], None)]
+    else:
+        leaving = [(m["member_id"], m.get("group_instance_id")) for m in request["members"]]
+    error, members = coordinator.leave_group(request["group_id"], leaving)
+    if ctx.api_version < 3 and not error and members:
+        error = members[0][2]  # one member: its error is the request's
+    return {"throttle_time_ms": 0, "error_code": error,
+            "members": [{"member_id": m, "group_instance_id": i, "error_code": e}
+                        for m, i, e in members]}
+
+
+# offsets ------------------------------------------------------------------------------
+
+@handler(api_key=8, versions=(0, 9))
+async def offset_commit(ctx: RequestContext, request: dict) -> dict:
+    coordinator = await _coordinator(ctx)
+    topics = request["topics"] or []
+    commits = [OffsetCommit(t["name"], p["partition_index"], p["committed_offset"],
+                            p.get("committed_leader_epoch", -1), p.get("committed_metadata"),
+                            p.get("commit_timestamp", -1))
+               for t in topics for p in t["partitions"]]
+    results = coordinator.commit_offsets(
+        request["group_id"], request.get("member_id") or "", request.get("group_instance_id"),
+        request.get("generation_id_or_member_epoch", -1), commits,
+        request.get("retention_time_ms", -1))
+    return {"throttle_time_ms": 0, "topics": [
+        {"name": t["name"], "partitions": [
+            {"partition_index": p["partition_index"],
+             "error_code": results[(t["name"], p["partition_index"])]}
+            for p in t["partitions"]]}
+        for t in topics]}
+
+
+def _fetched_topics(coordinator: GroupCoordinator, group_id: str,
+                    topics: list[dict] | None) -> list[dict]:
+    wanted = None if topics is None else \
+        [(t["name"], p) for t in topics for p in t["partition_indexes"]]
+    offsets = coordinator.fetch_offsets(group_id, wanted)
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, partition), o in offsets.items():
+        by_topic.setdefault(topic, []).append({
+            "partition_index": partition,
+            "committed_offset": o.offset if o else -1,
+            "committed_leader_epoch": o.leader_epoch if o else -1,
+            "metadata": o.metadata if o else "",
+            "error_code": ErrorCode.NONE})
+    return [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
+
+
+@handler(api_key=9, versions=(0, 9))
+async def offset_fetch(ctx: RequestContext, request: dict) -> dict:
+    coordinator = await _coordinator(ctx)
+    if ctx.api_version >= 8:
+        return {"throttle_time_ms": 0, "groups": [
+            {"group_id": g["group_id"], "error_code": ErrorCode.NONE,
+             "topics": _fetched_topics(coordinator, g["group_id"], g["topics"])}
+            for g in request["groups"]]}
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+            "topics": _fetched_topics(coordinator, request["group_id"], request["topics"])}
+
+
+@handler(api_key=47, versions=(0, 0))
+async def offset_delete(ctx: RequestContext, request: dict) -> dict:
+    coordinator = await _coordinator(ctx)
+    topics = request["topics"] or []
+    error, results = coordinator.delete_offsets(
+        request["group_id"],
+        [(t["name"], p["partition_index"]) for t in topics for p in t["partitions"]])
+    if error:
+        return {"error_code": error, "throttle_time_ms": 0, "topics": []}
+    return {"error_code": ErrorCode.NONE, "throttle_time_ms": 0, "topics": [
+        {"name": t["name"], "partitions": [
+            {"partition_index": p["partition_index"],
+             "error_code": results[(t["name"], p["partition_index"])]}
+            for p in t["partitions"]]}
+        for t in topics]}
+
+
+# admin --------------------------------------------------------------------------------
+
+@handler(api_key=15, versions=(0, 5))
+async def describe_groups(ctx: RequestContext, request: dict) -> dict:
+    coordinator = await _coordinator(ctx)
+    operations = _GROUP_OPERATIONS if request.get("include_authorized_operations") \
+        else _NOT_REQUESTED
+    groups = []
+    for group_id in request["groups"]:
+        d = coordinator.describe_group(group_id)
+        groups.append({
+            "error_code": d.error, "group_id": d.group_id, "group_state": d.state,
+            "protocol_type": d.protocol_type, "protocol_data": d.protocol_name,
+            "authorized_operations": operations,
+            "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                         "client_id": m.client_id, "client_host": m.client_host,
+                         "member_metadata": m.metadata, "member_assignment": m.assignment}
+                        for m in d.members]})
+    return {"throttle_time_ms": 0, "groups": groups}
+
+
+@handler(api_key=16, versions=(0, 5))
+async def list_groups(ctx: RequestContext, request: dict) -> dict:
+    coordinator = await _coordinator(ctx)
+    listed = coordinator.list_groups(request.get("states_filter"), request.get("types_filter"))
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": [
+        {"group_id": g, "protocol_type": t, "group_state": s, "group_type": "classic"}
+        for g, t, s in listed]}
+
+
+@handler(api_key=42, versions=(0, 2))
+async def delete_groups(ctx: RequestContext, request: dict) -> dict:
+    coordinator = await _coordinator(ctx)
+    results = coordinator.delete_groups(list(request["groups_names"]))
+    return {"throttle_time_ms": 0,
+            "results": [{"group_id": g, "error_code": e} for g, e in results.items()]}
