@@ -1,0 +1,351 @@
+"""A bulk producer that sends Arrow columns as Kafka record batches.
+
+Built for ingest (the Spark writer, the benchmark load generator), not for one message
+at a time: ``send_arrow`` takes whole columns, places keyed rows where the Java client's
+default partitioner would (native murmur2, one call per Arrow batch), cuts each
+partition's rows into batches of about ``batch_bytes`` and encodes them natively
+(``encode_batch_columns``), never touching a row in Python. Requests are pipelined,
+``max_in_flight`` per broker connection, and written with ``sendmsg`` from the encoded
+batches without another copy.
+
+Delivery: with ``idempotent=True`` (the default) the producer holds a producer id and a
+sequence number per partition, so a retried batch is answered by the broker with its
+original offsets instead of being written twice; retriable errors (leader moved, broker
+restarted, timeouts) are retried up to ``retries`` times each, preserving order within
+a partition. Thread safety: one thread per producer.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pybroker._native.partitioner import partition_rows
+from pybroker._native.records import encode_batch_columns
+from pybroker.client.cluster import Cluster
+from pybroker.client.connection import ConnectionClosed
+from pybroker.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+PRODUCE, PRODUCE_VERSION = 0, 8
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+_NO_SEQUENCE_ERRORS = {ErrorCode.DUPLICATE_SEQUENCE_NUMBER}
+_RECORD_OVERHEAD = 24
+_BATCH_HEADER = 61
+# Kafka's default max.message.bytes is 1048588; stay clear of it with headers included.
+DEFAULT_BATCH_BYTES = 1_000_000
+
+
+@dataclass
+class PendingBatch:
+    topic: str
+    partition: int
+    data: bytes
+    records: int
+    base_sequence: int
+    attempts: int = 0
+
+
+@dataclass
+class ProduceStats:
+    records: int = 0
+    bytes: int = 0
+    batches: int = 0
+    requests: int = 0
+    retries: int = 0
+    last_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+def _binary_column(array) -> tuple:
+    """(offsets, data, validity, validity_offset) of an Arrow binary/string array."""
+    import pyarrow as pa
+    if pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type):
+        array = array.cast(pa.binary())
+    validity, offsets, data = array.buffers()
+    n, off = len(array), array.offset
+    offsets_view = memoryview(offsets)[4 * off: 4 * (off + n + 1)]
+    data = data if data is not None else b""
+    if validity is None or array.null_count == 0:
+        return (offsets_view, data)
+    return (offsets_view, data, validity, off)
+
+
+def _headers_column(array) -> tuple | None:
+    """(list_offsets, key_column, value_column) of an Arrow list<struct<key, value>>."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if array is None:
+        return None
+    if array.values.offset or array.values.field(0).offset or array.values.field(1).offset:
+        # Children sliced independently of the list: rebuild a compact copy (rare).
+        array = pc.take(array, pa.array(range(len(array)), pa.int32()))
+    n, off = len(array), array.offset
+    list_offsets = memoryview(array.buffers()[1])[4 * off: 4 * (off + n + 1)]
+    return (list_offsets, _binary_column(array.values.field(0)),
+            _binary_column(array.values.field(1)))
+
+
+class BulkProducer:
+    def __init__(self, bootstrap: str, *, acks: int = -1, compression: str = "none",
+                 idempotent: bool = True, max_in_flight: int = 5, batch_bytes: int = DEFAULT_BATCH_BYTES,
+                 retries: int = 10, request_timeout_ms: int = 30000,
+                 client_id: str = "pybroker-bulk-producer") -> None:
+        if compression not in CODECS:
+            raise ValueError(f"compression must be one of {sorted(CODECS)}")
+        if idempotent and acks != -1:
+            raise ValueError("an idempotent producer needs acks=-1 (all)")
+        self.acks = acks
+        self.codec = CODECS[compression]
+        self.max_in_flight = max_in_flight
+        self.batch_bytes = batch_bytes
+        self.retries = retries
+        self.request_timeout_ms = request_timeout_ms
+        self.cluster = Cluster(bootstrap, client_id)
+        self.stats = ProduceStats()
+        self.producer_id, self.producer_epoch = (
+            self.cluster.init_producer_id() if idempotent else (-1, -1))
+        self._sequences: dict[tuple[str, int], int] = collections.defaultdict(int)
+        self._queue: collections.deque[PendingBatch] = collections.deque()
+        # Per broker: requests in flight, each the batches it carries.
+        self._in_flight: dict[int, collections.deque[list[PendingBatch]]] = \
+            collections.defaultdict(collections.deque)
+        self._sticky = itertools.count()
+        # Partitions with a batch re-queued: their later in-flight batches come back
+        # OUT_OF_ORDER_SEQUENCE_NUMBER and are resent after it, not failed.
+        self._retrying: set[tuple[str, int]] = set()
+
+    def close(self) -> None:
+        self.cluster.close()
+
+    def __enter__(self) -> BulkProducer:
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: object) -> None:
+        try:
+            if exc_type is None:
+                self.flush()
+        finally:
+            self.close()
+
+    # -- encoding -------------------------------------------------------------------------
+
+    def send_arrow(self, topic: str, values, keys=None, timestamps=None, headers=None,
+                   partition: int | None = None) -> None:
+        """Queue Arrow columns (values, optional keys/timestamps/headers) for ``topic``.
+
+        ``timestamps``: an int64 array of epoch milliseconds, or None for now. Rows with
+        a null key, or all rows when ``keys`` is None, go to one partition chosen per call
+        (sticky, rotating), as the Java client's default partitioner does per batch.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        n = len(values)
+        if n == 0:
+            return
+        meta = self.cluster.topic(topic)
+        sticky = next(self._sticky) % meta.partitions
+        if partition is not None:
+            groups = [(partition, 0, n)]
+            arrays = (values, keys, timestamps, headers)
+        elif keys is None or keys.null_count == n:
+            groups = [(sticky, 0, n)]
+            arrays = (values, keys, timestamps, headers)
+        else:
+            key_column = _binary_column(keys)
+            validity = key_column[2] if len(key_column) > 2 else None
+            if validity is not None and keys.offset % 8:
+                keys = pc.take(keys, pa.array(range(n), pa.int32()))
+                key_column = _binary_column(keys)
+                validity = key_column[2] if len(key_column) > 2 else None
+            row_order, starts = partition_rows(
+                key_column[0], key_column[1],
+                None if validity is None else memoryview(validity)[keys.offset // 8:],
+                n, meta.partitions, sticky)
+            order = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(row_order)])
+            arrays = tuple(None if a is None else pc.take(a, order)
+                           for a in (values, keys, timestamps, headers))
+            groups = [(p, starts[p], starts[p + 1]) for p in range(meta.partitions)
+                      if starts[p + 1] > starts[p]]
+        for p, start, end in groups:
+            self._cut_batches(topic, p, *(None if a is None else a.slice(start, end - start)
+                                          for a in arrays))
+        self._pump(block=False)
+
+    def _cut_batches(self, topic: str, partition: int, values, keys, timestamps,
+                     headers) -> None:
+        import numpy as np
+        n = len(values)
+        value_offsets = np.frombuffer(_binary_column(values)[0], dtype=np.int32)
+        sizes = value_offsets - value_offsets[0]
+        if keys is not None:
+            key_offsets = np.frombuffer(_binary_column(keys)[0], dtype=np.int32)
+            sizes = sizes + (key_offsets - key_offsets[0])
+        # Each record adds up to ~24 bytes of framing (length, attributes, deltas, key and
+        # value lengths, header count) to its key and value: count it so an encoded batch
+        # stays under batch_bytes, which must stay under the topic's max.message.bytes.
+        sizes = sizes + _RECORD_OVERHEAD * np.arange(n + 1)
+        limit = self.batch_bytes - _BATCH_HEADER
+        start = 0
+        while start < n:  # one iteration per batch, not per row
+            end = int(np.searchsorted(sizes, sizes[start] + limit, side="right")) - 1
+            end = min(max(end, start + 1), n)
+            self._encode(topic, partition, start, end - start, values, keys, timestamps,
+                         headers)
+            start = end
+
+    def _encode(self, topic: str, partition: int, start: int, count: int, values, keys,
+                timestamps, headers) -> None:
+        tp = (topic, partition)
+        sequence = self._sequences[tp] if self.producer_id >= 0 else -1
+        ts = None
+        if timestamps is not None:
+            ts_slice = timestamps.slice(start, count)
+            ts = memoryview(ts_slice.buffers()[1])[8 * ts_slice.offset:
+                                                     8 * (ts_slice.offset + count)]
+        data = encode_batch_columns(
+            count, _binary_column(values.slice(start, count)),
+            None if keys is None else _binary_column(keys.slice(start, count)),
+            ts, None if headers is None else _headers_column(headers.slice(start, count)),
+            producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+            base_sequence=sequence, compression=self.codec)
+        if self.producer_id >= 0:
+            self._sequences[tp] = (sequence + count) & 0x7FFFFFFF
+        self._queue.append(PendingBatch(topic, partition, data, count, sequence))
+        self.stats.records += count
+        self.stats.bytes += len(data)
+        self.stats.batches += 1
+
+    # -- sending --------------------------------------------------------------------------
+
+    def flush(self) -> ProduceStats:
+        """Send everything queued and wait until every batch is acknowledged."""
+        while self._queue or any(self._in_flight.values()):
+            self._pump(block=True)
+        return self.stats
+
+    def _pump(self, block: bool) -> None:
+        self._send_ready()
+        for broker_id in list(self._in_flight):
+            # Read what must be read to make room (or everything, when flushing). A lost
+            # connection replaces the broker's deque, so look it up on every round.
+            while True:
+                requests = self._in_flight.get(broker_id)
+                if not requests or not (block or len(requests) >= self.max_in_flight):
+                    break
+                self._receive_one(broker_id)
+                if not block:
+                    break
+            self._send_ready()
+
+    def _send_ready(self) -> None:
+        """Build one request per leader from the queue, one batch per partition each."""
+        while self._queue:
+            per_leader: dict[int, dict[tuple[str, int], PendingBatch]] = {}
+            deferred = collections.deque()
+            while self._queue:
+                batch = self._queue.popleft()
+                leader = self.cluster.topic(batch.topic).leaders[batch.partition]
+                request = per_leader.setdefault(leader, {})
+                tp = (batch.topic, batch.partition)
+                if tp in request or len(self._in_flight[leader]) >= self.max_in_flight:
+                    deferred.append(batch)  # Kafka takes one batch per partition a request
+                else:
+                    request[tp] = batch
+            self._queue = deferred
+            if not per_leader or not any(per_leader.values()):
+                return
+            for leader, batches in per_leader.items():
+                if batches:
+                    self._send_request(leader, list(batches.values()))
+            if all(len(self._in_flight[b]) >= self.max_in_flight for b in per_leader):
+                return
+
+    def _send_request(self, broker_id: int, batches: list[PendingBatch]) -> None:
+        by_topic: dict[str, list[PendingBatch]] = collections.defaultdict(list)
+        for b in batches:
+            by_topic[b.topic].append(b)
+        parts: list = [struct.pack(">hhii", -1, self.acks, self.request_timeout_ms,
+                                   len(by_topic))]
+        for topic, items in by_topic.items():
+            name = topic.encode()
+            parts.append(struct.pack(">h", len(name)) + name + struct.pack(">i", len(items)))
+            for b in items:
+                parts.append(struct.pack(">ii", b.partition, len(b.data)))
+                parts.append(b.data)
+        try:
+            conn = self.cluster.connection(broker_id)
+            conn.send_parts(PRODUCE, PRODUCE_VERSION, parts, expect_response=self.acks != 0)
+        except OSError as exc:
+            self._connection_lost(broker_id, exc, batches)
+            return
+        self.stats.requests += 1
+        if self.acks != 0:
+            self._in_flight[broker_id].append(batches)
+
+    def _receive_one(self, broker_id: int) -> None:
+        requests = self._in_flight[broker_id]
+        batches = requests[0]
+        try:
+            _, response = self.cluster.connection(broker_id).receive()
+        except OSError as exc:
+            self._connection_lost(broker_id, exc, [])
+            return
+        requests.popleft()
+        by_tp = {(b.topic, b.partition): b for b in batches}
+        retry: list[PendingBatch] = []
+        for topic in response["responses"]:
+            for p in topic["partition_responses"]:
+                tp = (topic["name"], p["index"])
+                batch = by_tp.pop(tp)
+                code = p["error_code"]
+                if code == ErrorCode.NONE or code in _NO_SEQUENCE_ERRORS:
+                    self.stats.last_offsets[tp] = p["base_offset"] + batch.records - 1
+                    if batch.attempts and not any(b.topic == batch.topic and
+                                                  b.partition == batch.partition
+                                                  for b in self._queue):
+                        self._retrying.discard(tp)
+                elif ErrorCode(code).retriable or (
+                        code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and tp in self._retrying):
+                    retry.append(batch)
+                else:
+                    raise KafkaError(f"produce to {batch.topic}-{batch.partition} failed: "
+                                     f"{ErrorCode(code).name} {p.get('error_message') or ''}",
+                                     ErrorCode(code))
+        if by_tp:
+            raise KafkaError(f"no answer for {sorted(by_tp)}", ErrorCode.UNKNOWN_SERVER_ERROR)
+        if retry:
+            self._retry(retry)
+
+    def _connection_lost(self, broker_id: int, exc: OSError,
+                         batches: list[PendingBatch]) -> None:
+        """Re-queue every batch that was on the broken connection, in sequence order."""
+        log.warning("connection to broker %d lost (%s); resending", broker_id, exc)
+        self.cluster.drop_connection(broker_id)
+        lost = list(batches)
+        for request in self._in_flight.pop(broker_id, ()):
+            lost.extend(request)
+        # _retry puts the lost batches at the head of the queue, ahead of anything queued
+        # later for the same partitions: sequences reach the broker in order.
+        self._retry(lost)
+
+    def _retry(self, batches: list[PendingBatch]) -> None:
+        for b in batches:
+            b.attempts += 1
+            if b.attempts > self.retries:
+                raise KafkaError(f"produce to {b.topic}-{b.partition} failed after "
+                                 f"{self.retries} retries", ErrorCode.REQUEST_TIMED_OUT)
+        self.stats.retries += len(batches)
+        self._retrying.update((b.topic, b.partition) for b in batches)
+        time.sleep(0.05)
+        try:
+            self.cluster.refresh(sorted({b.topic for b in batches}))
+        except OSError:
+            pass
+        # Older sequences first so the broker sees each partition's batches in order.
+        self._queue.extendleft(sorted(batches, key=lambda b: b.base_sequence, reverse=True))

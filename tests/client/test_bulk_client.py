@@ -1,0 +1,95 @@
+"""The project's bulk client against a real broker, checked with confluent-kafka."""
+
+import signal
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.partitioner.default import murmur2
+
+from pybroker.client import BulkProducer, Cluster, Fetcher
+
+
+def create_topic(bootstrap, name, partitions):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+
+
+def read_all(bootstrap, topic, partitions, expected):
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = []
+    while len(got) < expected:
+        msgs = consumer.consume(10000, timeout=10)
+        assert msgs, f"stalled after {len(got)} of {expected}"
+        for m in msgs:
+            assert m.error() is None, m.error()
+            got.append(m)
+    consumer.close()
+    return got
+
+
+@pytest.mark.parametrize("compression", ["none", "lz4", "zstd", "gzip", "snappy"])
+def test_keyed_rows_land_on_the_java_partition(module_broker, compression):
+    topic = f"bulk-{compression}"
+    create_topic(module_broker.bootstrap, topic, 6)
+    n = 20_000
+    keys = pa.array([b"key-%d" % (i % 997) for i in range(n)])
+    values = pa.array([b"value-%d" % i for i in range(n)])
+    headers = pa.array([[{"key": "h", "value": b"%d" % i}] for i in range(n)],
+                       pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
+    timestamps = pa.array([1_700_000_000_000 + i for i in range(n)], pa.int64())
+    with BulkProducer(module_broker.bootstrap, compression=compression,
+                      batch_bytes=64 << 10) as producer:
+        producer.send_arrow(topic, values, keys, timestamps, headers)
+        stats = producer.flush()
+    assert stats.records == n and stats.batches > 6
+    messages = read_all(module_broker.bootstrap, topic, 6, n)
+    assert len(messages) == n
+    by_value = {m.value(): m for m in messages}
+    assert len(by_value) == n
+    for i in range(0, n, 97):
+        m = by_value[b"value-%d" % i]
+        assert m.key() == b"key-%d" % (i % 997)
+        assert m.partition() == (murmur2(m.key()) & 0x7FFFFFFF) % 6
+        assert m.headers() == [("h", b"%d" % i)]
+        assert m.timestamp()[1] == 1_700_000_000_000 + i
+
+
+def test_null_keys_and_values_and_columnar_read_back(module_broker):
+    topic = "bulk-nulls"
+    create_topic(module_broker.bootstrap, topic, 1)
+    values = pa.array([b"x", None, b"z"] * 1000)
+    keys = pa.array([None, b"k", None] * 1000)
+    with BulkProducer(module_broker.bootstrap) as producer:
+        producer.send_arrow(topic, values, keys, partition=0)
+    cluster = Cluster(module_broker.bootstrap)
+    end = cluster.list_offsets(topic, -1)[0]
+    assert end == 3000
+    chunks = list(Fetcher(cluster).read_range(topic, 0, 0, end))
+    cluster.close()
+    got_values = [v for c in chunks for v in c["value"].to_pylist()]
+    got_keys = [k for c in chunks for k in c["key"].to_pylist()]
+    got_offsets = [o for c in chunks for o in c["offset"].to_pylist()]
+    assert got_values == values.to_pylist()
+    assert got_keys == keys.to_pylist()
+    assert got_offsets == list(range(3000))
+
+
+def test_retries_after_broker_restart_do_not_duplicate(broker):
+    """Batches in flight when the broker dies are resent; idempotence drops duplicates."""
+    topic = "bulk-restart"
+    create_topic(broker.bootstrap, topic, 2)
+    values = pa.array([b"r-%d" % i for i in range(50_000)])
+    keys = pa.array([b"k-%d" % i for i in range(50_000)])
+    producer = BulkProducer(broker.bootstrap, batch_bytes=32 << 10, retries=50)
+    producer.send_arrow(topic, values.slice(0, 25_000), keys.slice(0, 25_000))
+    producer.flush()
+    producer.send_arrow(topic, values.slice(25_000), keys.slice(25_000))
+    broker.restart(signal.SIGTERM)
+    producer.flush()
+    producer.close()
+    messages = read_all(broker.bootstrap, topic, 2, 50_000)
+    assert sorted(m.value() for m in messages) == sorted(values.to_pylist())
