@@ -35,7 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import NamedTuple
 
-from pybroker._native.records import read_batch_header, scan_log, stamp_batch
+from pybroker._native.records import find_position, read_batch_header, scan_log, stamp_batch
 from pybroker.errors import (
     InvalidRecordError,
     KafkaStorageError,
@@ -268,12 +268,29 @@ class Log:
         segment.append([buf], length, last, scan.max_timestamp, scan.offset_index,
                        head.base_offset)
         self._next_offset = last + 1
-        if head.partition_leader_epoch > self.leader_epoch_cache.latest_epoch:
-            self.leader_epoch_cache.assign(head.partition_leader_epoch, head.base_offset)
+        self._assign_epochs(buf, head, last)
         count = last - head.base_offset + 1
         self._after_append(count)
         return AppendInfo(head.base_offset, last, -1, self.log_start_offset,
                           scan.max_timestamp, scan.offset_of_max_timestamp, count, length)
+
+    def _assign_epochs(self, buf, head, last: int) -> None:
+        """New leader epochs in a follower chunk go to the epoch cache. Epochs never
+        decrease along a log, so when the last batch (found by a native header walk)
+        has the first one's epoch, no batch in between starts a new one; only a chunk
+        spanning an epoch change is walked batch by batch."""
+        cache = self.leader_epoch_cache
+        tail = find_position(buf, 0, len(buf), last)
+        if tail is None or tail[1].partition_leader_epoch == head.partition_leader_epoch:
+            if head.partition_leader_epoch > cache.latest_epoch:
+                cache.assign(head.partition_leader_epoch, head.base_offset)
+            return
+        position = 0
+        while position < len(buf):
+            info = read_batch_header(buf, position)
+            if info.partition_leader_epoch > cache.latest_epoch:
+                cache.assign(info.partition_leader_epoch, info.base_offset)
+            position += info.size
 
     def _after_append(self, records: int) -> None:
         self._unflushed_messages += records
@@ -371,6 +388,8 @@ class Log:
             found = segment.read(offset, max_bytes - size, max_position, min_one and not regions)
             if found is not None:
                 position, length, base = found
+                if not length:
+                    break  # the next batch does not fit in max_bytes
                 if not regions:
                     first = base
                 regions.append(FileRegion(segment.fd, position, length))

@@ -53,8 +53,8 @@ class LogSegment:
 
     __slots__ = ("directory", "base_offset", "fd", "size", "offset_index", "time_index",
                  "index_interval_bytes", "max_timestamp", "offset_of_max_timestamp",
-                 "next_offset", "created", "_rolling_timestamp", "_bytes_since_index",
-                 "_appender", "_view", "deleted")
+                 "next_offset", "created", "deleted", "_missing_indexes",
+                 "_rolling_timestamp", "_bytes_since_index", "_appender", "_view")
 
     def __init__(self, directory: str, base_offset: int, index_interval_bytes: int,
                  max_index_size: int | None, created: float, create: bool = False) -> None:
@@ -77,6 +77,9 @@ class LogSegment:
         if create and self.size:
             os.close(self.fd)
             raise KafkaStorageError(f"{self.path(LOG_SUFFIX)} exists and is not empty")
+        # opening creates missing index files: note which were missing first
+        self._missing_indexes = [self.path(suffix) for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                                 if not os.path.exists(self.path(suffix))]
         self.offset_index = OffsetIndex(self.path(INDEX_SUFFIX), base_offset, max_index_size)
         self.time_index = TimeIndex(self.path(TIME_INDEX_SUFFIX), base_offset, max_index_size)
         self.max_timestamp = -1
@@ -98,9 +101,8 @@ class LogSegment:
 
     def index_problem(self) -> str | None:
         """Why the index files cannot be trusted as they are, or None."""
-        for index in (self.offset_index, self.time_index):
-            if not os.path.exists(index.path):
-                return f"{index.path} is missing"
+        if self._missing_indexes:
+            return f"{', '.join(self._missing_indexes)} missing"
         return self.offset_index.check(self.size) or self.time_index.check(self.size)
 
     def load(self) -> str | None:
@@ -118,6 +120,7 @@ class LogSegment:
         """Validate every batch (CRC included), cut the file after the last good one and
         rebuild both indexes from the scan; returns the number of bytes cut. One native
         call over the whole file: no Python work per batch (Kafka's ``recover``)."""
+        self._missing_indexes = []
         scan = self._scan(0, self.size, populate=True)
         truncated = self.size - scan.valid_end
         if truncated:
@@ -252,9 +255,9 @@ class LogSegment:
              min_one: bool) -> tuple[int, int, int] | None:
         """``(position, length, first batch base offset)`` of the whole batches from the
         one holding ``offset`` up to ``max_bytes`` and ``max_position``; with ``min_one``
-        the first batch even if larger than ``max_bytes`` (KIP-74). None when no batch
-        here holds ``offset`` or later (or the first such batch starts at or past
-        ``max_position``)."""
+        the first batch even if larger than ``max_bytes`` (KIP-74), else length 0 when
+        it does not fit. None when no batch here holds ``offset`` or later (or the first
+        such batch starts at or past ``max_position``)."""
         found = self.find(offset)
         if found is None:
             return None
@@ -265,9 +268,7 @@ class LogSegment:
         if max_position <= limit:
             return start, max_position - start, info.base_offset
         end = self._batch_end_below(start, limit)
-        if end == start:
-            if not min_one:
-                return None
+        if end == start and min_one:
             end = start + info.size
         return start, end - start, info.base_offset
 

@@ -1,0 +1,208 @@
+"""All partition logs of a broker, in one data directory (Kafka's ``LogManager``).
+
+Layout of ``data_dir``::
+
+    orders-0/                            one directory per partition (log.py)
+    orders-1/
+    recovery-point-offset-checkpoint     per partition: offset below which all is fsynced
+    log-start-offset-checkpoint          per partition: first readable offset
+    replication-offset-checkpoint        per partition: high watermark
+    .kafka_cleanshutdown                 present only between a clean close and the next
+                                         start: the logs need no recovery scan
+
+A deleted partition's directory is renamed ``<topic>-<partition>.<uuid>-delete`` and
+removed after ``file.delete.delay.ms``, its log descriptors staying open until then for
+reads in flight; leftovers from a crash are removed by ``load``.
+
+Thread-safety: not thread-safe; the broker's event loop calls everything. One background
+thread (``flusher``) fsyncs rolled segments, as Kafka's scheduler does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+from pybroker.errors import InvalidTopicError
+from pybroker.log.checkpoints import (
+    HIGH_WATERMARK_FILE,
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+    fsync_dir,
+    read_offsets,
+    write_offsets,
+)
+from pybroker.log.log import Log
+from pybroker.log.log_config import LogConfig
+
+log = logging.getLogger("pybroker.log")
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+CHECKPOINT_INTERVAL_MS = 60_000  # Kafka's log.flush.offset.checkpoint.interval.ms
+_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]{1,249})-(?P<partition>\d+)$")
+_DELETED_DIR = re.compile(r"^.+-\d+\.[0-9a-f]{32}-delete$")
+_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+class LogManager:
+    """See module doc."""
+
+    def __init__(self, data_dir: str, clock: Callable[[], float] = time.time) -> None:
+        self.data_dir = data_dir
+        self._clock = clock
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._doomed: list[tuple[int, Log, str]] = []   # (due ms, log, renamed dir)
+        self._flusher = ThreadPoolExecutor(1, thread_name_prefix="pybroker-log-flush")
+        self._last_checkpoint_ms = self._now_ms()
+        os.makedirs(data_dir, exist_ok=True)
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.data_dir, name)
+
+    # -- loading -------------------------------------------------------------------------
+
+    def load(self, config_for: Callable[[str], LogConfig] | None = None) -> list[Log]:
+        """Open every partition directory, recovering them if the last stop was unclean
+        (no clean-shutdown marker). ``config_for(topic)`` gives each topic's settings
+        (index interval, sizes); the default config otherwise."""
+        marker = self._path(CLEAN_SHUTDOWN_FILE)
+        clean = os.path.exists(marker)
+        recovery_points = read_offsets(self._path(RECOVERY_POINT_FILE))
+        start_offsets = read_offsets(self._path(LOG_START_OFFSET_FILE))
+        high_watermarks = read_offsets(self._path(HIGH_WATERMARK_FILE))
+        log.info("loading logs from %s after %s shutdown", self.data_dir,
+                 "a clean" if clean else "an unclean")
+        started = time.monotonic()
+        for name in sorted(os.listdir(self.data_dir)):
+            path = self._path(name)
+            if not os.path.isdir(path):
+                continue
+            if _DELETED_DIR.match(name):
+                log.info("removing partition directory left from a deletion: %s", name)
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            match = _PARTITION_DIR.match(name)
+            if match is None:
+                continue
+            key = (match["topic"], int(match["partition"]))
+            config = config_for(key[0]) if config_for else LogConfig()
+            self._logs[key] = Log(path, config, clean=clean,
+                                  recovery_point=recovery_points.get(key, 0),
+                                  log_start_offset=start_offsets.get(key, 0),
+                                  high_watermark=high_watermarks.get(key, 0),
+                                  clock=self._clock, flusher=self._flusher)
+        if clean:
+            os.unlink(marker)
+            fsync_dir(self.data_dir)
+        log.info("loaded %d logs in %.3f s", len(self._logs), time.monotonic() - started)
+        return list(self._logs.values())
+
+    # -- partitions ----------------------------------------------------------------------
+
+    def get(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """The log of ``topic``/``partition``, created empty if new; a given ``config``
+        replaces the settings of an existing log."""
+        found = self._logs.get((topic, partition))
+        if found is not None:
+            if config is not None and config != found.config:
+                found.update_config(config)
+            return found
+        if not _TOPIC.match(topic) or topic in (".", "..") or partition < 0:
+            raise InvalidTopicError(f"illegal topic or partition {topic!r}/{partition}")
+        path = self._path(f"{topic}-{partition}")
+        created = Log(path, config or LogConfig(), clock=self._clock, flusher=self._flusher)
+        fsync_dir(self.data_dir)
+        self._logs[(topic, partition)] = created
+        log.info("created log %s", path)
+        return created
+
+    def delete(self, topic: str, partition: int) -> bool:
+        """Remove a partition: renamed at once, files removed after the delete delay."""
+        doomed = self._logs.pop((topic, partition), None)
+        if doomed is None:
+            return False
+        doomed.detach()
+        renamed = f"{doomed.directory}.{uuid.uuid4().hex}-delete"
+        os.rename(doomed.directory, renamed)
+        fsync_dir(self.data_dir)
+        log.info("deleting log %s (as %s)", doomed.directory, os.path.basename(renamed))
+        self._doomed.append((self._now_ms() + doomed.config.file_delete_delay_ms, doomed,
+                             renamed))
+        self._remove_doomed(self._now_ms())
+        return True
+
+    def _remove_doomed(self, now_ms: int | None) -> None:
+        """Close and remove deleted partitions whose delay passed (all if now_ms is None)."""
+        keep = []
+        for due, doomed, path in self._doomed:
+            if now_ms is None or due <= now_ms:
+                doomed.release()
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                keep.append((due, doomed, path))
+        self._doomed = keep
+
+    def logs(self) -> Iterator[tuple[tuple[str, int], Log]]:
+        return iter(list(self._logs.items()))
+
+    # -- periodic work ---------------------------------------------------------------------
+
+    def run_retention(self) -> int:
+        """Apply retention to every log and finish due deletions; returns the number of
+        segments deleted. The broker calls this every ``log.retention.check.interval.ms``."""
+        deleted = 0
+        for _, partition_log in self.logs():
+            deleted += partition_log.delete_old_segments()
+            partition_log.delete_expired_files()
+        self._remove_doomed(self._now_ms())
+        return deleted
+
+    def flush_due(self) -> None:
+        """``flush.ms`` per log, and the offset checkpoints every minute. The broker calls
+        this every ``log.flush.scheduler.interval.ms``."""
+        for _, partition_log in self.logs():
+            partition_log.flush_if_due()
+        now = self._now_ms()
+        if now - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS:
+            self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Write the recovery point, log start and high watermark checkpoint files."""
+        logs = self._logs.items()
+        write_offsets(self._path(RECOVERY_POINT_FILE),
+                      {key: lg.recovery_point for key, lg in logs})
+        write_offsets(self._path(LOG_START_OFFSET_FILE),
+                      {key: lg.log_start_offset for key, lg in logs})
+        write_offsets(self._path(HIGH_WATERMARK_FILE),
+                      {key: lg.high_watermark for key, lg in logs})
+        self._last_checkpoint_ms = self._now_ms()
+
+    def close(self, clean: bool = True) -> None:
+        """Close every log. ``clean``: flush them, write the checkpoints and the
+        clean-shutdown marker, so the next start skips recovery."""
+        self._flusher.shutdown(wait=True)
+        if clean:
+            for _, partition_log in self.logs():
+                partition_log.flush()
+        self.checkpoint()
+        for _, partition_log in self.logs():
+            partition_log.close()
+        self._logs.clear()
+        self._remove_doomed(None)
+        if clean:
+            with open(self._path(CLEAN_SHUTDOWN_FILE), "wb") as f:
+                os.fsync(f.fileno())
+            fsync_dir(self.data_dir)
+        log.info("closed logs in %s (%s)", self.data_dir, "clean" if clean else "unclean")
