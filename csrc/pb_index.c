@@ -12,10 +12,10 @@ enum pb_index_kind {
 static inline int64_t pb_index_key(const uint8_t *buf, size_t i, enum pb_index_kind kind)
 {
     if (kind == PB_INDEX_OFFSET)
-        return pb_index_u32(buf + i * PB_OFFSET_ENTRY_SIZE);
+        return pb_load_be32(buf + i * PB_OFFSET_ENTRY_SIZE);
     if (kind == PB_INDEX_TIME_BY_OFFSET)
-        return pb_index_u32(buf + i * PB_TIME_ENTRY_SIZE + 8);
-    return pb_index_i64(buf + i * PB_TIME_ENTRY_SIZE);
+        return pb_load_be32(buf + i * PB_TIME_ENTRY_SIZE + 8);
+    return (int64_t)pb_load_be64(buf + i * PB_TIME_ENTRY_SIZE);
 }
 
 /* First slot in [lo, hi) whose key >= target, hi when none. */

@@ -15,9 +15,7 @@
 #ifndef PB_INDEX_H
 #define PB_INDEX_H
 
-#include <stddef.h>
-#include <stdint.h>
-#include <string.h>
+#include "pb_common.h"
 
 #define PB_INDEX_WARM_BYTES 8192
 #define PB_OFFSET_ENTRY_SIZE 8
@@ -38,20 +36,7 @@ size_t pb_time_index_ceiling(const uint8_t *buf, size_t entries, int64_t target)
  * Kafka's IndexSearchType.VALUE. */
 size_t pb_time_index_offset_ceiling(const uint8_t *buf, size_t entries, int64_t target);
 
-/* Big-endian fields of one entry; memcpy keeps unaligned loads legal (time index
- * entries are 12 bytes, so every other i64 is misaligned). */
-static inline uint32_t pb_index_u32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return __builtin_bswap32(v);
-}
-
-static inline int64_t pb_index_i64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return (int64_t)__builtin_bswap64(v);
-}
+/* Entry fields are read with pb_common.h's pb_load_be32/pb_load_be64 (memcpy: time
+ * index entries are 12 bytes, so every other i64 is misaligned). */
 
 #endif

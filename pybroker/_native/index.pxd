@@ -10,5 +10,8 @@ cdef extern from "pb_index.h" nogil:
     size_t pb_time_index_ceiling(const unsigned char *buf, size_t entries, long long target)
     size_t pb_time_index_offset_ceiling(const unsigned char *buf, size_t entries,
                                         long long target)
-    unsigned int pb_index_u32(const unsigned char *p)
-    long long pb_index_i64(const unsigned char *p)
+
+
+cdef extern from "pb_common.h" nogil:
+    unsigned int pb_load_be32(const unsigned char *p)
+    unsigned long long pb_load_be64(const unsigned char *p)

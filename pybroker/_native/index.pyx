@@ -26,8 +26,8 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from pybroker._native.index cimport (
     PB_OFFSET_ENTRY_SIZE,
     PB_TIME_ENTRY_SIZE,
-    pb_index_i64,
-    pb_index_u32,
+    pb_load_be32,
+    pb_load_be64,
     pb_offset_index_ceiling,
     pb_offset_index_floor,
     pb_time_index_ceiling,
@@ -56,7 +56,7 @@ cdef inline const unsigned char *_data(Py_buffer *view):
 
 cdef inline tuple _time_entry(Py_buffer *view, Py_ssize_t slot):
     cdef const unsigned char *entry = _data(view) + slot * PB_TIME_ENTRY_SIZE
-    return (pb_index_i64(entry), pb_index_u32(entry + 8))
+    return (<long long>pb_load_be64(entry), pb_load_be32(entry + 8))
 
 
 def offset_index_lookup(object buf, Py_ssize_t entries, long long target_relative_offset):
@@ -72,7 +72,7 @@ def offset_index_lookup(object buf, Py_ssize_t entries, long long target_relativ
         if slot < 0:
             return (0, 0)
         entry = _data(&view) + slot * PB_OFFSET_ENTRY_SIZE
-        return (pb_index_u32(entry), pb_index_u32(entry + 4))
+        return (pb_load_be32(entry), pb_load_be32(entry + 4))
     finally:
         PyBuffer_Release(&view)
 
