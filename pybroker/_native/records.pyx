@@ -405,7 +405,7 @@ cdef list _decode_section(const pb_batch_header *h, object data):
 # ---- encoding ----
 
 cdef enum:
-    MAX_VIEWS = 12
+    MAX_VIEWS = 16
 
 
 cdef class _Views:
@@ -614,3 +614,46 @@ def encode_batch(values, keys=None, timestamps=None, headers=None, *, int64_t ba
         ts, hdr, base_offset=base_offset, producer_id=producer_id,
         producer_epoch=producer_epoch, base_sequence=base_sequence, compression=compression,
         transactional=transactional, partition_leader_epoch=partition_leader_epoch)
+
+
+# ---- varints, exposed for the golden-table tests only ----
+
+cdef extern from "pb_varint.h" nogil:
+    int pb_read_varint(const uint8_t **pp, const uint8_t *end, int32_t *out)
+    int pb_read_varlong(const uint8_t **pp, const uint8_t *end, int64_t *out)
+    size_t pb_write_varint(uint8_t *p, int32_t v)
+    size_t pb_write_varlong(uint8_t *p, int64_t v)
+    size_t pb_varint_size(int32_t v)
+    size_t pb_varlong_size(int64_t v)
+
+
+def _encode_varint(int64_t value, bint long=False):
+    """Kafka zigzag varint (or varlong) bytes of ``value`` (tests only)."""
+    cdef uint8_t out[10]
+    cdef size_t n
+    if long:
+        n = pb_write_varlong(out, value)
+        assert n == pb_varlong_size(value)
+    else:
+        if not -2**31 <= value < 2**31:
+            raise OverflowError("varint holds an int32")
+        n = pb_write_varint(out, <int32_t>value)
+        assert n == pb_varint_size(<int32_t>value)
+    return (<char *>out)[:n]
+
+
+def _decode_varint(bytes data, bint long=False):
+    """(value, bytes used) of the varint (or varlong) at the start of ``data`` (tests)."""
+    cdef const uint8_t *start = <const uint8_t *>PyBytes_AS_STRING(data)
+    cdef const uint8_t *p = start
+    cdef int32_t v32
+    cdef int64_t v64
+    cdef int err
+    if long:
+        err = pb_read_varlong(&p, start + len(data), &v64)
+    else:
+        err = pb_read_varint(&p, start + len(data), &v32)
+        v64 = v32
+    if err:
+        raise ValueError("truncated or overlong varint")
+    return v64, <Py_ssize_t>(p - start)
