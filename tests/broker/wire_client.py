@@ -87,3 +87,17 @@ def fetch_body(topic: str, partition: int, offset: int, *, max_wait_ms: int = 0,
                 {"partition": partition, "fetch_offset": offset,
                  "partition_max_bytes": partition_max_bytes}]}],
             "forgotten_topics_data": [], "rack_id": ""}
+
+
+def decode_all(records: Any) -> list[Any]:
+    """Every record of a fetched records field (several batches back to back)."""
+    from pybroker._native.records import decode_records, read_batch_header
+
+    data = bytes(records or b"")
+    out = []
+    position = 0
+    while position < len(data):
+        size = read_batch_header(data, position).size
+        out += decode_records(data[position:position + size])
+        position += size
+    return out

@@ -54,7 +54,7 @@ def _create(ctx: RequestContext, item: dict, validate_only: bool) -> dict[str, A
         topic_id = ZERO_UUID
     else:
         topic = topics.create(name, partitions, replication, configs)
-        overrides, topic_id = topic.overrides, topic.topic_id
+        overrides, topic_id, partitions = topic.overrides, topic.topic_id, len(topic.partitions)
     return {
         "name": name, "topic_id": topic_id, "error_code": ErrorCode.NONE,
         "error_message": None, "num_partitions": partitions, "replication_factor": 1,
