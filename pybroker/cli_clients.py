@@ -50,6 +50,8 @@ def register(subparsers: Any) -> None:
                    choices=("none", "gzip", "snappy", "lz4", "zstd"))
     p.add_argument("--header", "-H", action="append", default=[], metavar="K=V",
                    help="header added to every record (repeatable)")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="give up on a record not delivered in this time (default 30)")
     add_bootstrap(p)
     p.set_defaults(func=produce_main)
 
@@ -96,6 +98,9 @@ def produce_main(args: argparse.Namespace) -> int:
         "compression.type": args.compression,
         "message.max.bytes": _CLIENT_MAX_MESSAGE,
         "enable.idempotence": args.acks in ("all", "-1"),
+        "message.timeout.ms": int(args.timeout * 1000),
+        # an unknown topic fails its records after this, not after the whole timeout
+        "topic.metadata.propagation.max.ms": int(min(args.timeout, 5.0) * 1000),
     })
     separator = args.key_separator.encode() if args.key_separator is not None else None
     headers = _headers(args.header) or None
@@ -125,9 +130,9 @@ def produce_main(args: argparse.Namespace) -> int:
                 return 1
         sent += 1
         producer.poll(0)
-    remaining = producer.flush(30)
+    remaining = producer.flush(args.timeout + 1)
     if remaining:
-        failures.append(f"{remaining} records not delivered within 30 s")
+        failures.append(f"{remaining} records not delivered within {args.timeout} s")
     for reason in sorted(set(failures)):
         print(f"error: {reason}", file=sys.stderr)
     print(f"produced {delivered} of {sent} records to {args.topic}", file=sys.stderr)

@@ -112,8 +112,9 @@ def create_main(args: argparse.Namespace) -> int:
     topics = [NewTopic(name, num_partitions=args.partitions,
                        replication_factor=args.replicas, config=configs)
               for name in args.names]
-    futures = _admin(args).create_topics(topics, operation_timeout=_TIMEOUT,
-                                         validate_only=args.validate_only)
+    admin = _admin(args)  # held until the futures resolve: a collected client fails them
+    futures = admin.create_topics(topics, operation_timeout=_TIMEOUT,
+                                  validate_only=args.validate_only)
     return _report(futures, "validated" if args.validate_only else "created")
 
 
@@ -187,7 +188,8 @@ def _watermarks(args: argparse.Namespace, topic: str, partitions: list[int],
 
 
 def delete_main(args: argparse.Namespace) -> int:
-    futures = _admin(args).delete_topics(list(args.names), operation_timeout=_TIMEOUT)
+    admin = _admin(args)
+    futures = admin.delete_topics(list(args.names), operation_timeout=_TIMEOUT)
     return _report(futures, "deleted")
 
 
@@ -208,8 +210,9 @@ def alter_config_main(args: argparse.Namespace) -> int:
         raise SystemExit("alter-config: nothing to change (use --set, --delete, ...)")
     resources = [ConfigResource(ConfigResource.Type.TOPIC, name,
                                 incremental_configs=entries) for name in args.names]
-    futures = _admin(args).incremental_alter_configs(resources, request_timeout=_TIMEOUT,
-                                                     validate_only=args.validate_only)
+    admin = _admin(args)
+    futures = admin.incremental_alter_configs(resources, request_timeout=_TIMEOUT,
+                                              validate_only=args.validate_only)
     return _report(futures, "validated" if args.validate_only else "altered")
 
 
