@@ -134,9 +134,12 @@ class TopicManager:
             partition.log.high_watermark = partition.log.log_end_offset
         self._stored = {}
 
-    def _save(self) -> None:
+    def _save(self, growing: Topic | None = None, partitions: int = 0) -> None:
+        """Write ``topics.json``; ``growing`` is saved with ``partitions`` partitions
+        (before its new logs exist, so a crash never leaves a log no topic owns)."""
         write_json(self._path, {"version": 1, "topics": {
-            t.name: {"id": str(t.topic_id), "partitions": len(t.partitions),
+            t.name: {"id": str(t.topic_id),
+                     "partitions": partitions if t is growing else len(t.partitions),
                      "configs": t.overrides} for t in self._topics.values()}})
 
     def _add(self, topic: Topic, partitions: int) -> None:
@@ -179,7 +182,7 @@ class TopicManager:
         topic = Topic(name, uuid.uuid4(), overrides)
         self._topics[name] = topic
         self._by_id[topic.topic_id] = topic
-        self._save()
+        self._save(topic, partitions)
         self._grow(topic, partitions)
         log.info("created topic %s with %d partitions, id %s%s", name, partitions,
                  topic.topic_id, f", configs {overrides}" if overrides else "")
@@ -199,17 +202,9 @@ class TopicManager:
             raise InvalidPartitionsError(
                 f"Topic currently has {len(topic.partitions)} partitions, {total} would not "
                 "be an increase.")
-        self._save_with(topic, total)
+        self._save(topic, total)
         self._grow(topic, total)
         return topic
-
-    def _save_with(self, topic: Topic, partitions: int) -> None:
-        current = topic.partitions
-        topic.partitions = current + [None] * (partitions - len(current))  # type: ignore
-        try:
-            self._save()
-        finally:
-            topic.partitions = current
 
     def alter_configs(self, name: str, overrides: dict[str, str]) -> Topic:
         """Replace the topic's overrides (validated); open logs get the new config."""
