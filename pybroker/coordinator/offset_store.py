@@ -186,17 +186,33 @@ class OffsetStore:
                  topic_config: dict[str, Any] | None = None) -> None:
         self._topics = topics
         existing = topics.get(OFFSETS_TOPIC)
-        self.num_partitions = len(existing.partitions) if existing else num_partitions
+        self.num_partitions = len(existing.partitions) if existing and existing.partitions \
+            else num_partitions
         self._topic_config = {k: str(v) for k, v in
                               {**OFFSETS_TOPIC_CONFIG, **(topic_config or {})}.items()}
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
+    def _topic(self, create: bool) -> Any:
+        """The offsets topic with all its partitions (None if absent and not ``create``).
+
+        A topic recorded with no partitions (metadata saved, logs not yet attached when the
+        broker stopped) is grown back to its count; the logs it had are picked up again."""
+        topic = self._topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            if not create:
+                return None
+            return self._topics.create(OFFSETS_TOPIC, self.num_partitions, 1,
+                                       self._topic_config)
+        if not topic.partitions:
+            log.warning("%s has no partitions; restoring %d", OFFSETS_TOPIC,
+                        self.num_partitions)
+            self._topics.add_partitions(OFFSETS_TOPIC, self.num_partitions)
+        return self._topics.get(OFFSETS_TOPIC)
+
     def _partition(self, index: int) -> Any:
-        if self._topics.get(OFFSETS_TOPIC) is None:
-            self._topics.create(OFFSETS_TOPIC, self.num_partitions, 1, self._topic_config)
-        return self._topics.partition(OFFSETS_TOPIC, index)
+        return self._topic(create=True).partitions[index]
 
     def append(self, group_id: str, records: list[tuple[bytes, bytes | None]],
                now_ms: int) -> None:
@@ -214,7 +230,7 @@ class OffsetStore:
 
     def read_all(self) -> Iterator[tuple[int, bytes, bytes | None]]:
         """Every ``(partition, key, value)`` of the topic, in log order per partition."""
-        topic = self._topics.get(OFFSETS_TOPIC)
+        topic = self._topic(create=False)
         for partition in topic.partitions if topic is not None else ():
             for key, value in read_log(partition.log):
                 yield partition.index, key, value
