@@ -1,9 +1,12 @@
-"""Each kind of bad input gets the Kafka error code the Java broker gives, or a closed
-connection with a log line; the broker keeps serving every other client throughout."""
+"""Bad input beyond what tests/broker/test_protocol.py covers: the admin APIs' answers to
+malformed requests (Kafka's codes, per resource), torn batches, stalled half-sent frames,
+and a real request over ``socket.request.max.bytes``. A bystander connection made before
+each test must still be served after it."""
 
 from __future__ import annotations
 
 import struct
+import uuid
 
 import pytest
 
@@ -11,158 +14,207 @@ from pybroker._native.records import encode_batch
 from pybroker.errors import ErrorCode
 from pybroker.net.protocol import codec
 from tests.admin.clients import consume, create_topic, produce, unique
-from tests.fuzz.raw import RawClient
+from tests.broker.wire_client import WireClient, produce_body
 
-PRODUCE, FETCH, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_RECORDS = 0, 1, 3, 18, 19, 21
+PRODUCE, API_VERSIONS = 0, 18
+DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS, ALTER_CONFIGS = 20, 21, 32, 33
+CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 37, 44
+TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 
 
 @pytest.fixture(scope="module")
-def strict_broker(module_broker_factory):
-    """No auto-creation, small requests: unknown topics and oversize frames are visible."""
-    return module_broker_factory(auto_create_topics_enable=False,
-                                 socket_request_max_bytes=1024 * 1024)
+def server(module_broker_factory):
+    return module_broker_factory(socket_request_max_bytes=1024 * 1024)
 
 
 @pytest.fixture
-def bystander(strict_broker):
-    """A client connected before the bad input that must still be served after it."""
-    client = RawClient(strict_broker.bootstrap)
-    yield client
-    assert client.request(API_VERSIONS, 3, {"client_software_name": "t",
-                                            "client_software_version": "1"})["error_code"] == 0
-    client.close()
-    assert strict_broker.alive()
+def client(server):
+    """The connection the test uses, and afterwards proof that the broker still serves."""
+    with WireClient(server.bootstrap) as c:
+        yield c
+    with WireClient(server.bootstrap) as other:
+        assert other.request(API_VERSIONS, 3, {"client_software_name": "t",
+                                               "client_software_version": "1"})["error_code"] == 0
+    assert server.alive()
 
 
-def _produce_body(topic: str, records: bytes, acks: int = -1, partition: int = 0) -> dict:
-    return {"transactional_id": None, "acks": acks, "timeout_ms": 5000,
-            "topic_data": [{"name": topic, "partition_data": [
-                {"index": partition, "records": records}]}]}
+def _topic(server) -> str:
+    name = unique("bad")
+    create_topic(server.bootstrap, name, 2)
+    return name
 
 
-def _produce_error(bootstrap: str, topic: str, records: bytes, **kw: int) -> int:
-    with RawClient(bootstrap) as client:
-        response = client.request(PRODUCE, 9, _produce_body(topic, records, **kw))
-    return response["responses"][0]["partition_responses"][0]["error_code"]
+def _codes(items: list[dict]) -> list[int]:
+    return [item["error_code"] for item in items]
 
 
-def _closes(bootstrap: str, data: bytes) -> bool:
-    with RawClient(bootstrap) as client:
-        client.send(data)
-        return client.is_closed()
+# DeleteTopics, CreatePartitions ----------------------------------------------------------
 
 
-def _frame(api_key: int, version: int, payload: bytes = b"") -> bytes:
-    body = struct.pack(">hhih", api_key, version, 1, -1) + payload
-    return struct.pack(">i", len(body)) + body
+def test_delete_topics_by_id_and_malformed_entries(server, client):
+    name = _topic(server)
+    unknown = uuid.uuid4()
+    response = client.request(DELETE_TOPICS, 6, {"topics": [
+        {"name": None, "topic_id": unknown},
+        {"name": None, "topic_id": codec.ZERO_UUID},  # neither name nor id
+        {"name": name, "topic_id": unknown},  # both
+        {"name": "dup", "topic_id": codec.ZERO_UUID},
+        {"name": "dup", "topic_id": codec.ZERO_UUID},
+    ], "timeout_ms": 1000})
+    assert _codes(response["responses"]) == [ErrorCode.UNKNOWN_TOPIC_ID] + \
+        [ErrorCode.INVALID_REQUEST] * 4
+    assert all(r["error_message"] for r in response["responses"])
+
+    meta = client.request(3, 12, {"topics": [{"name": name, "topic_id": codec.ZERO_UUID}],
+                                  "allow_auto_topic_creation": False})
+    topic_id = meta["topics"][0]["topic_id"]
+    response = client.request(DELETE_TOPICS, 6, {"topics": [{"name": None,
+                                                             "topic_id": topic_id}],
+                                                 "timeout_ms": 1000})
+    assert response["responses"] == [{"name": name, "topic_id": topic_id, "error_code": 0,
+                                      "error_message": None}]
+    old = client.request(DELETE_TOPICS, 3, {"topic_names": [name, name], "timeout_ms": 1000})
+    assert _codes(old["responses"]) == [ErrorCode.INVALID_REQUEST] * 2
 
 
-# framing and headers -----------------------------------------------------------------------
+def test_create_partitions_bad_requests(server, client):
+    name = _topic(server)
+
+    def grow(*items: dict, validate_only: bool = False) -> list[int]:
+        response = client.request(CREATE_PARTITIONS, 3, {"topics": list(items),
+                                                         "timeout_ms": 1000,
+                                                         "validate_only": validate_only})
+        return _codes(response["results"])
+
+    assert grow({"name": name, "count": 1, "assignments": None}) == [ErrorCode.INVALID_PARTITIONS]
+    assert grow({"name": name, "count": -7, "assignments": None}) == [ErrorCode.INVALID_PARTITIONS]
+    assert grow({"name": name, "count": 2**31 - 1, "assignments": [{"broker_ids": [0]}]}) == \
+        [ErrorCode.INVALID_REPLICA_ASSIGNMENT]
+    assert grow({"name": name, "count": 3, "assignments": [{"broker_ids": [0, 0]}]}) == \
+        [ErrorCode.INVALID_REPLICA_ASSIGNMENT]
+    assert grow({"name": name, "count": 3, "assignments": None},
+                {"name": name, "count": 4, "assignments": None}) == \
+        [ErrorCode.INVALID_REQUEST] * 2
+    assert grow({"name": "no/such", "count": 3, "assignments": None}) == \
+        [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    assert grow({"name": name, "count": 3, "assignments": [{"broker_ids": [0]}]}) == [0]
 
 
-def test_unknown_api_key_closes_the_connection(strict_broker, bystander):
-    assert _closes(strict_broker.bootstrap, _frame(999, 0))
-    assert "unknown API key 999" in strict_broker.log_text()
+# configs -----------------------------------------------------------------------------------
 
 
-def test_unsupported_version_closes_the_connection(strict_broker, bystander):
-    assert _closes(strict_broker.bootstrap, _frame(METADATA, 99))
+def test_describe_configs_bad_resources(server, client):
+    name = _topic(server)
+    resources = [(TOPIC, "no-such-topic"), (TOPIC, "bad name!"), (BROKER, "17"),
+                 (BROKER, "zero"), (GROUP + 90, "x"), (BROKER_LOGGER, "0"), (TOPIC, name)]
+    response = client.request(DESCRIBE_CONFIGS, 4, {"resources": [
+        {"resource_type": kind, "resource_name": rname, "configuration_keys": None}
+        for kind, rname in resources], "include_synonyms": True,
+        "include_documentation": True})
+    results = response["results"]
+    assert _codes(results) == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                               ErrorCode.INVALID_TOPIC_EXCEPTION, ErrorCode.INVALID_REQUEST,
+                               ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST, 0, 0]
+    loggers = {c["name"]: c for c in results[5]["configs"]}
+    assert loggers["pybroker.broker"]["config_source"] == 6  # DYNAMIC_BROKER_LOGGER_CONFIG
+    topic = {c["name"]: c for c in results[6]["configs"]}
+    assert topic["retention.ms"]["documentation"]
+    assert topic["segment.bytes"]["config_type"] == 3  # INT
+    # only the keys asked for; unknown keys are left out, not an error
+    only = client.request(DESCRIBE_CONFIGS, 1, {"resources": [
+        {"resource_type": TOPIC, "resource_name": name,
+         "configuration_keys": ["retention.ms", "no.such"]}], "include_synonyms": False})
+    assert [c["name"] for c in only["results"][0]["configs"]] == ["retention.ms"]
+    v0 = client.request(DESCRIBE_CONFIGS, 0, {"resources": [
+        {"resource_type": TOPIC, "resource_name": name, "configuration_keys": ["retention.ms"]}]})
+    assert v0["results"][0]["configs"][0]["is_default"] is True
 
 
-def test_api_versions_of_an_unknown_version_is_answered_in_v0(strict_broker, bystander):
-    with RawClient(strict_broker.bootstrap) as client:
-        client.send(_frame(API_VERSIONS, 99))
-        frame = client.read_frame()
-    _, offset = codec.read_response_header(API_VERSIONS, 0, frame)
-    body = codec.decode_response(API_VERSIONS, 0, frame, offset)
-    assert body["error_code"] == ErrorCode.UNSUPPORTED_VERSION
-    assert {k["api_key"] for k in body["api_keys"]} >= {PRODUCE, FETCH, METADATA}
+def test_alter_configs_bad_requests(server, client):
+    name = _topic(server)
+
+    def alter(api: int, version: int, *resources: tuple[int, str, list[dict]]) -> list[dict]:
+        response = client.request(api, version, {"resources": [
+            {"resource_type": k, "resource_name": n, "configs": c} for k, n, c in resources],
+            "validate_only": False})
+        return response["responses"]
+
+    def op(key: str, value: str | None, operation: int = 0) -> dict:
+        return {"name": key, "value": value, "config_operation": operation}
+
+    results = alter(INCREMENTAL_ALTER_CONFIGS, 1,
+                    (TOPIC, name, [op("retention.ms", "1"), op("retention.ms", "2")]))
+    assert _codes(results) == [ErrorCode.INVALID_REQUEST]
+    for bad, code in [(op("retention.ms", "1", 9), ErrorCode.INVALID_REQUEST),
+                      (op("retention.ms", None, 0), ErrorCode.INVALID_REQUEST),
+                      (op("segment.bytes", "5", 3), ErrorCode.INVALID_CONFIG),
+                      (op("cleanup.policy", "compact,delete", 3), ErrorCode.INVALID_CONFIG),
+                      (op("cleanup.policy", "purge", 2), ErrorCode.INVALID_CONFIG),
+                      (op("segment.bytes", str(2**40)), ErrorCode.INVALID_CONFIG),
+                      (op("max.message.bytes", "-1"), ErrorCode.INVALID_CONFIG)]:
+        (result,) = alter(INCREMENTAL_ALTER_CONFIGS, 1, (TOPIC, name, [bad]))
+        assert result["error_code"] == code, bad
+        assert result["error_message"], bad
+
+    twice = alter(INCREMENTAL_ALTER_CONFIGS, 0, (TOPIC, name, []), (TOPIC, name, []))
+    assert _codes(twice) == [ErrorCode.INVALID_REQUEST] * 2
+    assert _codes(alter(ALTER_CONFIGS, 2, (TOPIC, name, [{"name": "retention.ms",
+                                                          "value": None}]))) == \
+        [ErrorCode.INVALID_REQUEST]
+    assert _codes(alter(ALTER_CONFIGS, 0, (TOPIC, "gone", []), (BROKER, "0", [
+        {"name": "num.partitions", "value": "4"}]), (BROKER, "0x", []))) == \
+        [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_CONFIG,  # static broker config
+         ErrorCode.INVALID_REQUEST]
+    loggers = alter(INCREMENTAL_ALTER_CONFIGS, 1,
+                    (BROKER_LOGGER, "0", [op("pybroker.broker", "LOUD")]))
+    assert _codes(loggers) == [ErrorCode.INVALID_CONFIG]
+    assert _codes(alter(INCREMENTAL_ALTER_CONFIGS, 1, (BROKER_LOGGER, "0", [
+        op("pybroker.fuzz", "DEBUG"), op("pybroker.fuzz.child", None, 1)]))) == [0]
 
 
-@pytest.mark.parametrize("size", [-5, 1024 * 1024 + 1, 2**31 - 1])
-def test_oversize_or_negative_frames_close_the_connection(strict_broker, bystander, size):
-    assert _closes(strict_broker.bootstrap, struct.pack(">i", size) + b"\0" * 64)
-    assert f"request size {size}" in strict_broker.log_text()
+# records -----------------------------------------------------------------------------------
 
 
-def test_truncated_and_garbage_bodies_close_the_connection(strict_broker, bystander):
-    valid = codec.encode_request(METADATA, 12, 1, {"topics": [{"name": "x", "topic_id": codec.ZERO_UUID}],
-                                                   "allow_auto_topic_creation": False})
-    body = valid[4:]
-    cut = body[:-3]
-    assert _closes(strict_broker.bootstrap, struct.pack(">i", len(cut)) + cut)
-    garbage = body[:10] + b"\xff" * 40
-    assert _closes(strict_broker.bootstrap, struct.pack(">i", len(garbage)) + garbage)
-    assert _closes(strict_broker.bootstrap, struct.pack(">i", 3) + b"\0\0\0")  # no header
+def test_delete_records_bad_offsets(server, client):
+    name = _topic(server)
+    produce(server.bootstrap, name, [b"a", b"b", b"c"])
+
+    def delete(*partitions: tuple[int, int]) -> list[tuple[int, int]]:
+        response = client.request(DELETE_RECORDS, 2, {"topics": [{"name": name, "partitions": [
+            {"partition_index": p, "offset": o} for p, o in partitions]}], "timeout_ms": 1000})
+        return [(p["error_code"], p["low_watermark"]) for p in response["topics"][0]["partitions"]]
+
+    assert delete((0, -2), (0, 4), (9, 0), (-1, 0)) == [
+        (ErrorCode.OFFSET_OUT_OF_RANGE, -1), (ErrorCode.OFFSET_OUT_OF_RANGE, -1),
+        (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1), (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)]
+    assert delete((0, 3), (1, 0)) == [(0, 3), (0, 0)]
 
 
-def test_a_half_sent_frame_does_not_block_others(strict_broker, bystander):
-    with RawClient(strict_broker.bootstrap) as stalled:
-        stalled.send(struct.pack(">i", 1000) + b"\0" * 10)
-        name = unique("stall")
-        create_topic(strict_broker.bootstrap, name)
-        produce(strict_broker.bootstrap, name, [b"still served"])
-        assert [m.value() for m in consume(strict_broker.bootstrap, name)] == [b"still served"]
-
-
-# request contents ---------------------------------------------------------------------------
-
-
-def test_corrupt_batch_is_corrupt_message(strict_broker, bystander):
-    name = unique("crc")
-    create_topic(strict_broker.bootstrap, name)
-    batch = bytearray(encode_batch([b"hello", b"world"]))
-    batch[-1] ^= 0xFF  # inside the CRC-covered records
-    assert _produce_error(strict_broker.bootstrap, name, bytes(batch)) == \
+def test_torn_batch_is_corrupt_message(server, client):
+    name = _topic(server)
+    torn = encode_batch([b"hello", b"world"])[:-4]
+    response = client.request(PRODUCE, 9, produce_body(name, 0, torn))
+    assert response["responses"][0]["partition_responses"][0]["error_code"] == \
         ErrorCode.CORRUPT_MESSAGE
-    torn = encode_batch([b"hello"])[:-4]
-    assert _produce_error(strict_broker.bootstrap, name, torn) == ErrorCode.CORRUPT_MESSAGE
-    assert consume(strict_broker.bootstrap, name) == []
+    assert consume(server.bootstrap, name) == []
 
 
-def test_produce_errors_per_partition(strict_broker, bystander):
-    batch = encode_batch([b"v"])
-    name = unique("p")
-    create_topic(strict_broker.bootstrap, name)
-    bootstrap = strict_broker.bootstrap
-    assert _produce_error(bootstrap, unique("missing"), batch) == \
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    assert _produce_error(bootstrap, name, batch, partition=7) == \
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    assert _produce_error(bootstrap, "bad topic!", batch) in (
-        ErrorCode.INVALID_TOPIC_EXCEPTION, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    assert _produce_error(bootstrap, name, batch, acks=5) == ErrorCode.INVALID_REQUIRED_ACKS
-    too_big = encode_batch([b"x" * 1_100_000])
-    with RawClient(bootstrap) as client:
-        client.correlation_id += 1
-        client.send(codec.encode_request(PRODUCE, 9, client.correlation_id,
-                                         _produce_body(name, too_big)))
-        assert client.is_closed()  # over socket.request.max.bytes (1 MiB here)
+def test_request_over_socket_request_max_bytes_closes_only_that_connection(server, client):
+    name = _topic(server)
+    with WireClient(server.bootstrap) as big:
+        big.send(PRODUCE, 9, produce_body(name, 0, encode_batch([b"x" * 1_100_000])))
+        assert big.closed_by_peer()
+    assert "socket.request.max.bytes" in server.log_text()
 
 
-def test_unknown_and_invalid_topics(strict_broker, bystander):
-    with RawClient(strict_broker.bootstrap) as client:
-        meta = client.request(METADATA, 12, {"topics": [
-            {"name": unique("nope"), "topic_id": codec.ZERO_UUID}, {"name": "bad name!", "topic_id": codec.ZERO_UUID}],
-            "allow_auto_topic_creation": True})
-        assert [t["error_code"] for t in meta["topics"]] == [
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_TOPIC_EXCEPTION]
-
-        created = client.request(CREATE_TOPICS, 7, {"topics": [
-            {"name": n, "num_partitions": 1, "replication_factor": 1, "assignments": [],
-             "configs": []} for n in ("bad name!", "a" * 250, "..")],
-            "timeout_ms": 1000, "validate_only": False})
-        assert {t["error_code"] for t in created["topics"]} == {ErrorCode.INVALID_TOPIC_EXCEPTION}
-
-        fetched = client.request(FETCH, 12, {
-            "max_wait_ms": 0, "min_bytes": 1, "topics": [{"topic": unique("gone"), "partitions": [
-                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1024}]}],
-            "forgotten_topics_data": []})
-        assert fetched["responses"][0]["partitions"][0]["error_code"] == \
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-        deleted = client.request(DELETE_RECORDS, 2, {"topics": [{"name": unique("gone"),
-                                 "partitions": [{"partition_index": 0, "offset": 1}]}],
-                                 "timeout_ms": 1000})
-        assert deleted["topics"][0]["partitions"][0]["error_code"] == \
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+def test_half_sent_frames_do_not_block_others(server, client):
+    stalled = [WireClient(server.bootstrap) for _ in range(20)]
+    try:
+        for i, conn in enumerate(stalled):
+            conn.raw(struct.pack(">i", 100 + 1000 * i) + b"\0" * (i % 7))
+        name = _topic(server)
+        produce(server.bootstrap, name, [b"still served"])
+        assert [m.value() for m in consume(server.bootstrap, name)] == [b"still served"]
+    finally:
+        for conn in stalled:
+            conn.close()
