@@ -1,6 +1,6 @@
 """Print what a segment file holds, one line per batch (like Kafka's DumpLogSegments).
 
-    pybroker log dump PATH [PATH ...]
+    pybroker log dump PATH [PATH ...]        (a partition directory: all its .log files)
     python -m pybroker.log.dump PATH [PATH ...]
 
 For a ``.log`` file, each batch: position, size, base and last offset, record count,
@@ -102,14 +102,25 @@ def dump_index(path: str, out) -> bool:
     return good
 
 
+def _expand(paths: list[str]) -> list[str]:
+    """A partition directory stands for its ``.log`` files, in offset order."""
+    out = []
+    for path in paths:
+        if os.path.isdir(path):
+            out += sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".log"))
+        else:
+            out.append(path)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pybroker log dump",
                                      description="Print the batches of log segment files.")
     parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help=".log, .index or .timeindex file")
+                        help=".log, .index or .timeindex file, or a partition directory")
     args = parser.parse_args(argv)
     status = 0
-    for path in args.paths:
+    for path in _expand(args.paths):
         try:
             if path.endswith((".index", ".timeindex")):
                 good = dump_index(path, sys.stdout)

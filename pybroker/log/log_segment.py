@@ -155,9 +155,9 @@ class LogSegment:
     # -- appending ---------------------------------------------------------------------
 
     def activate(self, max_index_size: int) -> None:
-        """Make this the segment appends go to: grow the indexes back to full size."""
-        self.offset_index.resize(max_index_size)
-        self.time_index.resize(max_index_size)
+        """Make this the segment appends go to: indexes in memory with full room."""
+        self.offset_index.activate(max_index_size)
+        self.time_index.activate(max_index_size)
 
     def deactivate(self) -> None:
         """Stop being the active segment (roll): final time index entry, trimmed indexes."""
