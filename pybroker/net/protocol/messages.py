@@ -6,10 +6,194 @@ first flexible response version, request fields, response fields). Each field:
 F(snake_name, type, (first, last) versions, nullable=(first, last), tag=N,
 tagged=(first, last), default=value, flexible=..., fields=(children)); a last
 version of 0x7fff means open-ended, a missing default means the type's default.
+Field lists that occur more than once are the upper-case constants defined first.
 """
 
 # ruff: noqa: E501
 from pybroker.net.protocol.schema import Api, F
+
+LEADER_AND_ISR_PARTITION_STATE = (
+    F('topic_name', 'string', (0, 1)),
+    F('partition_index', 'int32', (0, 32767)),
+    F('controller_epoch', 'int32', (0, 32767)),
+    F('leader', 'int32', (0, 32767)),
+    F('leader_epoch', 'int32', (0, 32767)),
+    F('isr', '[]int32', (0, 32767)),
+    F('partition_epoch', 'int32', (0, 32767)),
+    F('replicas', '[]int32', (0, 32767)),
+    F('adding_replicas', '[]int32', (3, 32767)),
+    F('removing_replicas', '[]int32', (3, 32767)),
+    F('is_new', 'bool', (1, 32767), default=False),
+    F('leader_recovery_state', 'int8', (6, 32767), default=0),
+)
+
+LEADER_AND_ISR_PARTITION_ERROR = (
+    F('topic_name', 'string', (0, 4)),
+    F('partition_index', 'int32', (0, 32767)),
+    F('error_code', 'int16', (0, 32767)),
+)
+
+UPDATE_METADATA_PARTITION_STATE = (
+    F('topic_name', 'string', (0, 4)),
+    F('partition_index', 'int32', (0, 32767)),
+    F('controller_epoch', 'int32', (0, 32767)),
+    F('leader', 'int32', (0, 32767)),
+    F('leader_epoch', 'int32', (0, 32767)),
+    F('isr', '[]int32', (0, 32767)),
+    F('zk_version', 'int32', (0, 32767)),
+    F('replicas', '[]int32', (0, 32767)),
+    F('offline_replicas', '[]int32', (4, 32767)),
+)
+
+REMAINING_PARTITION = (
+    F('topic_name', 'string', (0, 32767)),
+    F('partition_index', 'int32', (0, 32767)),
+)
+
+OFFSET_COMMIT_RESPONSE_PARTITION = (
+    F('partition_index', 'int32', (0, 32767)),
+    F('error_code', 'int16', (0, 32767)),
+)
+
+CREATABLE_TOPIC_CONFIG = (
+    F('name', 'string', (0, 32767)),
+    F('value', 'string', (0, 32767), nullable=(0, 32767)),
+)
+
+ADD_PARTITIONS_TO_TXN_TOPIC = (
+    F('name', 'string', (0, 32767)),
+    F('partitions', '[]int32', (0, 32767)),
+)
+
+ADD_PARTITIONS_TO_TXN_PARTITION_RESULT = (
+    F('partition_index', 'int32', (0, 32767)),
+    F('partition_error_code', 'int16', (0, 32767)),
+)
+
+WRITABLE_TXN_MARKER_TOPIC = (
+    F('name', 'string', (0, 32767)),
+    F('partition_indexes', '[]int32', (0, 32767)),
+)
+
+ALTER_CONFIGS_RESOURCE_RESPONSE = (
+    F('error_code', 'int16', (0, 32767)),
+    F('error_message', 'string', (0, 32767), nullable=(0, 32767)),
+    F('resource_type', 'int8', (0, 32767)),
+    F('resource_name', 'string', (0, 32767)),
+)
+
+DESCRIBABLE_LOG_DIR_TOPIC = (
+    F('topic', 'string', (0, 32767)),
+    F('partitions', '[]int32', (0, 32767)),
+)
+
+CREATABLE_RENEWERS = (
+    F('principal_type', 'string', (0, 32767)),
+    F('principal_name', 'string', (0, 32767)),
+)
+
+ENTITY_DATA = (
+    F('entity_type', 'string', (0, 32767)),
+    F('entity_name', 'string', (0, 32767), nullable=(0, 32767)),
+)
+
+NODE_ENDPOINT = (
+    F('node_id', 'int32', (1, 32767)),
+    F('host', 'string', (1, 32767)),
+    F('port', 'uint16', (1, 32767)),
+)
+
+LEADER_ENDPOINT = (
+    F('name', 'string', (1, 32767)),
+    F('host', 'string', (1, 32767)),
+    F('port', 'uint16', (1, 32767)),
+)
+
+PARTITION_DATA = (
+    F('partition_index', 'int32', (0, 32767)),
+    F('error_code', 'int16', (0, 32767)),
+    F('leader_id', 'int32', (0, 32767)),
+    F('leader_epoch', 'int32', (0, 32767)),
+)
+
+REPLICA_STATE = (
+    F('replica_id', 'int32', (0, 32767)),
+    F('replica_directory_id', 'uuid', (2, 32767)),
+    F('log_end_offset', 'int64', (0, 32767)),
+    F('last_fetch_timestamp', 'int64', (1, 32767), default=-1),
+    F('last_caught_up_timestamp', 'int64', (1, 32767), default=-1),
+)
+
+SNAPSHOT_ID = (
+    F('end_offset', 'int64', (0, 32767)),
+    F('epoch', 'int32', (0, 32767)),
+)
+
+LEADER_ID_AND_EPOCH = (
+    F('leader_id', 'int32', (0, 32767)),
+    F('leader_epoch', 'int32', (0, 32767)),
+)
+
+LISTENER = (
+    F('name', 'string', (0, 32767)),
+    F('host', 'string', (0, 32767)),
+    F('port', 'uint16', (0, 32767)),
+    F('security_protocol', 'int16', (0, 32767)),
+)
+
+FEATURE = (
+    F('name', 'string', (0, 32767)),
+    F('min_supported_version', 'int16', (0, 32767)),
+    F('max_supported_version', 'int16', (0, 32767)),
+)
+
+TOPIC_PARTITIONS = (
+    F('topic_id', 'uuid', (0, 32767)),
+    F('partitions', '[]int32', (0, 32767)),
+)
+
+TOPIC_PARTITIONS_2 = (
+    F('topic_id', 'uuid', (0, 32767)),
+    F('topic_name', 'string', (0, 32767)),
+    F('partitions', '[]int32', (0, 32767)),
+)
+
+ACKNOWLEDGEMENT_BATCH = (
+    F('first_offset', 'int64', (0, 32767)),
+    F('last_offset', 'int64', (0, 32767)),
+    F('acknowledge_types', '[]int8', (0, 32767)),
+)
+
+NODE_ENDPOINT_2 = (
+    F('node_id', 'int32', (0, 32767)),
+    F('host', 'string', (0, 32767)),
+    F('port', 'int32', (0, 32767)),
+    F('rack', 'string', (0, 32767), nullable=(0, 32767), default=None),
+)
+
+LISTENER_2 = (
+    F('name', 'string', (0, 32767)),
+    F('host', 'string', (0, 32767)),
+    F('port', 'uint16', (0, 32767)),
+)
+
+PARTITION_RESULT = (
+    F('partition', 'int32', (0, 32767)),
+    F('error_code', 'int16', (0, 32767)),
+    F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
+)
+
+PARTITION_DATA_2 = (
+    F('partition', 'int32', (0, 32767)),
+    F('leader_epoch', 'int32', (0, 32767)),
+)
+
+STATE_BATCH = (
+    F('first_offset', 'int64', (0, 32767)),
+    F('last_offset', 'int64', (0, 32767)),
+    F('delivery_state', 'int8', (0, 32767)),
+    F('delivery_count', 'int16', (0, 32767)),
+)
 
 REQUEST_HEADER_FIELDS = (
     F('request_api_key', 'int16', (0, 32767)),
@@ -221,37 +405,11 @@ APIS = {
             F('controller_epoch', 'int32', (0, 32767)),
             F('broker_epoch', 'int64', (2, 32767), default=-1),
             F('type', 'int8', (5, 32767)),
-            F('ungrouped_partition_states', '[]struct', (0, 1), fields=(
-                F('topic_name', 'string', (0, 1)),
-                F('partition_index', 'int32', (0, 32767)),
-                F('controller_epoch', 'int32', (0, 32767)),
-                F('leader', 'int32', (0, 32767)),
-                F('leader_epoch', 'int32', (0, 32767)),
-                F('isr', '[]int32', (0, 32767)),
-                F('partition_epoch', 'int32', (0, 32767)),
-                F('replicas', '[]int32', (0, 32767)),
-                F('adding_replicas', '[]int32', (3, 32767)),
-                F('removing_replicas', '[]int32', (3, 32767)),
-                F('is_new', 'bool', (1, 32767), default=False),
-                F('leader_recovery_state', 'int8', (6, 32767), default=0),
-            )),
+            F('ungrouped_partition_states', '[]struct', (0, 1), fields=LEADER_AND_ISR_PARTITION_STATE),
             F('topic_states', '[]struct', (2, 32767), fields=(
                 F('topic_name', 'string', (2, 32767)),
                 F('topic_id', 'uuid', (5, 32767)),
-                F('partition_states', '[]struct', (2, 32767), fields=(
-                    F('topic_name', 'string', (0, 1)),
-                    F('partition_index', 'int32', (0, 32767)),
-                    F('controller_epoch', 'int32', (0, 32767)),
-                    F('leader', 'int32', (0, 32767)),
-                    F('leader_epoch', 'int32', (0, 32767)),
-                    F('isr', '[]int32', (0, 32767)),
-                    F('partition_epoch', 'int32', (0, 32767)),
-                    F('replicas', '[]int32', (0, 32767)),
-                    F('adding_replicas', '[]int32', (3, 32767)),
-                    F('removing_replicas', '[]int32', (3, 32767)),
-                    F('is_new', 'bool', (1, 32767), default=False),
-                    F('leader_recovery_state', 'int8', (6, 32767), default=0),
-                )),
+                F('partition_states', '[]struct', (2, 32767), fields=LEADER_AND_ISR_PARTITION_STATE),
             )),
             F('live_leaders', '[]struct', (0, 32767), fields=(
                 F('broker_id', 'int32', (0, 32767)),
@@ -261,18 +419,10 @@ APIS = {
         ),
         response=(
             F('error_code', 'int16', (0, 32767)),
-            F('partition_errors', '[]struct', (0, 4), fields=(
-                F('topic_name', 'string', (0, 4)),
-                F('partition_index', 'int32', (0, 32767)),
-                F('error_code', 'int16', (0, 32767)),
-            )),
+            F('partition_errors', '[]struct', (0, 4), fields=LEADER_AND_ISR_PARTITION_ERROR),
             F('topics', '[]struct', (5, 32767), fields=(
                 F('topic_id', 'uuid', (5, 32767)),
-                F('partition_errors', '[]struct', (5, 32767), fields=(
-                    F('topic_name', 'string', (0, 4)),
-                    F('partition_index', 'int32', (0, 32767)),
-                    F('error_code', 'int16', (0, 32767)),
-                )),
+                F('partition_errors', '[]struct', (5, 32767), fields=LEADER_AND_ISR_PARTITION_ERROR),
             )),
         ),
     ),
@@ -318,31 +468,11 @@ APIS = {
             F('type', 'int8', (8, 32767), tag=0, tagged=(8, 32767), default=0),
             F('controller_epoch', 'int32', (0, 32767)),
             F('broker_epoch', 'int64', (5, 32767), default=-1),
-            F('ungrouped_partition_states', '[]struct', (0, 4), fields=(
-                F('topic_name', 'string', (0, 4)),
-                F('partition_index', 'int32', (0, 32767)),
-                F('controller_epoch', 'int32', (0, 32767)),
-                F('leader', 'int32', (0, 32767)),
-                F('leader_epoch', 'int32', (0, 32767)),
-                F('isr', '[]int32', (0, 32767)),
-                F('zk_version', 'int32', (0, 32767)),
-                F('replicas', '[]int32', (0, 32767)),
-                F('offline_replicas', '[]int32', (4, 32767)),
-            )),
+            F('ungrouped_partition_states', '[]struct', (0, 4), fields=UPDATE_METADATA_PARTITION_STATE),
             F('topic_states', '[]struct', (5, 32767), fields=(
                 F('topic_name', 'string', (5, 32767)),
                 F('topic_id', 'uuid', (7, 32767)),
-                F('partition_states', '[]struct', (5, 32767), fields=(
-                    F('topic_name', 'string', (0, 4)),
-                    F('partition_index', 'int32', (0, 32767)),
-                    F('controller_epoch', 'int32', (0, 32767)),
-                    F('leader', 'int32', (0, 32767)),
-                    F('leader_epoch', 'int32', (0, 32767)),
-                    F('isr', '[]int32', (0, 32767)),
-                    F('zk_version', 'int32', (0, 32767)),
-                    F('replicas', '[]int32', (0, 32767)),
-                    F('offline_replicas', '[]int32', (4, 32767)),
-                )),
+                F('partition_states', '[]struct', (5, 32767), fields=UPDATE_METADATA_PARTITION_STATE),
             )),
             F('live_brokers', '[]struct', (0, 32767), fields=(
                 F('id', 'int32', (0, 32767)),
@@ -369,10 +499,7 @@ APIS = {
         ),
         response=(
             F('error_code', 'int16', (0, 32767)),
-            F('remaining_partitions', '[]struct', (0, 32767), fields=(
-                F('topic_name', 'string', (0, 32767)),
-                F('partition_index', 'int32', (0, 32767)),
-            )),
+            F('remaining_partitions', '[]struct', (0, 32767), fields=REMAINING_PARTITION),
         ),
     ),
     8: Api(
@@ -398,10 +525,7 @@ APIS = {
             F('throttle_time_ms', 'int32', (3, 32767)),
             F('topics', '[]struct', (0, 32767), fields=(
                 F('name', 'string', (0, 32767)),
-                F('partitions', '[]struct', (0, 32767), fields=(
-                    F('partition_index', 'int32', (0, 32767)),
-                    F('error_code', 'int16', (0, 32767)),
-                )),
+                F('partitions', '[]struct', (0, 32767), fields=OFFSET_COMMIT_RESPONSE_PARTITION),
             )),
         ),
     ),
@@ -656,10 +780,7 @@ APIS = {
                     F('partition_index', 'int32', (0, 32767)),
                     F('broker_ids', '[]int32', (0, 32767)),
                 )),
-                F('configs', '[]struct', (0, 32767), fields=(
-                    F('name', 'string', (0, 32767)),
-                    F('value', 'string', (0, 32767), nullable=(0, 32767)),
-                )),
+                F('configs', '[]struct', (0, 32767), fields=CREATABLE_TOPIC_CONFIG),
             )),
             F('timeout_ms', 'int32', (0, 32767), default=60000),
             F('validate_only', 'bool', (1, 32767), default=False),
@@ -777,18 +898,12 @@ APIS = {
                 F('producer_id', 'int64', (4, 32767)),
                 F('producer_epoch', 'int16', (4, 32767)),
                 F('verify_only', 'bool', (4, 32767), default=False),
-                F('topics', '[]struct', (4, 32767), fields=(
-                    F('name', 'string', (0, 32767)),
-                    F('partitions', '[]int32', (0, 32767)),
-                )),
+                F('topics', '[]struct', (4, 32767), fields=ADD_PARTITIONS_TO_TXN_TOPIC),
             )),
             F('v3_and_below_transactional_id', 'string', (0, 3)),
             F('v3_and_below_producer_id', 'int64', (0, 3)),
             F('v3_and_below_producer_epoch', 'int16', (0, 3)),
-            F('v3_and_below_topics', '[]struct', (0, 3), fields=(
-                F('name', 'string', (0, 32767)),
-                F('partitions', '[]int32', (0, 32767)),
-            )),
+            F('v3_and_below_topics', '[]struct', (0, 3), fields=ADD_PARTITIONS_TO_TXN_TOPIC),
         ),
         response=(
             F('throttle_time_ms', 'int32', (0, 32767)),
@@ -797,18 +912,12 @@ APIS = {
                 F('transactional_id', 'string', (4, 32767)),
                 F('topic_results', '[]struct', (4, 32767), fields=(
                     F('name', 'string', (0, 32767)),
-                    F('results_by_partition', '[]struct', (0, 32767), fields=(
-                        F('partition_index', 'int32', (0, 32767)),
-                        F('partition_error_code', 'int16', (0, 32767)),
-                    )),
+                    F('results_by_partition', '[]struct', (0, 32767), fields=ADD_PARTITIONS_TO_TXN_PARTITION_RESULT),
                 )),
             )),
             F('results_by_topic_v3_and_below', '[]struct', (0, 3), fields=(
                 F('name', 'string', (0, 32767)),
-                F('results_by_partition', '[]struct', (0, 32767), fields=(
-                    F('partition_index', 'int32', (0, 32767)),
-                    F('partition_error_code', 'int16', (0, 32767)),
-                )),
+                F('results_by_partition', '[]struct', (0, 32767), fields=ADD_PARTITIONS_TO_TXN_PARTITION_RESULT),
             )),
         ),
     ),
@@ -847,10 +956,7 @@ APIS = {
                 F('producer_id', 'int64', (0, 32767)),
                 F('producer_epoch', 'int16', (0, 32767)),
                 F('transaction_result', 'bool', (0, 32767)),
-                F('topics', '[]struct', (0, 32767), fields=(
-                    F('name', 'string', (0, 32767)),
-                    F('partition_indexes', '[]int32', (0, 32767)),
-                )),
+                F('topics', '[]struct', (0, 32767), fields=WRITABLE_TXN_MARKER_TOPIC),
                 F('coordinator_epoch', 'int32', (0, 32767)),
             )),
         ),
@@ -859,10 +965,7 @@ APIS = {
                 F('producer_id', 'int64', (0, 32767)),
                 F('topics', '[]struct', (0, 32767), fields=(
                     F('name', 'string', (0, 32767)),
-                    F('partitions', '[]struct', (0, 32767), fields=(
-                        F('partition_index', 'int32', (0, 32767)),
-                        F('error_code', 'int16', (0, 32767)),
-                    )),
+                    F('partitions', '[]struct', (0, 32767), fields=OFFSET_COMMIT_RESPONSE_PARTITION),
                 )),
             )),
         ),
@@ -891,10 +994,7 @@ APIS = {
             F('throttle_time_ms', 'int32', (0, 32767)),
             F('topics', '[]struct', (0, 32767), fields=(
                 F('name', 'string', (0, 32767)),
-                F('partitions', '[]struct', (0, 32767), fields=(
-                    F('partition_index', 'int32', (0, 32767)),
-                    F('error_code', 'int16', (0, 32767)),
-                )),
+                F('partitions', '[]struct', (0, 32767), fields=OFFSET_COMMIT_RESPONSE_PARTITION),
             )),
         ),
     ),
@@ -1021,21 +1121,13 @@ APIS = {
             F('resources', '[]struct', (0, 32767), fields=(
                 F('resource_type', 'int8', (0, 32767)),
                 F('resource_name', 'string', (0, 32767)),
-                F('configs', '[]struct', (0, 32767), fields=(
-                    F('name', 'string', (0, 32767)),
-                    F('value', 'string', (0, 32767), nullable=(0, 32767)),
-                )),
+                F('configs', '[]struct', (0, 32767), fields=CREATABLE_TOPIC_CONFIG),
             )),
             F('validate_only', 'bool', (0, 32767)),
         ),
         response=(
             F('throttle_time_ms', 'int32', (0, 32767)),
-            F('responses', '[]struct', (0, 32767), fields=(
-                F('error_code', 'int16', (0, 32767)),
-                F('error_message', 'string', (0, 32767), nullable=(0, 32767)),
-                F('resource_type', 'int8', (0, 32767)),
-                F('resource_name', 'string', (0, 32767)),
-            )),
+            F('responses', '[]struct', (0, 32767), fields=ALTER_CONFIGS_RESOURCE_RESPONSE),
         ),
     ),
     34: Api(
@@ -1043,30 +1135,21 @@ APIS = {
         request=(
             F('dirs', '[]struct', (0, 32767), fields=(
                 F('path', 'string', (0, 32767)),
-                F('topics', '[]struct', (0, 32767), fields=(
-                    F('name', 'string', (0, 32767)),
-                    F('partitions', '[]int32', (0, 32767)),
-                )),
+                F('topics', '[]struct', (0, 32767), fields=ADD_PARTITIONS_TO_TXN_TOPIC),
             )),
         ),
         response=(
             F('throttle_time_ms', 'int32', (0, 32767)),
             F('results', '[]struct', (0, 32767), fields=(
                 F('topic_name', 'string', (0, 32767)),
-                F('partitions', '[]struct', (0, 32767), fields=(
-                    F('partition_index', 'int32', (0, 32767)),
-                    F('error_code', 'int16', (0, 32767)),
-                )),
+                F('partitions', '[]struct', (0, 32767), fields=OFFSET_COMMIT_RESPONSE_PARTITION),
             )),
         ),
     ),
     35: Api(
         'DescribeLogDirs', (0, 4), 2, 2,
         request=(
-            F('topics', '[]struct', (0, 32767), nullable=(0, 32767), fields=(
-                F('topic', 'string', (0, 32767)),
-                F('partitions', '[]int32', (0, 32767)),
-            )),
+            F('topics', '[]struct', (0, 32767), nullable=(0, 32767), fields=DESCRIBABLE_LOG_DIR_TOPIC),
         ),
         response=(
             F('throttle_time_ms', 'int32', (0, 32767)),
@@ -1127,10 +1210,7 @@ APIS = {
         request=(
             F('owner_principal_type', 'string', (3, 32767), nullable=(3, 32767)),
             F('owner_principal_name', 'string', (3, 32767), nullable=(3, 32767)),
-            F('renewers', '[]struct', (0, 32767), fields=(
-                F('principal_type', 'string', (0, 32767)),
-                F('principal_name', 'string', (0, 32767)),
-            )),
+            F('renewers', '[]struct', (0, 32767), fields=CREATABLE_RENEWERS),
             F('max_lifetime_ms', 'int64', (0, 32767)),
         ),
         response=(
@@ -1174,10 +1254,7 @@ APIS = {
     41: Api(
         'DescribeDelegationToken', (0, 3), 2, 2,
         request=(
-            F('owners', '[]struct', (0, 32767), nullable=(0, 32767), fields=(
-                F('principal_type', 'string', (0, 32767)),
-                F('principal_name', 'string', (0, 32767)),
-            )),
+            F('owners', '[]struct', (0, 32767), nullable=(0, 32767), fields=CREATABLE_RENEWERS),
         ),
         response=(
             F('error_code', 'int16', (0, 32767)),
@@ -1191,10 +1268,7 @@ APIS = {
                 F('max_timestamp', 'int64', (0, 32767)),
                 F('token_id', 'string', (0, 32767)),
                 F('hmac', 'bytes', (0, 32767)),
-                F('renewers', '[]struct', (0, 32767), fields=(
-                    F('principal_type', 'string', (0, 32767)),
-                    F('principal_name', 'string', (0, 32767)),
-                )),
+                F('renewers', '[]struct', (0, 32767), fields=CREATABLE_RENEWERS),
             )),
             F('throttle_time_ms', 'int32', (0, 32767)),
         ),
@@ -1216,10 +1290,7 @@ APIS = {
         'ElectLeaders', (0, 2), 2, 2,
         request=(
             F('election_type', 'int8', (1, 32767)),
-            F('topic_partitions', '[]struct', (0, 32767), nullable=(0, 32767), fields=(
-                F('topic', 'string', (0, 32767)),
-                F('partitions', '[]int32', (0, 32767)),
-            )),
+            F('topic_partitions', '[]struct', (0, 32767), nullable=(0, 32767), fields=DESCRIBABLE_LOG_DIR_TOPIC),
             F('timeout_ms', 'int32', (0, 32767), default=60000),
         ),
         response=(
@@ -1251,12 +1322,7 @@ APIS = {
         ),
         response=(
             F('throttle_time_ms', 'int32', (0, 32767)),
-            F('responses', '[]struct', (0, 32767), fields=(
-                F('error_code', 'int16', (0, 32767)),
-                F('error_message', 'string', (0, 32767), nullable=(0, 32767)),
-                F('resource_type', 'int8', (0, 32767)),
-                F('resource_name', 'string', (0, 32767)),
-            )),
+            F('responses', '[]struct', (0, 32767), fields=ALTER_CONFIGS_RESOURCE_RESPONSE),
         ),
     ),
     45: Api(
@@ -1289,10 +1355,7 @@ APIS = {
         'ListPartitionReassignments', (0, 0), 0, 0,
         request=(
             F('timeout_ms', 'int32', (0, 32767), default=60000),
-            F('topics', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
-                F('name', 'string', (0, 32767)),
-                F('partition_indexes', '[]int32', (0, 32767)),
-            )),
+            F('topics', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=WRITABLE_TXN_MARKER_TOPIC),
         ),
         response=(
             F('throttle_time_ms', 'int32', (0, 32767)),
@@ -1325,10 +1388,7 @@ APIS = {
             F('throttle_time_ms', 'int32', (0, 32767)),
             F('topics', '[]struct', (0, 32767), fields=(
                 F('name', 'string', (0, 32767)),
-                F('partitions', '[]struct', (0, 32767), fields=(
-                    F('partition_index', 'int32', (0, 32767)),
-                    F('error_code', 'int16', (0, 32767)),
-                )),
+                F('partitions', '[]struct', (0, 32767), fields=OFFSET_COMMIT_RESPONSE_PARTITION),
             )),
         ),
     ),
@@ -1347,10 +1407,7 @@ APIS = {
             F('error_code', 'int16', (0, 32767)),
             F('error_message', 'string', (0, 32767), nullable=(0, 32767)),
             F('entries', '[]struct', (0, 32767), nullable=(0, 32767), fields=(
-                F('entity', '[]struct', (0, 32767), fields=(
-                    F('entity_type', 'string', (0, 32767)),
-                    F('entity_name', 'string', (0, 32767), nullable=(0, 32767)),
-                )),
+                F('entity', '[]struct', (0, 32767), fields=ENTITY_DATA),
                 F('values', '[]struct', (0, 32767), fields=(
                     F('key', 'string', (0, 32767)),
                     F('value', 'float64', (0, 32767)),
@@ -1362,10 +1419,7 @@ APIS = {
         'AlterClientQuotas', (0, 1), 1, 1,
         request=(
             F('entries', '[]struct', (0, 32767), fields=(
-                F('entity', '[]struct', (0, 32767), fields=(
-                    F('entity_type', 'string', (0, 32767)),
-                    F('entity_name', 'string', (0, 32767), nullable=(0, 32767)),
-                )),
+                F('entity', '[]struct', (0, 32767), fields=ENTITY_DATA),
                 F('ops', '[]struct', (0, 32767), fields=(
                     F('key', 'string', (0, 32767)),
                     F('value', 'float64', (0, 32767)),
@@ -1379,10 +1433,7 @@ APIS = {
             F('entries', '[]struct', (0, 32767), fields=(
                 F('error_code', 'int16', (0, 32767)),
                 F('error_message', 'string', (0, 32767), nullable=(0, 32767)),
-                F('entity', '[]struct', (0, 32767), fields=(
-                    F('entity_type', 'string', (0, 32767)),
-                    F('entity_name', 'string', (0, 32767), nullable=(0, 32767)),
-                )),
+                F('entity', '[]struct', (0, 32767), fields=ENTITY_DATA),
             )),
         ),
     ),
@@ -1462,11 +1513,7 @@ APIS = {
                     F('vote_granted', 'bool', (0, 32767)),
                 )),
             )),
-            F('node_endpoints', '[]struct', (1, 32767), tag=0, tagged=(1, 32767), fields=(
-                F('node_id', 'int32', (1, 32767)),
-                F('host', 'string', (1, 32767)),
-                F('port', 'uint16', (1, 32767)),
-            )),
+            F('node_endpoints', '[]struct', (1, 32767), tag=0, tagged=(1, 32767), fields=NODE_ENDPOINT),
         ),
     ),
     53: Api(
@@ -1483,28 +1530,15 @@ APIS = {
                     F('leader_epoch', 'int32', (0, 32767)),
                 )),
             )),
-            F('leader_endpoints', '[]struct', (1, 32767), fields=(
-                F('name', 'string', (1, 32767)),
-                F('host', 'string', (1, 32767)),
-                F('port', 'uint16', (1, 32767)),
-            )),
+            F('leader_endpoints', '[]struct', (1, 32767), fields=LEADER_ENDPOINT),
         ),
         response=(
             F('error_code', 'int16', (0, 32767)),
             F('topics', '[]struct', (0, 32767), fields=(
                 F('topic_name', 'string', (0, 32767)),
-                F('partitions', '[]struct', (0, 32767), fields=(
-                    F('partition_index', 'int32', (0, 32767)),
-                    F('error_code', 'int16', (0, 32767)),
-                    F('leader_id', 'int32', (0, 32767)),
-                    F('leader_epoch', 'int32', (0, 32767)),
-                )),
+                F('partitions', '[]struct', (0, 32767), fields=PARTITION_DATA),
             )),
-            F('node_endpoints', '[]struct', (1, 32767), tag=0, tagged=(1, 32767), fields=(
-                F('node_id', 'int32', (1, 32767)),
-                F('host', 'string', (1, 32767)),
-                F('port', 'uint16', (1, 32767)),
-            )),
+            F('node_endpoints', '[]struct', (1, 32767), tag=0, tagged=(1, 32767), fields=NODE_ENDPOINT),
         ),
     ),
     54: Api(
@@ -1524,28 +1558,15 @@ APIS = {
                     )),
                 )),
             )),
-            F('leader_endpoints', '[]struct', (1, 32767), fields=(
-                F('name', 'string', (1, 32767)),
-                F('host', 'string', (1, 32767)),
-                F('port', 'uint16', (1, 32767)),
-            )),
+            F('leader_endpoints', '[]struct', (1, 32767), fields=LEADER_ENDPOINT),
         ),
         response=(
             F('error_code', 'int16', (0, 32767)),
             F('topics', '[]struct', (0, 32767), fields=(
                 F('topic_name', 'string', (0, 32767)),
-                F('partitions', '[]struct', (0, 32767), fields=(
-                    F('partition_index', 'int32', (0, 32767)),
-                    F('error_code', 'int16', (0, 32767)),
-                    F('leader_id', 'int32', (0, 32767)),
-                    F('leader_epoch', 'int32', (0, 32767)),
-                )),
+                F('partitions', '[]struct', (0, 32767), fields=PARTITION_DATA),
             )),
-            F('node_endpoints', '[]struct', (1, 32767), tag=0, tagged=(1, 32767), fields=(
-                F('node_id', 'int32', (1, 32767)),
-                F('host', 'string', (1, 32767)),
-                F('port', 'uint16', (1, 32767)),
-            )),
+            F('node_endpoints', '[]struct', (1, 32767), tag=0, tagged=(1, 32767), fields=NODE_ENDPOINT),
         ),
     ),
     55: Api(
@@ -1570,20 +1591,8 @@ APIS = {
                     F('leader_id', 'int32', (0, 32767)),
                     F('leader_epoch', 'int32', (0, 32767)),
                     F('high_watermark', 'int64', (0, 32767)),
-                    F('current_voters', '[]struct', (0, 32767), fields=(
-                        F('replica_id', 'int32', (0, 32767)),
-                        F('replica_directory_id', 'uuid', (2, 32767)),
-                        F('log_end_offset', 'int64', (0, 32767)),
-                        F('last_fetch_timestamp', 'int64', (1, 32767), default=-1),
-                        F('last_caught_up_timestamp', 'int64', (1, 32767), default=-1),
-                    )),
-                    F('observers', '[]struct', (0, 32767), fields=(
-                        F('replica_id', 'int32', (0, 32767)),
-                        F('replica_directory_id', 'uuid', (2, 32767)),
-                        F('log_end_offset', 'int64', (0, 32767)),
-                        F('last_fetch_timestamp', 'int64', (1, 32767), default=-1),
-                        F('last_caught_up_timestamp', 'int64', (1, 32767), default=-1),
-                    )),
+                    F('current_voters', '[]struct', (0, 32767), fields=REPLICA_STATE),
+                    F('observers', '[]struct', (0, 32767), fields=REPLICA_STATE),
                 )),
             )),
             F('nodes', '[]struct', (2, 32767), fields=(
@@ -1681,10 +1690,7 @@ APIS = {
                 F('partitions', '[]struct', (0, 32767), fields=(
                     F('partition', 'int32', (0, 32767)),
                     F('current_leader_epoch', 'int32', (0, 32767)),
-                    F('snapshot_id', 'struct', (0, 32767), fields=(
-                        F('end_offset', 'int64', (0, 32767)),
-                        F('epoch', 'int32', (0, 32767)),
-                    )),
+                    F('snapshot_id', 'struct', (0, 32767), fields=SNAPSHOT_ID),
                     F('position', 'int64', (0, 32767)),
                     F('replica_directory_id', 'uuid', (1, 32767), tag=0, tagged=(1, 32767)),
                 )),
@@ -1698,24 +1704,14 @@ APIS = {
                 F('partitions', '[]struct', (0, 32767), fields=(
                     F('index', 'int32', (0, 32767)),
                     F('error_code', 'int16', (0, 32767)),
-                    F('snapshot_id', 'struct', (0, 32767), fields=(
-                        F('end_offset', 'int64', (0, 32767)),
-                        F('epoch', 'int32', (0, 32767)),
-                    )),
-                    F('current_leader', 'struct', (0, 32767), tag=0, tagged=(0, 32767), fields=(
-                        F('leader_id', 'int32', (0, 32767)),
-                        F('leader_epoch', 'int32', (0, 32767)),
-                    )),
+                    F('snapshot_id', 'struct', (0, 32767), fields=SNAPSHOT_ID),
+                    F('current_leader', 'struct', (0, 32767), tag=0, tagged=(0, 32767), fields=LEADER_ID_AND_EPOCH),
                     F('size', 'int64', (0, 32767)),
                     F('position', 'int64', (0, 32767)),
                     F('unaligned_records', 'records', (0, 32767)),
                 )),
             )),
-            F('node_endpoints', '[]struct', (1, 32767), tag=0, tagged=(1, 32767), fields=(
-                F('node_id', 'int32', (1, 32767)),
-                F('host', 'string', (1, 32767)),
-                F('port', 'uint16', (1, 32767)),
-            )),
+            F('node_endpoints', '[]struct', (1, 32767), tag=0, tagged=(1, 32767), fields=NODE_ENDPOINT),
         ),
     ),
     60: Api(
@@ -1743,10 +1739,7 @@ APIS = {
     61: Api(
         'DescribeProducers', (0, 0), 0, 0,
         request=(
-            F('topics', '[]struct', (0, 32767), fields=(
-                F('name', 'string', (0, 32767)),
-                F('partition_indexes', '[]int32', (0, 32767)),
-            )),
+            F('topics', '[]struct', (0, 32767), fields=WRITABLE_TXN_MARKER_TOPIC),
         ),
         response=(
             F('throttle_time_ms', 'int32', (0, 32767)),
@@ -1774,17 +1767,8 @@ APIS = {
             F('broker_id', 'int32', (0, 32767)),
             F('cluster_id', 'string', (0, 32767)),
             F('incarnation_id', 'uuid', (0, 32767)),
-            F('listeners', '[]struct', (0, 32767), fields=(
-                F('name', 'string', (0, 32767)),
-                F('host', 'string', (0, 32767)),
-                F('port', 'uint16', (0, 32767)),
-                F('security_protocol', 'int16', (0, 32767)),
-            )),
-            F('features', '[]struct', (0, 32767), fields=(
-                F('name', 'string', (0, 32767)),
-                F('min_supported_version', 'int16', (0, 32767)),
-                F('max_supported_version', 'int16', (0, 32767)),
-            )),
+            F('listeners', '[]struct', (0, 32767), fields=LISTENER),
+            F('features', '[]struct', (0, 32767), fields=FEATURE),
             F('rack', 'string', (0, 32767), nullable=(0, 32767)),
             F('is_migrating_zk_broker', 'bool', (1, 32767), default=False),
             F('log_dirs', '[]uuid', (2, 32767)),
@@ -1840,10 +1824,7 @@ APIS = {
                 F('transaction_start_time_ms', 'int64', (0, 32767)),
                 F('producer_id', 'int64', (0, 32767)),
                 F('producer_epoch', 'int16', (0, 32767)),
-                F('topics', '[]struct', (0, 32767), fields=(
-                    F('topic', 'string', (0, 32767)),
-                    F('partitions', '[]int32', (0, 32767)),
-                )),
+                F('topics', '[]struct', (0, 32767), fields=DESCRIBABLE_LOG_DIR_TOPIC),
             )),
         ),
     ),
@@ -1890,10 +1871,7 @@ APIS = {
             F('subscribed_topic_names', '[]string', (0, 32767), nullable=(0, 32767), default=None),
             F('subscribed_topic_regex', 'string', (1, 32767), nullable=(1, 32767), default=None),
             F('server_assignor', 'string', (0, 32767), nullable=(0, 32767), default=None),
-            F('topic_partitions', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
-                F('topic_id', 'uuid', (0, 32767)),
-                F('partitions', '[]int32', (0, 32767)),
-            )),
+            F('topic_partitions', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=TOPIC_PARTITIONS),
         ),
         response=(
             F('throttle_time_ms', 'int32', (0, 32767)),
@@ -1903,10 +1881,7 @@ APIS = {
             F('member_epoch', 'int32', (0, 32767)),
             F('heartbeat_interval_ms', 'int32', (0, 32767)),
             F('assignment', 'struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
-                F('topic_partitions', '[]struct', (0, 32767), fields=(
-                    F('topic_id', 'uuid', (0, 32767)),
-                    F('partitions', '[]int32', (0, 32767)),
-                )),
+                F('topic_partitions', '[]struct', (0, 32767), fields=TOPIC_PARTITIONS),
             )),
         ),
     ),
@@ -1936,18 +1911,10 @@ APIS = {
                     F('subscribed_topic_names', '[]string', (0, 32767)),
                     F('subscribed_topic_regex', 'string', (0, 32767), nullable=(0, 32767), default=None),
                     F('assignment', 'struct', (0, 32767), fields=(
-                        F('topic_partitions', '[]struct', (0, 32767), fields=(
-                            F('topic_id', 'uuid', (0, 32767)),
-                            F('topic_name', 'string', (0, 32767)),
-                            F('partitions', '[]int32', (0, 32767)),
-                        )),
+                        F('topic_partitions', '[]struct', (0, 32767), fields=TOPIC_PARTITIONS_2),
                     )),
                     F('target_assignment', 'struct', (0, 32767), fields=(
-                        F('topic_partitions', '[]struct', (0, 32767), fields=(
-                            F('topic_id', 'uuid', (0, 32767)),
-                            F('topic_name', 'string', (0, 32767)),
-                            F('partitions', '[]int32', (0, 32767)),
-                        )),
+                        F('topic_partitions', '[]struct', (0, 32767), fields=TOPIC_PARTITIONS_2),
                     )),
                 )),
                 F('authorized_operations', 'int32', (0, 32767), default=-2147483648),
@@ -1960,17 +1927,8 @@ APIS = {
             F('controller_id', 'int32', (0, 32767)),
             F('incarnation_id', 'uuid', (0, 32767)),
             F('zk_migration_ready', 'bool', (0, 32767)),
-            F('listeners', '[]struct', (0, 32767), fields=(
-                F('name', 'string', (0, 32767)),
-                F('host', 'string', (0, 32767)),
-                F('port', 'uint16', (0, 32767)),
-                F('security_protocol', 'int16', (0, 32767)),
-            )),
-            F('features', '[]struct', (0, 32767), fields=(
-                F('name', 'string', (0, 32767)),
-                F('min_supported_version', 'int16', (0, 32767)),
-                F('max_supported_version', 'int16', (0, 32767)),
-            )),
+            F('listeners', '[]struct', (0, 32767), fields=LISTENER),
+            F('features', '[]struct', (0, 32767), fields=FEATURE),
         ),
         response=(
             F('throttle_time_ms', 'int32', (0, 32767)),
@@ -2031,10 +1989,7 @@ APIS = {
                 F('id', 'uuid', (0, 32767)),
                 F('topics', '[]struct', (0, 32767), fields=(
                     F('topic_id', 'uuid', (0, 32767)),
-                    F('partitions', '[]struct', (0, 32767), fields=(
-                        F('partition_index', 'int32', (0, 32767)),
-                        F('error_code', 'int16', (0, 32767)),
-                    )),
+                    F('partitions', '[]struct', (0, 32767), fields=OFFSET_COMMIT_RESPONSE_PARTITION),
                 )),
             )),
         ),
@@ -2057,10 +2012,7 @@ APIS = {
                 F('name', 'string', (0, 32767)),
             )),
             F('response_partition_limit', 'int32', (0, 32767), default=2000),
-            F('cursor', 'struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
-                F('topic_name', 'string', (0, 32767)),
-                F('partition_index', 'int32', (0, 32767)),
-            )),
+            F('cursor', 'struct', (0, 32767), nullable=(0, 32767), default=None, fields=REMAINING_PARTITION),
         ),
         response=(
             F('throttle_time_ms', 'int32', (0, 32767)),
@@ -2082,10 +2034,7 @@ APIS = {
                 )),
                 F('topic_authorized_operations', 'int32', (0, 32767), default=-2147483648),
             )),
-            F('next_cursor', 'struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
-                F('topic_name', 'string', (0, 32767)),
-                F('partition_index', 'int32', (0, 32767)),
-            )),
+            F('next_cursor', 'struct', (0, 32767), nullable=(0, 32767), default=None, fields=REMAINING_PARTITION),
         ),
     ),
     76: Api(
@@ -2105,10 +2054,7 @@ APIS = {
             F('member_epoch', 'int32', (0, 32767)),
             F('heartbeat_interval_ms', 'int32', (0, 32767)),
             F('assignment', 'struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
-                F('topic_partitions', '[]struct', (0, 32767), fields=(
-                    F('topic_id', 'uuid', (0, 32767)),
-                    F('partitions', '[]int32', (0, 32767)),
-                )),
+                F('topic_partitions', '[]struct', (0, 32767), fields=TOPIC_PARTITIONS),
             )),
         ),
     ),
@@ -2136,11 +2082,7 @@ APIS = {
                     F('client_host', 'string', (0, 32767)),
                     F('subscribed_topic_names', '[]string', (0, 32767)),
                     F('assignment', 'struct', (0, 32767), fields=(
-                        F('topic_partitions', '[]struct', (0, 32767), fields=(
-                            F('topic_id', 'uuid', (0, 32767)),
-                            F('topic_name', 'string', (0, 32767)),
-                            F('partitions', '[]int32', (0, 32767)),
-                        )),
+                        F('topic_partitions', '[]struct', (0, 32767), fields=TOPIC_PARTITIONS_2),
                     )),
                 )),
                 F('authorized_operations', 'int32', (0, 32767), default=-2147483648),
@@ -2161,17 +2103,10 @@ APIS = {
                 F('partitions', '[]struct', (0, 32767), fields=(
                     F('partition_index', 'int32', (0, 32767)),
                     F('partition_max_bytes', 'int32', (0, 32767)),
-                    F('acknowledgement_batches', '[]struct', (0, 32767), fields=(
-                        F('first_offset', 'int64', (0, 32767)),
-                        F('last_offset', 'int64', (0, 32767)),
-                        F('acknowledge_types', '[]int8', (0, 32767)),
-                    )),
+                    F('acknowledgement_batches', '[]struct', (0, 32767), fields=ACKNOWLEDGEMENT_BATCH),
                 )),
             )),
-            F('forgotten_topics_data', '[]struct', (0, 32767), fields=(
-                F('topic_id', 'uuid', (0, 32767)),
-                F('partitions', '[]int32', (0, 32767)),
-            )),
+            F('forgotten_topics_data', '[]struct', (0, 32767), fields=TOPIC_PARTITIONS),
         ),
         response=(
             F('throttle_time_ms', 'int32', (0, 32767)),
@@ -2185,10 +2120,7 @@ APIS = {
                     F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
                     F('acknowledge_error_code', 'int16', (0, 32767)),
                     F('acknowledge_error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
-                    F('current_leader', 'struct', (0, 32767), fields=(
-                        F('leader_id', 'int32', (0, 32767)),
-                        F('leader_epoch', 'int32', (0, 32767)),
-                    )),
+                    F('current_leader', 'struct', (0, 32767), fields=LEADER_ID_AND_EPOCH),
                     F('records', 'records', (0, 32767), nullable=(0, 32767)),
                     F('acquired_records', '[]struct', (0, 32767), fields=(
                         F('first_offset', 'int64', (0, 32767)),
@@ -2197,12 +2129,7 @@ APIS = {
                     )),
                 )),
             )),
-            F('node_endpoints', '[]struct', (0, 32767), fields=(
-                F('node_id', 'int32', (0, 32767)),
-                F('host', 'string', (0, 32767)),
-                F('port', 'int32', (0, 32767)),
-                F('rack', 'string', (0, 32767), nullable=(0, 32767), default=None),
-            )),
+            F('node_endpoints', '[]struct', (0, 32767), fields=NODE_ENDPOINT_2),
         ),
     ),
     79: Api(
@@ -2215,11 +2142,7 @@ APIS = {
                 F('topic_id', 'uuid', (0, 32767)),
                 F('partitions', '[]struct', (0, 32767), fields=(
                     F('partition_index', 'int32', (0, 32767)),
-                    F('acknowledgement_batches', '[]struct', (0, 32767), fields=(
-                        F('first_offset', 'int64', (0, 32767)),
-                        F('last_offset', 'int64', (0, 32767)),
-                        F('acknowledge_types', '[]int8', (0, 32767)),
-                    )),
+                    F('acknowledgement_batches', '[]struct', (0, 32767), fields=ACKNOWLEDGEMENT_BATCH),
                 )),
             )),
         ),
@@ -2233,18 +2156,10 @@ APIS = {
                     F('partition_index', 'int32', (0, 32767)),
                     F('error_code', 'int16', (0, 32767)),
                     F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
-                    F('current_leader', 'struct', (0, 32767), fields=(
-                        F('leader_id', 'int32', (0, 32767)),
-                        F('leader_epoch', 'int32', (0, 32767)),
-                    )),
+                    F('current_leader', 'struct', (0, 32767), fields=LEADER_ID_AND_EPOCH),
                 )),
             )),
-            F('node_endpoints', '[]struct', (0, 32767), fields=(
-                F('node_id', 'int32', (0, 32767)),
-                F('host', 'string', (0, 32767)),
-                F('port', 'int32', (0, 32767)),
-                F('rack', 'string', (0, 32767), nullable=(0, 32767), default=None),
-            )),
+            F('node_endpoints', '[]struct', (0, 32767), fields=NODE_ENDPOINT_2),
         ),
     ),
     80: Api(
@@ -2254,11 +2169,7 @@ APIS = {
             F('timeout_ms', 'int32', (0, 32767)),
             F('voter_id', 'int32', (0, 32767)),
             F('voter_directory_id', 'uuid', (0, 32767)),
-            F('listeners', '[]struct', (0, 32767), fields=(
-                F('name', 'string', (0, 32767)),
-                F('host', 'string', (0, 32767)),
-                F('port', 'uint16', (0, 32767)),
-            )),
+            F('listeners', '[]struct', (0, 32767), fields=LISTENER_2),
         ),
         response=(
             F('throttle_time_ms', 'int32', (0, 32767)),
@@ -2286,11 +2197,7 @@ APIS = {
             F('current_leader_epoch', 'int32', (0, 32767)),
             F('voter_id', 'int32', (0, 32767)),
             F('voter_directory_id', 'uuid', (0, 32767)),
-            F('listeners', '[]struct', (0, 32767), fields=(
-                F('name', 'string', (0, 32767)),
-                F('host', 'string', (0, 32767)),
-                F('port', 'uint16', (0, 32767)),
-            )),
+            F('listeners', '[]struct', (0, 32767), fields=LISTENER_2),
             F('k_raft_version_feature', 'struct', (0, 32767), fields=(
                 F('min_supported_version', 'int16', (0, 32767)),
                 F('max_supported_version', 'int16', (0, 32767)),
@@ -2323,11 +2230,7 @@ APIS = {
         response=(
             F('results', '[]struct', (0, 32767), fields=(
                 F('topic_id', 'uuid', (0, 32767)),
-                F('partitions', '[]struct', (0, 32767), fields=(
-                    F('partition', 'int32', (0, 32767)),
-                    F('error_code', 'int16', (0, 32767)),
-                    F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
-                )),
+                F('partitions', '[]struct', (0, 32767), fields=PARTITION_RESULT),
             )),
         ),
     ),
@@ -2337,10 +2240,7 @@ APIS = {
             F('group_id', 'string', (0, 32767)),
             F('topics', '[]struct', (0, 32767), fields=(
                 F('topic_id', 'uuid', (0, 32767)),
-                F('partitions', '[]struct', (0, 32767), fields=(
-                    F('partition', 'int32', (0, 32767)),
-                    F('leader_epoch', 'int32', (0, 32767)),
-                )),
+                F('partitions', '[]struct', (0, 32767), fields=PARTITION_DATA_2),
             )),
         ),
         response=(
@@ -2352,12 +2252,7 @@ APIS = {
                     F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
                     F('state_epoch', 'int32', (0, 32767)),
                     F('start_offset', 'int64', (0, 32767)),
-                    F('state_batches', '[]struct', (0, 32767), fields=(
-                        F('first_offset', 'int64', (0, 32767)),
-                        F('last_offset', 'int64', (0, 32767)),
-                        F('delivery_state', 'int8', (0, 32767)),
-                        F('delivery_count', 'int16', (0, 32767)),
-                    )),
+                    F('state_batches', '[]struct', (0, 32767), fields=STATE_BATCH),
                 )),
             )),
         ),
@@ -2373,23 +2268,14 @@ APIS = {
                     F('state_epoch', 'int32', (0, 32767)),
                     F('leader_epoch', 'int32', (0, 32767)),
                     F('start_offset', 'int64', (0, 32767)),
-                    F('state_batches', '[]struct', (0, 32767), fields=(
-                        F('first_offset', 'int64', (0, 32767)),
-                        F('last_offset', 'int64', (0, 32767)),
-                        F('delivery_state', 'int8', (0, 32767)),
-                        F('delivery_count', 'int16', (0, 32767)),
-                    )),
+                    F('state_batches', '[]struct', (0, 32767), fields=STATE_BATCH),
                 )),
             )),
         ),
         response=(
             F('results', '[]struct', (0, 32767), fields=(
                 F('topic_id', 'uuid', (0, 32767)),
-                F('partitions', '[]struct', (0, 32767), fields=(
-                    F('partition', 'int32', (0, 32767)),
-                    F('error_code', 'int16', (0, 32767)),
-                    F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
-                )),
+                F('partitions', '[]struct', (0, 32767), fields=PARTITION_RESULT),
             )),
         ),
     ),
@@ -2407,11 +2293,7 @@ APIS = {
         response=(
             F('results', '[]struct', (0, 32767), fields=(
                 F('topic_id', 'uuid', (0, 32767)),
-                F('partitions', '[]struct', (0, 32767), fields=(
-                    F('partition', 'int32', (0, 32767)),
-                    F('error_code', 'int16', (0, 32767)),
-                    F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
-                )),
+                F('partitions', '[]struct', (0, 32767), fields=PARTITION_RESULT),
             )),
         ),
     ),
@@ -2421,10 +2303,7 @@ APIS = {
             F('group_id', 'string', (0, 32767)),
             F('topics', '[]struct', (0, 32767), fields=(
                 F('topic_id', 'uuid', (0, 32767)),
-                F('partitions', '[]struct', (0, 32767), fields=(
-                    F('partition', 'int32', (0, 32767)),
-                    F('leader_epoch', 'int32', (0, 32767)),
-                )),
+                F('partitions', '[]struct', (0, 32767), fields=PARTITION_DATA_2),
             )),
         ),
         response=(
