@@ -103,9 +103,10 @@ def test_header_versions():
 def test_unknown_api_and_version():
     frame = encode_request(18, 3, 1, {})
     raw = bytearray(frame[4:])
-    raw[2:4] = struct.pack(">h", 99)  # ApiVersions v99: header still readable (v1)
+    raw[2:4] = struct.pack(">h", 99)  # ApiVersions v99: header still readable (v2)
     header = read_request_header(bytes(raw))
     assert (header.api_version, header.correlation_id, header.client_id) == (99, 1, "pybroker")
+    assert header.header_size == len(raw) - 3  # header v2: its tag buffer was read too
     with pytest.raises(UnsupportedVersionError):
         decode_request(18, 99, bytes(raw), header.header_size)
     with pytest.raises(InvalidRequestError):

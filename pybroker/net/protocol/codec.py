@@ -552,15 +552,21 @@ def _is_known_version(api_key: int, api_version: int) -> bool:
 
 
 def _is_flexible(api_key: int, api_version: int, response: bool) -> bool:
-    if not _is_known_version(api_key, api_version):
+    """Whether the version is flexible; a version newer than the table's counts as flexible
+    when the API has flexible versions, as Kafka's generated ``requestHeaderVersion`` does."""
+    api = messages.APIS.get(api_key)
+    if api is None:
         return False
-    api = messages.APIS[api_key]
     first = api.response_flexible if response else api.request_flexible
     return first is not None and api_version >= first
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
-    """2 for flexible requests, 1 otherwise (also for unknown APIs), 0 for ControlledShutdown v0."""
+    """2 for flexible requests, 1 otherwise (also for unknown APIs), 0 for ControlledShutdown v0.
+
+    A request of a version newer than the table (ApiVersions v5 from a newer client, say)
+    still gets the header its API's flexible versions imply, so ``header_size`` is right.
+    """
     if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
         return 0
     return 2 if _is_flexible(api_key, api_version, False) else 1
@@ -582,8 +588,9 @@ def _view(buf: Any) -> memoryview:
 def read_request_header(buf: Any) -> RequestHeader:
     """Parse the request header at the start of ``buf`` (one frame, without its size).
 
-    Unknown API keys and versions parse as header v1 so the server can still answer with
-    the right correlation id (an ApiVersions request of an unknown version included).
+    Unknown API keys parse as header v1, unknown versions of known APIs by the API's
+    flexible versions, so the server can still answer with the right correlation id (an
+    ApiVersions request of an unknown version included).
     """
     mv = _view(buf)
     r = _Reader(mv, 0, len(mv))
