@@ -59,12 +59,19 @@ class BrokerProbe:
         last = min(self.samples, key=lambda s: abs(s[0] - end))
         return (last[1] - first[1]) / CLOCK_TICKS
 
-    def cpu_series(self, t_base: float) -> list[list[float]]:
-        """[second, CPU utilisation in cores] from consecutive samples."""
-        out = []
-        for (t0, c0), (t1, c1) in zip(self.samples, self.samples[1:], strict=False):
-            if t1 > t0:
+    def cpu_series(self, t_base: float, step: float = 1.0) -> list[list[float]]:
+        """[seconds since t_base, CPU in cores] over windows of about ``step`` seconds.
+
+        Samples come every ~0.1 s but ticks are 10 ms, so shorter windows are mostly noise.
+        """
+        out: list[list[float]] = []
+        if not self.samples:
+            return out
+        t0, c0 = self.samples[0]
+        for t1, c1 in self.samples[1:]:
+            if t1 - t0 >= step:
                 out.append([round(t1 - t_base, 2), round((c1 - c0) / CLOCK_TICKS / (t1 - t0), 3)])
+                t0, c0 = t1, c1
         return out
 
     def peak_kb(self) -> dict[str, int | None]:

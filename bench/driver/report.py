@@ -85,8 +85,12 @@ def build_result(raw: dict[str, Any]) -> dict[str, Any]:
         {"check": "messages were produced", "ok": acked > 0, "detail": f"acked {acked}"},
     ]
     for group, consumed in sorted(per_group.items()):
+        detail = f"consumed {consumed}, produced {acked}"
+        if consumed < acked and raw.get("drain_timed_out"):
+            detail += (f"; consumers still {acked - consumed} behind when drain_timeout "
+                       "passed (slow consumers, not necessarily lost messages)")
         checks.append({"check": f"consumed == produced ({group})", "ok": consumed == acked,
-                       "detail": f"consumed {consumed}, produced {acked}"})
+                       "detail": detail})
     samples = [e for r in producers + consumers for e in r["error_samples"]]
 
     result: dict[str, Any] = {

@@ -46,6 +46,7 @@ from bench.driver.workload import Workload
 
 SETUP_TIMEOUT = 60.0  # spawn + import + connect + group join, per phase
 TICK = 0.1
+STABLE = 0.5
 FOREVER = 1e18
 
 
@@ -90,6 +91,7 @@ class Run:
         self.results = self.ctx.Queue()
         self.phases: list[Phase] = []
         self.times: dict[str, float] = {}
+        self.drain_timed_out = False
 
     # -- the run -------------------------------------------------------------------------
 
@@ -219,14 +221,24 @@ class Run:
                   lambda: all(x.counters[READY] for x in phase.workers))
 
     def wait_assigned(self, phase: Phase) -> None:
-        # A group is ready when its members together hold every partition: only then can
-        # no message produced afterwards be missed or re-read by a rebalance.
+        # A group is ready when its members together hold every partition, each member
+        # holds some (while members join, the first one briefly holds them all), and that
+        # has not changed for STABLE seconds: a rebalance after go would stall the figures.
         wanted = self.workload.partitions * self.workload.topics
         groups = {x.group for x in phase.workers}
+        stable_since: list[float] = []
+
+        def settled(group: str | None) -> bool:
+            members = [x.counters[ASSIGNED] for x in phase.workers if x.group == group]
+            return sum(members) == wanted and (wanted < len(members) or min(members) > 0)
 
         def assigned() -> bool:
-            return all(sum(x.counters[ASSIGNED] for x in phase.workers if x.group == g) == wanted
-                       for g in groups)
+            if not all(settled(g) for g in groups):
+                stable_since.clear()
+                return False
+            if not stable_since:
+                stable_since.append(time.monotonic())
+            return time.monotonic() - stable_since[0] >= STABLE
         self.wait(phase, f"{phase.name}: {len(groups)} groups joining", assigned)
 
     def wait(self, phase: Phase, what: str, condition: Any) -> None:
@@ -303,6 +315,7 @@ class Run:
                        >= expected for g in groups)
         self.watch(phase, caught_up)
         self.times[f"{phase.name}_drained"] = time.monotonic()
+        self.drain_timed_out = time.monotonic() > deadline
         self.sample()
         # A moment for duplicates (re-deliveries) to show up before the count is final.
         time.sleep(0.2)
@@ -375,6 +388,7 @@ class Run:
             "consumers": [w.result for p in self.phases if p.name == "consume"
                           for w in p.workers],
             "probe": self.probe,
+            "drain_timed_out": self.drain_timed_out,
         }
 
 
