@@ -47,10 +47,13 @@ def _require_native() -> None:
 
 class BrokerProcess:
     def __init__(self, data_dir: str, settings: dict[str, Any] | None = None,
-                 log_path: str | None = None) -> None:
+                 log_path: str | None = None, extra_args: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.settings = {k.replace("_", "."): v for k, v in (settings or {}).items()}
         self.log_path = log_path or os.path.join(data_dir, "..", "broker.log")
+        self.extra_args = extra_args or []
+        self.env = env or {}
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -69,10 +72,12 @@ class BrokerProcess:
         for key, value in self.settings.items():
             value = str(value).lower() if isinstance(value, bool) else value
             cmd += ["--set", f"{key}={value}"]
+        cmd += self.extra_args
         with open(self.log_path, "ab") as log:
             log.write(f"--- {' '.join(cmd)}\n".encode())
             offset = log.tell()
-        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                   **self.env)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                                      stderr=open(self.log_path, "ab"), env=env, cwd=ROOT)
         deadline = time.monotonic() + START_TIMEOUT
