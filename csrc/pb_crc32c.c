@@ -9,6 +9,14 @@
  * for a fixed n it is four 256-entry table lookups (tables built once at init from the
  * x^(2^k) mod P powers, as zlib's crc32_combine does).
  *
+ * Why VPCLMULQDQ on top: three crc32 streams already run the instruction at its limit
+ * (~8 bytes/cycle), the speed of the `crc32c` package too. Past that, big buffers are
+ * folded with carry-less multiplies instead (Intel's "Fast CRC Computation Using
+ * PCLMULQDQ", here 4 x 512-bit accumulators): a 16-byte lane A is moved D bytes forward as
+ * clmul(A.lo, x^(8D+31) mod P) ^ clmul(A.hi, x^(8D-33) mod P), which is congruent mod P
+ * (reflected operands: the product lands 33 bits low, hence the offsets). The last 64
+ * folded bytes and the tail go through the crc32 instruction. 16 bytes/cycle and more.
+ *
  * Nothing here is compiled with -msse4.2: only the functions marked
  * __attribute__((target("sse4.2"))) use the instruction, and they run only after
  * __builtin_cpu_supports("sse4.2") said yes, so the module still loads on any x86-64. */
@@ -21,7 +29,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define PB_HAVE_X86 1
-#include <nmmintrin.h>
+#include <immintrin.h>
 #endif
 
 #define PB_CRC32C_POLY 0x82F63B78u
@@ -35,6 +43,7 @@ typedef uint32_t (*pb_crc_fn)(uint32_t reg, const uint8_t *p, size_t len);
 static uint32_t pb_crc_table[8][256];            /* slicing-by-8 */
 static uint32_t pb_shift_long[4][256];           /* register * x^(8*LONG) mod P */
 static uint32_t pb_shift_short[4][256];          /* register * x^(8*SHORT) mod P */
+static uint64_t pb_fold_256[2], pb_fold_64[2];  /* {x^(8D+31), x^(8D-33)} mod P */
 static pb_crc_fn pb_crc_impl = NULL;
 static const char *pb_crc_name = "uninitialised";
 
@@ -53,11 +62,10 @@ static uint32_t pb_multmodp(uint32_t a, uint32_t b) {
     return p;
 }
 
-/* x^(8 * nbytes) mod P */
-static uint32_t pb_x8nmodp(size_t nbytes) {
+/* x^n mod P */
+static uint32_t pb_xnmodp(uint64_t n) {
     uint32_t sq = 1u << 30;                      /* x^1 */
     uint32_t p = 1u << 31;                       /* x^0 */
-    uint64_t n = (uint64_t)nbytes * 8;
     while (n) {
         if (n & 1) p = pb_multmodp(sq, p);
         sq = pb_multmodp(sq, sq);
@@ -67,7 +75,7 @@ static uint32_t pb_x8nmodp(size_t nbytes) {
 }
 
 static void pb_build_shift(uint32_t table[4][256], size_t nbytes) {
-    uint32_t xn = pb_x8nmodp(nbytes);
+    uint32_t xn = pb_xnmodp((uint64_t)nbytes * 8);
     for (int i = 0; i < 4; i++)
         for (uint32_t v = 0; v < 256; v++)
             table[i][v] = pb_multmodp(xn, v << (8 * i));
@@ -95,6 +103,10 @@ static void pb_build_tables(void) {
     }
     pb_build_shift(pb_shift_long, PB_CRC_LONG);
     pb_build_shift(pb_shift_short, PB_CRC_SHORT);
+    pb_fold_256[0] = pb_xnmodp(8 * 256 + 31);
+    pb_fold_256[1] = pb_xnmodp(8 * 256 - 33);
+    pb_fold_64[0] = pb_xnmodp(8 * 64 + 31);
+    pb_fold_64[1] = pb_xnmodp(8 * 64 - 33);
 }
 
 static uint32_t pb_crc_sw(uint32_t reg, const uint8_t *p, size_t len) {
@@ -176,6 +188,54 @@ static uint32_t pb_crc_hw3(uint32_t reg, const uint8_t *p, size_t len) {
     }
     return pb_crc_hw(reg, p, len);
 }
+
+/* ---- VPCLMULQDQ folding (AVX-512) for large buffers ---- */
+
+#define PB_AVX512_TARGET "avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2"
+/* Below this the 3-way loop wins: folding has a fixed set-up and 64-byte finish. */
+#define PB_CRC_FOLD_MIN 2048
+
+__attribute__((target(PB_AVX512_TARGET)))
+PB_INLINE __m512i pb_fold(__m512i x, __m512i k, __m512i next) {
+    return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00),
+                                     _mm512_clmulepi64_epi128(x, k, 0x11), next, 0x96);
+}
+
+__attribute__((target(PB_AVX512_TARGET)))
+static uint32_t pb_crc_vpclmul(uint32_t reg, const uint8_t *p, size_t len) {
+    if (len < PB_CRC_FOLD_MIN) return pb_crc_hw3(reg, p, len);
+    const __m512i k256 = _mm512_broadcast_i32x4(
+        _mm_set_epi64x((long long)pb_fold_256[1], (long long)pb_fold_256[0]));
+    const __m512i k64 = _mm512_broadcast_i32x4(
+        _mm_set_epi64x((long long)pb_fold_64[1], (long long)pb_fold_64[0]));
+    /* The register enters as data: reg(r, M) == reg(0, M ^ r-in-the-first-4-bytes). */
+    __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512(p),
+                                  _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)reg)));
+    __m512i x1 = _mm512_loadu_si512(p + 64);
+    __m512i x2 = _mm512_loadu_si512(p + 128);
+    __m512i x3 = _mm512_loadu_si512(p + 192);
+    p += 256;
+    len -= 256;
+    while (len >= 256) {
+        x0 = pb_fold(x0, k256, _mm512_loadu_si512(p));
+        x1 = pb_fold(x1, k256, _mm512_loadu_si512(p + 64));
+        x2 = pb_fold(x2, k256, _mm512_loadu_si512(p + 128));
+        x3 = pb_fold(x3, k256, _mm512_loadu_si512(p + 192));
+        p += 256;
+        len -= 256;
+    }
+    x1 = pb_fold(x0, k64, x1);
+    x2 = pb_fold(x1, k64, x2);
+    x3 = pb_fold(x2, k64, x3);
+    while (len >= 64) {
+        x3 = pb_fold(x3, k64, _mm512_loadu_si512(p));
+        p += 64;
+        len -= 64;
+    }
+    uint8_t folded[64];
+    _mm512_storeu_si512(folded, x3);
+    return pb_crc_hw(pb_crc_hw(0, folded, 64), p, len);
+}
 #endif /* PB_HAVE_X86 */
 
 const char *pb_crc32c_init(const char *force) {
@@ -184,16 +244,21 @@ const char *pb_crc32c_init(const char *force) {
         pb_build_tables();
         tables_built = 1;
     }
-    int hw = 0;
+    int hw = 0, fold = 0;
 #ifdef PB_HAVE_X86
     __builtin_cpu_init();
     hw = __builtin_cpu_supports("sse4.2");
+    fold = hw && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("pclmul");
 #endif
-    if (force == NULL || force[0] == '\0') force = "sse4.2-3way";
+    if (force == NULL || force[0] == '\0') force = fold ? "sse4.2-vpclmul" : "sse4.2-3way";
     pb_crc_impl = pb_crc_sw;
     pb_crc_name = "table";
 #ifdef PB_HAVE_X86
-    if (hw && strcmp(force, "sse4.2-3way") == 0) {
+    if (fold && strcmp(force, "sse4.2-vpclmul") == 0) {
+        pb_crc_impl = pb_crc_vpclmul;
+        pb_crc_name = "sse4.2-vpclmul";
+    } else if (hw && strcmp(force, "sse4.2-3way") == 0) {
         pb_crc_impl = pb_crc_hw3;
         pb_crc_name = "sse4.2-3way";
     } else if (hw && strcmp(force, "sse4.2") == 0) {
@@ -202,6 +267,7 @@ const char *pb_crc32c_init(const char *force) {
     }
 #else
     (void)hw;
+    (void)fold;
 #endif
     return pb_crc_name;
 }

@@ -1,5 +1,6 @@
 /* CRC32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum of Kafka record
- * batch v2. Three implementations chosen once at run time:
+ * batch v2. Four implementations chosen once at run time:
+ *   "sse4.2-vpclmul" AVX-512 VPCLMULQDQ folding on large buffers, 3-way below 2 KiB
  *   "sse4.2-3way"  SSE4.2 crc32 instruction, three interleaved streams on large buffers
  *   "sse4.2"       SSE4.2 crc32 instruction, one stream
  *   "table"        portable slicing-by-8 tables

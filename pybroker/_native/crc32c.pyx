@@ -1,10 +1,11 @@
 # distutils: sources = csrc/pb_crc32c.c
 """CRC32C (Castagnoli), the checksum of Kafka record batch v2.
 
-The C side picks SSE4.2 with three interleaved streams, single-stream SSE4.2, or a
-portable table at import (see csrc/pb_crc32c.c for why three streams). The environment
-variable ``PYBROKER_CRC32C`` (``table``, ``sse4.2`` or ``sse4.2-3way``) forces one; tests
-use it to check the paths agree. Thread-safe: no state changes after import.
+The C side picks, at import, AVX-512 VPCLMULQDQ folding for large buffers
+(``sse4.2-vpclmul``), SSE4.2 with three interleaved streams (``sse4.2-3way``),
+single-stream SSE4.2 (``sse4.2``) or a portable table (``table``); csrc/pb_crc32c.c says
+why. The environment variable ``PYBROKER_CRC32C`` forces one (a path the CPU lacks falls
+back to ``table``); tests use it to check the paths agree. Thread-safe: no state changes after import.
 """
 
 import os
@@ -13,7 +14,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.pystate cimport PyThreadState
 from libc.stdint cimport uint32_t
 
-_NAMES = ("", "table", "sse4.2", "sse4.2-3way")
+_NAMES = ("", "table", "sse4.2", "sse4.2-3way", "sse4.2-vpclmul")
 
 
 cdef _select(str name):
@@ -44,7 +45,7 @@ def crc32c(buf, uint32_t crc=0):
 
 
 def crc32c_implementation():
-    """The path in use: ``"sse4.2-3way"``, ``"sse4.2"`` or ``"table"``."""
+    """The path in use: ``"sse4.2-vpclmul"``, ``"sse4.2-3way"``, ``"sse4.2"`` or ``"table"``."""
     return pb_crc32c_implementation().decode()
 
 
