@@ -131,6 +131,17 @@ def test_short_write_then_error(tmp_path, kind):
     assert path.read_bytes() == b"a" * 6000 + b"b" * 3000 + b"c" * 500 + b"d" * 500
 
 
+def io_uring_fds():
+    """How many io_uring instances this process has open (each ring is an fd)."""
+    targets = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            targets.append(os.readlink(f"/proc/self/fd/{name}"))
+        except OSError:
+            pass  # the fd of the listing itself
+    return sum("io_uring" in t for t in targets)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_threads_and_fork(fd, kind):
     """Each thread has its own ring; a forked child drops the parent's and makes its own."""
@@ -143,10 +154,12 @@ def test_threads_and_fork(fd, kind):
         )
         for i in chunks
     ]
+    rings_before = io_uring_fds()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert io_uring_fds() == rings_before  # an exiting thread's ring goes with it
     pid = os.fork()
     if pid == 0:  # child: exit code says whether its append landed
         try:
