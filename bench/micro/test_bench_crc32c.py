@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import time
 
 import crc32c as package
 import pytest
@@ -19,13 +18,6 @@ MIB = 1 << 20
 DATA = os.urandom(MIB)
 
 
-def best_seconds(fn, *args, rounds=300):
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.perf_counter()
-        fn(*args)
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def _report(benchmark, baseline_seconds, name):
@@ -40,7 +32,7 @@ def test_crc32c_package_1mib(benchmark):
     benchmark(package.crc32c, DATA)
 
 
-def test_crc32c_pybroker_1mib(benchmark):
+def test_crc32c_pybroker_1mib(benchmark, best_seconds):
     assert native.crc32c_implementation().startswith("sse4.2")
     baseline = best_seconds(package.crc32c, DATA)
     benchmark(native.crc32c, DATA)
@@ -48,7 +40,7 @@ def test_crc32c_pybroker_1mib(benchmark):
 
 
 @pytest.mark.parametrize("path", ["sse4.2-3way", "sse4.2"])
-def test_crc32c_pybroker_other_paths_1mib(benchmark, path):
+def test_crc32c_pybroker_other_paths_1mib(benchmark, path, best_seconds):
     native._select_implementation(path)
     try:
         baseline = best_seconds(package.crc32c, DATA)

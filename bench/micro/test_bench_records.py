@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import time
 
 import crc32c as package
 
@@ -20,13 +19,6 @@ VALUES = [os.urandom(1024) for _ in range(1024)]
 BATCH = records.encode_batch(VALUES, [b"key-%d" % i for i in range(1024)])
 
 
-def best_seconds(fn, *args, rounds=200):
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.perf_counter()
-        fn(*args)
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def _report(benchmark, nbytes, name, **baselines):
@@ -39,7 +31,7 @@ def _report(benchmark, nbytes, name, **baselines):
     print(f"\n{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in info.items()))
 
 
-def test_validate_1mib_batch_of_1kib_records(benchmark):
+def test_validate_1mib_batch_of_1kib_records(benchmark, best_seconds):
     assert records.validate_batch(BATCH).records_count == 1024
     crc_only = best_seconds(package.crc32c, BATCH)
     copy = best_seconds(bytearray, BATCH)
@@ -54,7 +46,7 @@ def test_validate_1mib_lz4_batch(benchmark):
     _report(benchmark, len(BATCH), "validate lz4 batch (uncompressed bytes/s)")
 
 
-def test_scan_64mib_segment(benchmark):
+def test_scan_64mib_segment(benchmark, best_seconds):
     # 64 batches of 1 MiB, offsets assigned; recovery cost is one CRC pass per batch.
     segment = bytearray()
     for i in range(64):
@@ -81,7 +73,7 @@ def test_scan_16mib_segment_of_small_batches(benchmark):
     _report(benchmark, len(segment), "scan_log 16 MiB of 16 KiB batches")
 
 
-def test_encode_columns_1mib(benchmark):
+def test_encode_columns_1mib(benchmark, best_seconds):
     import array
 
     offsets = array.array("i", range(0, 1025 * 1024, 1024))
