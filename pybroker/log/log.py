@@ -428,13 +428,18 @@ class Log:
 
     def truncate_to(self, offset: int) -> bool:
         """Remove everything at and after ``offset`` (replication: a diverged tail). Whole
-        batches only: the end becomes the start of the batch holding ``offset``."""
+        batches only: the end becomes the start of the batch holding ``offset``. Below
+        the log start (or when that batch starts below it) the log restarts empty at
+        ``offset``, as Kafka's ``truncateFullyAndStartAt``."""
         if offset < 0:
             raise ValueError(f"truncate to a negative offset {offset}")
         if offset >= self._next_offset:
             return False
         log.info("%s: truncating from %d to %d", self.name, self._next_offset, offset)
-        if offset <= self.segments.first.base_offset or offset < self.log_start_offset:
+        holder = self.segments.floor(offset)
+        found = holder.find(offset) if holder is not None else None
+        new_end = found[1].base_offset if found is not None else offset
+        if offset < self.log_start_offset or new_end < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return True
         for segment in reversed(self.segments.above(offset)):
