@@ -10,11 +10,13 @@ PYTEST_ARGS ?=
 system-deps:
 	bash scripts/install-system-deps.sh
 
+# editable_mode=compat: a plain path entry, so Spark finds the top-level pyspark_pybroker
+# module with pkgutil.iter_modules() (the default editable finder hides it).
 install: system-deps
-	$(PIP) install -q -e .
+	$(PIP) install -q -e . --config-settings editable_mode=compat
 
 install-test: system-deps
-	$(PIP) install -q -e '.[test,spark,bench]'
+	$(PIP) install -q -e '.[test,spark,bench]' --config-settings editable_mode=compat
 
 # Rebuild the native modules in place after editing csrc/ or pybroker/_native/.
 build:

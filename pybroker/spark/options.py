@@ -1,0 +1,101 @@
+"""Option parsing for the ``pybroker`` Spark data source.
+
+Names follow Spark's own Kafka connector where one exists, so code ports by changing
+``format("kafka")`` to ``format("pybroker")``: ``kafka.bootstrap.servers``, ``topic``,
+``subscribe``, ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``, and
+producer settings prefixed ``kafka.`` (``kafka.acks``, ``kafka.compression.type``,
+``kafka.enable.idempotence``, ``kafka.batch.size``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+EARLIEST, LATEST = -2, -1
+
+
+def _get(options: dict, *names: str, default=None):
+    lowered = {k.lower(): v for k, v in options.items()}
+    for name in names:
+        if name.lower() in lowered:
+            return lowered[name.lower()]
+    return default
+
+
+def _bool(value: str | bool) -> bool:
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes")
+
+
+@dataclass
+class WriteOptions:
+    bootstrap: str
+    topic: str | None
+    acks: int
+    compression: str
+    idempotent: bool
+    batch_bytes: int
+
+    @classmethod
+    def parse(cls, options: dict) -> WriteOptions:
+        acks = str(_get(options, "kafka.acks", "acks", default="all"))
+        idempotent = _bool(_get(options, "kafka.enable.idempotence", default="true"))
+        return cls(
+            bootstrap=_get(options, "kafka.bootstrap.servers", "bootstrap.servers",
+                           default=DEFAULT_BOOTSTRAP),
+            topic=_get(options, "topic"),
+            acks=-1 if acks in ("all", "-1") else int(acks),
+            compression=_get(options, "kafka.compression.type", "compression",
+                             default="none"),
+            idempotent=idempotent and acks in ("all", "-1"),
+            batch_bytes=int(_get(options, "kafka.batch.size", default=1_000_000)),
+        )
+
+
+@dataclass
+class ReadOptions:
+    bootstrap: str
+    topics: list[str]
+    starting: str                     # "earliest" | "latest" | JSON per partition
+    ending: str                       # "latest" | JSON per partition
+    max_offsets_per_trigger: int | None
+    max_rows_per_partition: int       # batch reads split larger ranges across tasks
+
+    @classmethod
+    def parse(cls, options: dict, streaming: bool) -> ReadOptions:
+        topics = _get(options, "subscribe", "topic")
+        if not topics:
+            raise ValueError("option 'subscribe' (comma-separated topics) is required")
+        max_per_trigger = _get(options, "maxOffsetsPerTrigger", "maxRecordsPerTrigger")
+        return cls(
+            bootstrap=_get(options, "kafka.bootstrap.servers", "bootstrap.servers",
+                           default=DEFAULT_BOOTSTRAP),
+            topics=[t.strip() for t in topics.split(",") if t.strip()],
+            starting=_get(options, "startingOffsets",
+                          default="latest" if streaming else "earliest"),
+            ending=_get(options, "endingOffsets", default="latest"),
+            max_offsets_per_trigger=None if max_per_trigger is None else int(max_per_trigger),
+            max_rows_per_partition=int(_get(options, "maxRowsPerPartition", default=2_000_000)),
+        )
+
+
+def resolve_offsets(spec: str, topic: str, partitions: int, earliest: list[int],
+                    latest: list[int]) -> list[int]:
+    """Per partition offsets for ``startingOffsets``/``endingOffsets``.
+
+    ``spec`` is "earliest", "latest" or Spark's JSON form ``{"topic": {"0": 23, "1": -2}}``
+    where -2 means earliest and -1 latest; partitions the JSON leaves out take earliest
+    for a start (as Spark does for new partitions) — the caller passes that default in.
+    """
+    if spec == "earliest":
+        return list(earliest)
+    if spec == "latest":
+        return list(latest)
+    per_topic = json.loads(spec).get(topic, {})
+    out = []
+    for p in range(partitions):
+        value = int(per_topic.get(str(p), EARLIEST))
+        out.append(earliest[p] if value == EARLIEST else latest[p] if value == LATEST
+                   else min(max(value, earliest[p]), latest[p]))
+    return out

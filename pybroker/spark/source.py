@@ -1,0 +1,297 @@
+"""The ``pybroker`` PySpark data source (pyspark 4.x Python Data Source API).
+
+Writes go through Arrow: Spark hands each task ``pyarrow.RecordBatch``es, and the
+task's :class:`~pybroker.client.BulkProducer` partitions, encodes and sends them as
+record batches natively — no Python per row. Reads fetch offset ranges per partition
+and decode record batches natively into Arrow columns, returned to Spark as
+``pyarrow.RecordBatch``es. The read schema is the one Spark's own Kafka source uses.
+
+Delivery is at-least-once, as with Spark's Kafka sink: a task that is retried writes its
+rows again. Within one task the producer is idempotent, so its own retries never
+duplicate.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from pybroker.spark.options import EARLIEST, LATEST, ReadOptions, WriteOptions, resolve_offsets
+
+log = logging.getLogger("pybroker.spark")
+
+KAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int, headers array<struct<key: string, value: binary>>"
+)
+
+
+class PybrokerDataSource(DataSource):
+    """``format("pybroker")``: see :mod:`pybroker.spark.options` for the options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pybroker"
+
+    def schema(self) -> str:
+        return KAFKA_SCHEMA
+
+    def writer(self, schema: StructType, overwrite: bool) -> PybrokerWriter:
+        return PybrokerWriter(WriteOptions.parse(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> PybrokerStreamWriter:
+        return PybrokerStreamWriter(WriteOptions.parse(self.options), schema)
+
+    def reader(self, schema: StructType) -> PybrokerReader:
+        return PybrokerReader(ReadOptions.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> PybrokerStreamReader:
+        return PybrokerStreamReader(ReadOptions.parse(self.options, streaming=True))
+
+
+# -- writing ------------------------------------------------------------------------------
+
+@dataclass
+class PybrokerCommitMessage(WriterCommitMessage):
+    rows: int
+    bytes: int
+    batches: int
+    requests: int
+    retries: int
+
+
+def _write_batches(options: WriteOptions, iterator) -> PybrokerCommitMessage:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from pybroker.client import BulkProducer
+
+    with BulkProducer(options.bootstrap, acks=options.acks, compression=options.compression,
+                      idempotent=options.idempotent, batch_bytes=options.batch_bytes,
+                      client_id="pybroker-spark-writer") as producer:
+        for batch in iterator:
+            names = batch.schema.names
+            if "value" not in names:
+                raise ValueError("the DataFrame to write needs a 'value' column")
+
+            def column(name, arrow_type=None, batch=batch, names=names):
+                if name not in names:
+                    return None
+                array = batch.column(name)
+                return array if arrow_type is None else array.cast(arrow_type)
+
+            values = column("value", pa.binary())
+            keys = column("key", pa.binary())
+            headers = column("headers")
+            timestamps = None
+            if "timestamp" in names:
+                timestamps = pc.cast(batch.column("timestamp").cast(pa.timestamp("ms")),
+                                     pa.int64())
+            if options.topic is not None:
+                topic_groups = [(options.topic, None)]
+            elif "topic" in names:
+                topics = batch.column("topic")
+                topic_groups = [(t, pc.equal(topics, t)) for t in pc.unique(topics).to_pylist()]
+            else:
+                raise ValueError("set the 'topic' option or give the DataFrame a 'topic' column")
+            for topic, mask in topic_groups:
+                cols = [values, keys, timestamps, headers]
+                partitions = batch.column("partition") if "partition" in names else None
+                if mask is not None:
+                    cols = [None if c is None else c.filter(mask) for c in cols]
+                    partitions = None if partitions is None else partitions.filter(mask)
+                if partitions is None or partitions.null_count == len(partitions):
+                    producer.send_arrow(topic, *cols)
+                    continue
+                for p in pc.unique(partitions).to_pylist():
+                    rows = pc.equal(partitions, p) if p is not None else pc.is_null(partitions)
+                    producer.send_arrow(topic, *(None if c is None else c.filter(rows)
+                                                 for c in cols), partition=p)
+        stats = producer.flush()
+    return PybrokerCommitMessage(stats.records, stats.bytes, stats.batches, stats.requests,
+                                 stats.retries)
+
+
+def _log_commit(messages, what: str) -> None:
+    done = [m for m in messages if m is not None]
+    log.info("%s: %d tasks wrote %d rows, %d bytes in %d batches (%d requests, %d retries)",
+             what, len(done), sum(m.rows for m in done), sum(m.bytes for m in done),
+             sum(m.batches for m in done), sum(m.requests for m in done),
+             sum(m.retries for m in done))
+
+
+class PybrokerWriter(DataSourceArrowWriter):
+    def __init__(self, options: WriteOptions, schema: StructType) -> None:
+        self.options = options
+
+    def write(self, iterator) -> PybrokerCommitMessage:
+        return _write_batches(self.options, iterator)
+
+    def commit(self, messages) -> None:
+        _log_commit(messages, "pybroker write committed")
+
+    def abort(self, messages) -> None:
+        _log_commit(messages, "pybroker write aborted (rows already written stay: "
+                              "at-least-once)")
+
+
+class PybrokerStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: WriteOptions, schema: StructType) -> None:
+        self.options = options
+
+    def write(self, iterator) -> PybrokerCommitMessage:
+        return _write_batches(self.options, iterator)
+
+    def commit(self, messages, batchId: int) -> None:
+        _log_commit(messages, f"pybroker micro-batch {batchId} committed")
+
+    def abort(self, messages, batchId: int) -> None:
+        _log_commit(messages, f"pybroker micro-batch {batchId} aborted")
+
+
+# -- reading ------------------------------------------------------------------------------
+
+@dataclass
+class OffsetRange(InputPartition):
+    bootstrap: str
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def _offsets_of(options: ReadOptions) -> dict[str, tuple[list[int], list[int]]]:
+    """Per topic: (earliest, latest) offsets of every partition."""
+    from pybroker.client import Cluster
+    cluster = Cluster(options.bootstrap, "pybroker-spark-reader")
+    try:
+        return {t: (cluster.list_offsets(t, EARLIEST), cluster.list_offsets(t, LATEST))
+                for t in options.topics}
+    finally:
+        cluster.close()
+
+
+def _read_range(part: OffsetRange):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from pybroker.client import Cluster, Fetcher
+    cluster = Cluster(part.bootstrap, "pybroker-spark-reader")
+    try:
+        for cols in Fetcher(cluster).read_range(part.topic, part.partition, part.start,
+                                                part.end, rows_per_chunk=256 * 1024):
+            n = len(cols["offset"])
+            yield pa.RecordBatch.from_arrays([
+                cols["key"], cols["value"],
+                pa.repeat(pa.scalar(part.topic, pa.string()), n),
+                pa.repeat(pa.scalar(part.partition, pa.int32()), n),
+                cols["offset"],
+                pc.multiply(cols["timestamp"], 1000).cast(pa.timestamp("us", tz="UTC")),
+                cols["timestamp_type"],
+                cols["headers"],
+            ], names=["key", "value", "topic", "partition", "offset", "timestamp",
+                      "timestampType", "headers"])
+    finally:
+        cluster.close()
+
+
+class PybrokerReader(DataSourceReader):
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[OffsetRange]:
+        parts = []
+        for topic, (earliest, latest) in _offsets_of(self.options).items():
+            starts = resolve_offsets(self.options.starting, topic, len(earliest), earliest,
+                                     latest)
+            ends = resolve_offsets(self.options.ending, topic, len(earliest), earliest, latest)
+            step = self.options.max_rows_per_partition
+            for p, (start, end) in enumerate(zip(starts, ends)):
+                # Large ranges are split so several tasks read one partition in parallel.
+                for s in range(start, end, step):
+                    parts.append(OffsetRange(self.options.bootstrap, topic, p, s,
+                                             min(s + step, end)))
+        return parts
+
+    def read(self, partition: OffsetRange):
+        return _read_range(partition)
+
+
+class PybrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{"topic": {"partition": next offset}}``, as Spark's Kafka source."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self._target: dict | None = None  # Trigger.AvailableNow: the end to stop at
+
+    def _latest(self) -> dict:
+        out = {}
+        for topic, (earliest, latest) in _offsets_of(self.options).items():
+            out[topic] = {str(p): latest[p] for p in range(len(latest))}
+        return out
+
+    def initialOffset(self) -> dict:
+        out = {}
+        for topic, (earliest, latest) in _offsets_of(self.options).items():
+            starts = resolve_offsets(self.options.starting, topic, len(earliest), earliest,
+                                     latest)
+            out[topic] = {str(p): o for p, o in enumerate(starts)}
+        return out
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._latest()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        latest = self._target if self._target is not None else self._latest()
+        if not isinstance(limit, ReadMaxRows):
+            return latest
+        # Spread max_rows over the partitions in proportion to their backlog, as Spark's
+        # Kafka source does, so no partition starves.
+        backlog = {(t, p): max(0, end - start.get(t, {}).get(p, 0))
+                   for t, parts in latest.items() for p, end in parts.items()}
+        total = sum(backlog.values())
+        if total <= limit.max_rows:
+            return latest
+        out = {t: dict(parts) for t, parts in latest.items()}
+        for (t, p), lag in backlog.items():
+            share = int(limit.max_rows * lag / total)
+            out[t][p] = start.get(t, {}).get(p, 0) + share
+        return out
+
+    def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
+        parts = []
+        for topic, ends in end.items():
+            for p, stop in ends.items():
+                begin = start.get(topic, {}).get(p, 0)
+                if stop > begin:
+                    parts.append(OffsetRange(self.options.bootstrap, topic, int(p), begin,
+                                             stop))
+        return parts
+
+    def read(self, partition: OffsetRange):
+        return _read_range(partition)
+
+    def commit(self, end: dict) -> None:
+        pass
