@@ -9,8 +9,6 @@ import subprocess
 import sys
 from typing import Any
 
-import pytest
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKLOADS = os.path.join(ROOT, "bench", "workloads")
 RESULT_KEYS = {"schema", "workload", "run", "publish", "consume", "counts", "series",
