@@ -70,6 +70,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "fetch.max.bytes": (int, 55 * _MIB),
     "queued.max.request.bytes": (int, 16 * _MIB),
     "producer.id.block.size": (int, 1000),
+    "producer.id.expiration.ms": (int, 86_400_000),
     "stats.file": (str, None),
     "stats.interval.ms": (int, 1000),
     "log.level": (str, "INFO"),

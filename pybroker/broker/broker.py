@@ -177,7 +177,9 @@ class Broker:
 
     def _snapshot_producer_state(self) -> None:
         state = {}
+        expire_before = int(time.time() * 1000) - self.config["producer.id.expiration.ms"]
         for p in self.topics.partitions():
+            p.producers.expire(expire_before)
             if p.producers.producers:
                 state[f"{p.topic}-{p.index}"] = {"offset": p.log.log_end_offset,
                                                  "producers": p.producers.to_json()}
@@ -216,7 +218,7 @@ class Broker:
             return
         self._stats_last = key
         stats["seq"] = self._stats_seq
-        write_json(self._stats_path, stats)
+        write_json(self._stats_path, stats, durable=False)
 
     # dispatch ---------------------------------------------------------------------------
 

@@ -7,14 +7,18 @@ import os
 from typing import Any
 
 
-def write_json(path: str, data: Any) -> None:
-    """Replace ``path`` atomically and durably: write a temp file, fsync, rename, fsync dir."""
+def write_json(path: str, data: Any, durable: bool = True) -> None:
+    """Replace ``path`` atomically: write a temp file, rename it over. ``durable`` also
+    fsyncs the file and its directory (metadata yes; the once-a-second stats file no)."""
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(data, f, separators=(",", ":"), sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+    if not durable:
+        return
     dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -32,7 +32,7 @@ class AppendResult(NamedTuple):
 
 
 class Partition:
-    __slots__ = ("topic", "index", "log", "config", "producers", "_waiters")
+    __slots__ = ("topic", "index", "log", "config", "producers", "deleted", "_waiters")
 
     def __init__(self, topic: str, index: int, log: Any, config: LogConfig) -> None:
         self.topic = topic
@@ -40,6 +40,7 @@ class Partition:
         self.log = log
         self.config = config
         self.producers = ProducerStateTable()
+        self.deleted = False  # set when its topic is deleted; a waiting fetch drops it
         self._waiters: list[asyncio.Future[None]] = []
 
     def __repr__(self) -> str:
@@ -74,7 +75,7 @@ class Partition:
         if idempotent:
             self.producers.record(info.producer_id, info.producer_epoch, info.base_sequence,
                                   info.last_offset_delta, appended.base_offset,
-                                  appended.log_append_time)
+                                  appended.log_append_time, now)
         self.wake()
         return AppendResult(appended.base_offset, appended.log_append_time,
                             appended.log_start_offset)

@@ -10,7 +10,9 @@ Kafka's rules (``ProducerStateManager`` / ``ProducerAppendInfo``), per producer 
 - within an epoch the first sequence must follow the last one (wrapping at 2^31-1),
   else OUT_OF_ORDER_SEQUENCE_NUMBER.
 
-State survives restarts: :meth:`ProducerStateTable.to_json` is written with the log end
+Producers idle longer than ``producer.id.expiration.ms`` (a day) are forgotten, as Kafka
+does, so the table does not grow with every producer that ever wrote. State survives
+restarts: :meth:`ProducerStateTable.to_json` is written with the log end
 offset it describes on clean shutdown (and periodically); after a crash the snapshot is
 loaded if the log still reaches its offset, and the batches after it are replayed from the
 log tail with :meth:`ProducerStateTable.replay`.
@@ -40,10 +42,11 @@ class BatchMetadata(NamedTuple):
 
 
 class ProducerEntry:
-    __slots__ = ("epoch", "batches")
+    __slots__ = ("epoch", "batches", "last_ms")
 
-    def __init__(self, epoch: int) -> None:
+    def __init__(self, epoch: int, last_ms: int = 0) -> None:
         self.epoch = epoch
+        self.last_ms = last_ms  # wall clock of the last append, for expiration
         self.batches: collections.deque[BatchMetadata] = collections.deque(maxlen=CACHED_BATCHES)
 
     @property
@@ -99,13 +102,14 @@ class ProducerStateTable:
         return None
 
     def record(self, producer_id: int, epoch: int, first_seq: int, last_offset_delta: int,
-               first_offset: int, timestamp: int) -> None:
+               first_offset: int, timestamp: int, now_ms: int) -> None:
         """Remember an appended batch (after :meth:`check`, or when replaying the log)."""
         entry = self.producers.get(producer_id)
         if entry is None or epoch > entry.epoch:
             entry = self.producers[producer_id] = ProducerEntry(epoch)
         elif epoch < entry.epoch:
             return  # a fenced producer's batch seen in replay: it cannot change state
+        entry.last_ms = max(entry.last_ms, now_ms)
         entry.batches.append(BatchMetadata(
             first_seq, last_sequence(first_seq, last_offset_delta), first_offset,
             first_offset + last_offset_delta, timestamp))
@@ -115,16 +119,25 @@ class ProducerStateTable:
         if info.producer_id >= 0 and not info.is_control and info.base_sequence >= 0:
             timestamp = info.max_timestamp if info.timestamp_type == 1 else -1
             self.record(info.producer_id, info.producer_epoch, info.base_sequence,
-                        info.last_offset_delta, first_offset, timestamp)
+                        info.last_offset_delta, first_offset, timestamp, info.max_timestamp)
+
+    def expire(self, before_ms: int) -> int:
+        """Forget producers idle since ``before_ms`` (Kafka's producer.id.expiration.ms)."""
+        stale = [pid for pid, e in self.producers.items() if e.last_ms < before_ms]
+        for pid in stale:
+            del self.producers[pid]
+        return len(stale)
 
     def to_json(self) -> dict[str, Any]:
-        return {str(pid): {"epoch": e.epoch, "batches": [list(b) for b in e.batches]}
+        return {str(pid): {"epoch": e.epoch, "last_ms": e.last_ms,
+                           "batches": [list(b) for b in e.batches]}
                 for pid, e in self.producers.items()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProducerStateTable:
         table = cls()
         for pid, item in data.items():
-            entry = table.producers[int(pid)] = ProducerEntry(int(item["epoch"]))
+            entry = table.producers[int(pid)] = ProducerEntry(int(item["epoch"]),
+                                                              int(item.get("last_ms", 0)))
             entry.batches.extend(BatchMetadata(*b) for b in item["batches"])
         return table

@@ -227,6 +227,7 @@ class TopicManager:
         self._by_id.pop(topic.topic_id, None)
         self._save()
         for partition in topic.partitions:
+            partition.deleted = True
             partition.wake()
             self.logs.delete(name, partition.index)
         log.info("deleted topic %s", name)

@@ -78,8 +78,9 @@ def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
     for key, parts in wanted:
         out_parts = []
         for index, partition, code, offset, partition_max in parts:
-            if partition is None:
-                out_parts.append((index, code, -1, -1, -1, None, b""))
+            if partition is None or partition.deleted:
+                out_parts.append((index, code or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1,
+                                  -1, None, b""))
                 errors = True
                 continue
             plog = partition.log
