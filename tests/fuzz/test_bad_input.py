@@ -218,3 +218,18 @@ def test_half_sent_frames_do_not_block_others(server, client):
     finally:
         for conn in stalled:
             conn.close()
+
+
+# found by the fuzz test ---------------------------------------------------------------------
+
+
+def test_metadata_with_an_empty_topic_name_is_answered(server, client):
+    """A name of "" is a (bad) name, not a request by topic id: Kafka answers it with an
+    error for that topic. Before v10 there are no ids at all."""
+    for version in (1, 9, 11, 12):
+        response = client.request(3, version, {"topics": [{"name": "", "topic_id":
+                                                           codec.ZERO_UUID}],
+                                               "allow_auto_topic_creation": True})
+        (topic,) = response["topics"]
+        assert topic["error_code"] in (ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                       ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), version
