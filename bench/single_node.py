@@ -1,0 +1,411 @@
+"""The single-node broker's figures against this machine's own limits, in one run.
+
+    python3 -m bench.single_node [--seconds 5] [--out DIR]
+
+Every figure is a ratio to a baseline measured by the same script in the same run,
+because the machine is shared and noisy:
+
+- produce ingest: 1 MiB batches over 4 connections (acks=1) versus raw loopback TCP
+  between two processes carrying the same 1 MiB frames to a sink that discards them;
+- fetch: a consumer that discards what it reads, data in page cache, versus a process
+  sending the same volume from memory over loopback to the same discarding reader;
+- one-record produce round trip (acks=1) p50 versus an asyncio (uvloop) echo round trip
+  of a frame of the same size;
+- start to ready with an empty data dir, and idle resident memory.
+
+The load generator is the same code for broker and baseline (blocking sockets, one
+thread per connection; sendall and recv_into release the GIL), so the ratio measures
+the broker, not the client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from pybroker._native.records import encode_batch
+from pybroker.net.protocol import codec
+
+BATCH_BYTES = 1 << 20
+RECORD_BYTES = 1024
+CONNECTIONS = 4
+PRODUCE, FETCH = 0, 1
+
+
+# -- frames -------------------------------------------------------------------------------
+
+def produce_frame(topic: str, partition: int, batch: bytes, acks: int = 1) -> bytes:
+    body = {"transactional_id": None, "acks": acks, "timeout_ms": 30000,
+            "topic_data": [{"name": topic, "partition_data": [
+                {"index": partition, "records": batch}]}]}
+    return codec.encode_request(PRODUCE, 8, 1, body, "bench")
+
+
+def fetch_frame(topic: str, partition: int, offset: int, max_bytes: int) -> bytes:
+    body = {"replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": max_bytes,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [{
+                "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
+            "forgotten_topics_data": [], "rack_id": ""}
+    return codec.encode_request(FETCH, 11, 1, body, "bench")
+
+
+def one_mib_batch() -> bytes:
+    count = BATCH_BYTES // (RECORD_BYTES + 16)
+    return encode_batch([os.urandom(16) * (RECORD_BYTES // 16)] * count)
+
+
+def recv_exact(sock: socket.socket, n: int, scratch: memoryview) -> None:
+    while n:
+        k = sock.recv_into(scratch, min(n, len(scratch)))
+        if k == 0:
+            raise ConnectionError("peer closed")
+        n -= k
+
+
+def recv_frame(sock: socket.socket, scratch: memoryview) -> int:
+    """Reads one size-prefixed frame into scratch (discarding it); returns its size."""
+    recv_exact(sock, 4, scratch)
+    size = struct.unpack_from(">i", scratch)[0]
+    recv_exact(sock, size, scratch)
+    return size
+
+
+# -- the broker ---------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.002)
+
+
+class Broker:
+    def __init__(self) -> None:
+        self.data_dir = tempfile.mkdtemp(prefix="pybroker-bench-")
+        self.port = free_port()
+        started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pybroker", "serve", "--data-dir", self.data_dir,
+             "--listen", f"127.0.0.1:{self.port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port)
+        self.start_seconds = time.monotonic() - started
+
+    def rss_bytes(self) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def cpu_seconds(self) -> float:
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        body = {"topics": [{"name": topic, "num_partitions": partitions,
+                            "replication_factor": 1, "assignments": [], "configs": [
+                                {"name": "max.message.bytes", "value": str(2 * BATCH_BYTES)}]}],
+                "timeout_ms": 30000, "validate_only": False}
+        with socket.create_connection(("127.0.0.1", self.port)) as sock:
+            sock.sendall(codec.encode_request(19, 4, 1, body, "bench"))
+            recv_frame(sock, memoryview(bytearray(1 << 16)))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+# -- load: many connections, each a thread ------------------------------------------------
+
+def _run_connections(port: int, seconds: float, work) -> tuple[int, float]:
+    """Runs work(sock, stop_at) -> bytes on CONNECTIONS connections; (bytes, seconds)."""
+    totals = [0] * CONNECTIONS
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(CONNECTIONS)]
+    for s in socks:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    started = time.monotonic()
+    stop_at = started + seconds
+
+    def run(i: int) -> None:
+        totals[i] = work(i, socks[i], stop_at)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(CONNECTIONS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - started
+    for s in socks:
+        s.close()
+    return sum(totals), elapsed
+
+
+def produce_work(frames: list[bytes], expect_responses: bool, in_flight: int = 4):
+    def work(i: int, sock: socket.socket, stop_at: float) -> int:
+        frame = frames[i % len(frames)]
+        scratch = memoryview(bytearray(1 << 16))
+        sent = outstanding = 0
+        while time.monotonic() < stop_at:
+            sock.sendall(frame)
+            sent += len(frame)
+            if expect_responses:
+                outstanding += 1
+                if outstanding >= in_flight:
+                    recv_frame(sock, scratch)
+                    outstanding -= 1
+        for _ in range(outstanding):
+            recv_frame(sock, scratch)
+        return sent
+    return work
+
+
+def _sink_server(listener: socket.socket) -> None:
+    """Accepts connections and discards everything (the produce baseline's peer)."""
+    def drain(conn: socket.socket) -> None:
+        scratch = memoryview(bytearray(1 << 20))
+        while conn.recv_into(scratch):
+            pass
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=drain, args=(conn,), daemon=True).start()
+
+
+def _source_server(listener: socket.socket) -> None:
+    """Answers each 4-byte request with a 1 MiB frame from memory (fetch baseline)."""
+    payload = struct.pack(">i", BATCH_BYTES * 4) + os.urandom(BATCH_BYTES * 4)
+
+    def serve(conn: socket.socket) -> None:
+        scratch = bytearray(4)
+        try:
+            while conn.recv_into(scratch) == 4:
+                conn.sendall(payload)
+        except OSError:
+            pass
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+
+def _start_process_server(target) -> tuple[mp.Process, int]:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    proc = mp.get_context("fork").Process(target=target, args=(listener,), daemon=True)
+    proc.start()
+    port = listener.getsockname()[1]
+    listener.close()
+    return proc, port
+
+
+def measure_produce(broker: Broker, seconds: float) -> dict:
+    batch = one_mib_batch()
+    broker.create_topic("ingest", CONNECTIONS)
+    frames = [produce_frame("ingest", p, batch) for p in range(CONNECTIONS)]
+    cpu0 = broker.cpu_seconds()
+    moved, elapsed = _run_connections(broker.port, seconds, produce_work(frames, True))
+    broker_cpu = broker.cpu_seconds() - cpu0
+    sink, port = _start_process_server(_sink_server)
+    try:
+        base, base_elapsed = _run_connections(port, seconds, produce_work(frames, False))
+    finally:
+        sink.kill()
+    return {"broker_mb_s": moved / elapsed / 1e6, "loopback_mb_s": base / base_elapsed / 1e6,
+            "broker_cpu_s_per_gb": broker_cpu / (moved / 1e9)}
+
+
+def fetch_work(topic: str, log_end: int, fetch_bytes: int):
+    def work(i: int, sock: socket.socket, stop_at: float) -> int:
+        scratch = memoryview(bytearray(1 << 20))
+        received, offset = 0, 0
+        while time.monotonic() < stop_at:
+            sock.sendall(fetch_frame(topic, i, offset, fetch_bytes))
+            size = recv_frame(sock, scratch)
+            received += size
+            # Each 1 MiB batch holds the same number of records: step by whole batches.
+            offset += records_per_batch * max(1, size // (BATCH_BYTES + 100))
+            if offset >= log_end:
+                offset = 0
+        return received
+    records_per_batch = BATCH_BYTES // (RECORD_BYTES + 16)
+    return work
+
+
+def baseline_fetch_work(i: int, sock: socket.socket, stop_at: float) -> int:
+    scratch = memoryview(bytearray(1 << 20))
+    received = 0
+    while time.monotonic() < stop_at:
+        sock.sendall(b"\0\0\0\0")
+        received += recv_frame(sock, scratch)
+    return received
+
+
+def measure_fetch(broker: Broker, seconds: float, batches_per_partition: int = 64) -> dict:
+    # Fill each partition with 64 MiB (in page cache), then read it round and round.
+    batch = one_mib_batch()
+    frames = [produce_frame("ingest", p, batch) for p in range(CONNECTIONS)]
+    with socket.create_connection(("127.0.0.1", broker.port)) as sock:
+        scratch = memoryview(bytearray(1 << 16))
+        for _ in range(batches_per_partition):
+            for frame in frames:
+                sock.sendall(frame)
+                recv_frame(sock, scratch)
+    log_end = batches_per_partition * (BATCH_BYTES // (RECORD_BYTES + 16))
+    cpu0 = broker.cpu_seconds()
+    moved, elapsed = _run_connections(broker.port, seconds,
+                                      fetch_work("ingest", log_end, 4 * BATCH_BYTES))
+    broker_cpu = broker.cpu_seconds() - cpu0
+    source, port = _start_process_server(_source_server)
+    try:
+        base, base_elapsed = _run_connections(port, seconds, baseline_fetch_work)
+    finally:
+        source.kill()
+    return {"broker_mb_s": moved / elapsed / 1e6, "loopback_mb_s": base / base_elapsed / 1e6,
+            "broker_cpu_s_per_gb": broker_cpu / (moved / 1e9)}
+
+
+def _echo_server(listener: socket.socket) -> None:
+    import asyncio
+
+    import uvloop
+
+    class Echo(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport = transport
+
+        def data_received(self, data):
+            self.transport.write(data)
+
+    async def main():
+        server = await asyncio.get_running_loop().create_server(Echo, sock=listener)
+        await server.serve_forever()
+
+    uvloop.run(main())
+
+
+def round_trips(port: int, frame: bytes, count: int, response_frames: bool) -> list[float]:
+    samples = []
+    scratch = memoryview(bytearray(1 << 16))
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(count):
+            t0 = time.perf_counter_ns()
+            sock.sendall(frame)
+            if response_frames:
+                recv_frame(sock, scratch)
+            else:
+                recv_exact(sock, len(frame), scratch)
+            samples.append((time.perf_counter_ns() - t0) / 1000)
+    return samples
+
+
+def measure_latency(broker: Broker, count: int = 20000) -> dict:
+    broker.create_topic("latency", 1)
+    frame = produce_frame("latency", 0, encode_batch([b"x" * 100]))
+    broker_us = round_trips(broker.port, frame, count, True)
+    echo, port = _start_process_server(_echo_server)
+    try:
+        wait_port(port)
+        echo_us = round_trips(port, frame, count, False)
+    finally:
+        echo.kill()
+    return {"broker_p50_us": statistics.median(broker_us),
+            "broker_p99_us": statistics.quantiles(broker_us, n=100)[98],
+            "echo_p50_us": statistics.median(echo_us)}
+
+
+def measure_start(runs: int = 5) -> dict:
+    starts, rss = [], []
+    for _ in range(runs):
+        broker = Broker()
+        time.sleep(1.0)
+        starts.append(broker.start_seconds)
+        rss.append(broker.rss_bytes())
+        broker.stop()
+    return {"start_s": statistics.median(starts), "idle_rss_mb": statistics.median(rss) / 2**20}
+
+
+def machine() -> dict:
+    model = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {"cpus": os.cpu_count(), "cpu": model, "kernel": platform.release(),
+            "python": platform.python_version()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--out", default=None, help="directory for result.json/result.md")
+    args = parser.parse_args(argv)
+    result = {"command": " ".join(["python3 -m bench.single_node", *(argv or sys.argv[1:])]),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "machine": machine()}
+    result["start"] = measure_start()
+    broker = Broker()
+    try:
+        result["produce"] = measure_produce(broker, args.seconds)
+        result["fetch"] = measure_fetch(broker, args.seconds)
+        result["latency"] = measure_latency(broker)
+    finally:
+        broker.stop()
+    p, f, lat, st = result["produce"], result["fetch"], result["latency"], result["start"]
+    rows = [
+        ("produce 1 MiB batches, 4 conns", f"{p['broker_mb_s']:.0f} MB/s",
+         f"{p['loopback_mb_s']:.0f} MB/s", p["broker_mb_s"] / p["loopback_mb_s"], ">= 0.50"),
+        ("fetch from page cache, 4 conns", f"{f['broker_mb_s']:.0f} MB/s",
+         f"{f['loopback_mb_s']:.0f} MB/s", f["broker_mb_s"] / f["loopback_mb_s"], ">= 0.70"),
+        ("1-record produce acks=1, p50", f"{lat['broker_p50_us']:.1f} us",
+         f"{lat['echo_p50_us']:.1f} us", lat["broker_p50_us"] / lat["echo_p50_us"], "<= 2.0"),
+        ("start to ready (empty dir)", f"{st['start_s']:.3f} s", "", None, "< 0.5 s"),
+        ("idle resident memory", f"{st['idle_rss_mb']:.1f} MB", "", None, "< 80 MB"),
+    ]
+    lines = ["| figure | pybroker | baseline | ratio | target |", "|---|---|---|---|---|"]
+    for name, value, base, ratio, target in rows:
+        lines.append(f"| {name} | {value} | {base} | "
+                     f"{'' if ratio is None else f'{ratio:.2f}'} | {target} |")
+    table = "\n".join(lines)
+    result["table"] = table
+    print(json.dumps({k: v for k, v in result.items() if k != "table"}, indent=2))
+    print(table)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "result.json"), "w") as fh:
+            json.dump(result, fh, indent=2)
+        with open(os.path.join(args.out, "result.md"), "w") as fh:
+            fh.write(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
