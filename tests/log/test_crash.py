@@ -83,20 +83,21 @@ def test_sigkill_at_random_points(tmp_path):
     manager.close()
 
 
-def _tail_segment(data_dir: str) -> str:
+def _last_segment(data_dir: str) -> str:
     directory = os.path.join(data_dir, "crash-0")
-    paths = sorted(os.path.join(directory, n) for n in os.listdir(directory)
-                   if n.endswith(".log"))
-    return [p for p in paths if os.path.getsize(p)][-1]  # the last segment with data
+    return os.path.join(directory, max(n for n in os.listdir(directory) if n.endswith(".log")))
 
 
 def test_torn_and_corrupt_tails_are_truncated(tmp_path):
     rnd = random.Random(7)
     data_dir = str(tmp_path / "data")
-    while run_writer_until_killed(data_dir, rnd) < 60:
-        pass
-    end = check_log(data_dir, -1)
-    tail = _tail_segment(data_dir)
+    while True:  # until the last segment holds at least three batches
+        end = check_log(data_dir, run_writer_until_killed(data_dir, rnd))
+        tail = _last_segment(data_dir)
+        with open(tail, "rb") as f:
+            data = f.read()
+        if scan_log(data, 0, len(data), int(os.path.basename(tail)[:20]), 4096).batch_count >= 3:
+            break
     # a torn tail: the last batch without its last bytes
     os.truncate(tail, os.path.getsize(tail) - 5)
     end_after_tear = check_log(data_dir, -1)

@@ -42,7 +42,7 @@ class Model:
 
     def expected_read(self, offset: int, max_bytes: int, min_one: bool, bound: int) -> bytes:
         out = b""
-        for base, last, data in self.batches:
+        for _, last, data in self.batches:
             if last < offset:
                 continue
             if last >= bound or (len(out) + len(data) > max_bytes and (out or not min_one)):
