@@ -1,0 +1,428 @@
+"""Spark ingest benchmark: the ``pybroker`` data source against its ceiling and the usual way.
+
+    python3 -m bench.spark_ingest [--rows 2000000] [--rounds 3] [--out DIR]
+
+One run on ``local[2]`` writes the same cached DataFrame (``--rows`` rows of
+``--key-bytes`` keys and ``--value-bytes`` values; cached and counted before any timing)
+with three writers, in alternating rounds (A B C A B C ...), each A and C round to a fresh
+topic of ``--partitions`` partitions on a broker this script starts (temporary data dir,
+free port) and stops:
+
+  A  pybroker    ``df.write.format("pybroker")``: Arrow batches -> native murmur2 ->
+                 native record batches -> pipelined Produce requests
+  B  ceiling     a Python data source whose ``DataSourceArrowWriter`` only sums
+                 ``batch.nbytes``: what Spark costs before any byte is sent
+  C  confluent   ``foreachPartition`` with a confluent-kafka Producer per partition,
+                 ``produce()`` per row, ``flush()`` at the end (linger.ms=5, ~1 MB batches,
+                 acks=all, idempotence on)
+
+Every round is checked, untimed, for completeness: the rows B's tasks saw, and for A and C
+the topic's end offsets, must add up to ``--rows``. A warm-up round of each writer on a
+small slice (untimed) loads the Python workers' modules first. The figure per writer is
+the median rows/s of its rounds; the targets (issue 5) are A >= 70% of B and A >= 5x C.
+Results go to ``DIR/spark_ingest.json`` and ``DIR/spark_ingest.md``, and the Markdown is
+printed with the exact command, the date and the machine.
+
+Timing never decides a test: tests/bench/test_spark_ingest.py only checks that a tiny run
+produces a complete report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCHEMA = "pybroker-spark-ingest/1"
+WRITERS = {"A": "pybroker", "B": "arrow-count (ceiling)", "C": "confluent foreachPartition"}
+TARGET_A_OF_B, TARGET_A_OVER_C = 0.70, 5.0
+READY = re.compile(r"ready: listening on (\S+):(\d+)")
+WARMUP_ROWS = 20_000
+
+
+# -- B: the Spark-side ceiling ---------------------------------------------------------------
+
+@dataclass
+class CountCommit(WriterCommitMessage):
+    rows: int
+    bytes: int
+
+
+class CountingWriter(DataSourceArrowWriter):
+    """Receives the Arrow batches and only counts them; reports totals to a file because
+    ``commit`` runs in a Spark Python worker, not in this process."""
+
+    def __init__(self, report_path: str) -> None:
+        self.report_path = report_path
+
+    def write(self, iterator) -> CountCommit:
+        rows = nbytes = 0
+        for batch in iterator:
+            rows += batch.num_rows
+            nbytes += batch.nbytes
+        return CountCommit(rows, nbytes)
+
+    def commit(self, messages) -> None:
+        done = [m for m in messages if m is not None]
+        with open(self.report_path, "w") as f:
+            json.dump({"rows": sum(m.rows for m in done),
+                       "bytes": sum(m.bytes for m in done)}, f)
+
+
+class CountingDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "bench_arrow_count"
+
+    def schema(self) -> str:
+        return "key binary, value binary"
+
+    def writer(self, schema, overwrite: bool) -> CountingWriter:
+        return CountingWriter(self.options["report"])
+
+
+# -- C: the usual approach ------------------------------------------------------------------
+
+def confluent_partition_writer(bootstrap: str, topic: str):
+    """The function ``foreachPartition`` runs: one Producer per Spark partition."""
+    def write(rows) -> None:
+        from confluent_kafka import Producer
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                             "batch.size": 1_000_000, "acks": "all",
+                             "enable.idempotence": True})
+        for row in rows:
+            while True:
+                try:
+                    producer.produce(topic, value=row.value, key=row.key)
+                    break
+                except BufferError:  # local queue full: serve delivery reports, retry
+                    producer.poll(0.05)
+        left = producer.flush(120)
+        if left:
+            raise RuntimeError(f"{left} messages not delivered to {topic}")
+    return write
+
+
+# -- the broker ------------------------------------------------------------------------------
+
+class Broker:
+    """``python3 -m pybroker serve`` on a free loopback port with a temporary data dir."""
+
+    def __init__(self, workdir: str) -> None:
+        self.data_dir = os.path.join(workdir, "data")
+        self.log_path = os.path.join(workdir, "broker.log")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.bootstrap = ""
+
+    def start(self, timeout: float = 60.0) -> Broker:
+        env = dict(os.environ,
+                   PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pybroker", "serve", "--data-dir", self.data_dir,
+                 "--listen", "127.0.0.1:0"],
+                stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=ROOT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = READY.search(self.log_text())
+            if match:
+                self.bootstrap = f"{match.group(1)}:{match.group(2)}"
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"broker did not start:\n{self.log_text()[-3000:]}")
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        code, self.proc = self.proc.returncode, None
+        return code
+
+    def log_text(self) -> str:
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+
+
+def rows_in_topic(bootstrap: str, topic: str) -> int:
+    from pybroker.client import Cluster
+    cluster = Cluster(bootstrap, "bench-spark-ingest")
+    try:
+        return sum(cluster.list_offsets(topic, -1)) - sum(cluster.list_offsets(topic, -2))
+    finally:
+        cluster.close()
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+def machine_facts() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f
+                          if line.startswith("model name")), model)
+    except OSError:
+        pass
+    import pyarrow
+    import pyspark
+    try:
+        import confluent_kafka
+        librdkafka = confluent_kafka.libversion()[0]
+    except ImportError:
+        librdkafka = "unavailable"
+    return {"host": platform.node(), "nproc": os.cpu_count(), "cpu_model": model,
+            "kernel": platform.release(), "python": platform.python_version(),
+            "pyspark": pyspark.__version__, "pyarrow": pyarrow.__version__,
+            "librdkafka": librdkafka, "loadavg_at_start": list(os.getloadavg())}
+
+
+def start_spark(args: argparse.Namespace):
+    from pyspark.sql import SparkSession
+    env_path = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
+    spark = (SparkSession.builder.master(args.master)
+             .appName("pybroker-spark-ingest")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", args.driver_memory)
+             .config("spark.sql.execution.arrow.maxRecordsPerBatch", args.arrow_batch_rows)
+             .config("spark.executorEnv.PYTHONPATH", env_path)
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(CountingDataSource)
+    return spark
+
+
+def build_frame(spark, rows: int, key_bytes: int, value_bytes: int, slices: int):
+    """Distinct keys of exactly ``key_bytes`` and values of exactly ``value_bytes``."""
+    from pyspark.sql import functions as F
+    ident = F.col("id").cast("string")
+    return spark.range(0, rows, numPartitions=slices).select(
+        F.lpad(ident, key_bytes, "k").cast("binary").alias("key"),
+        F.rpad(F.concat(ident, F.lit(":")), value_bytes, "v").cast("binary").alias("value"))
+
+
+class IngestBench:
+    def __init__(self, args: argparse.Namespace, spark, broker: Broker, workdir: str) -> None:
+        self.args, self.spark, self.broker, self.workdir = args, spark, broker, workdir
+        self.topics = 0
+
+    def fresh_topic(self, writer: str) -> str:
+        self.topics += 1
+        name = f"ingest-{writer}-{self.topics}"
+        create_topic(self.broker.bootstrap, name, self.args.partitions)
+        return name
+
+    def write(self, writer: str, df) -> tuple[float, int]:
+        """Time one write of ``df``; returns (seconds, rows the sink received)."""
+        bootstrap = self.broker.bootstrap
+        if writer == "B":
+            report = os.path.join(self.workdir, f"count-{time.monotonic_ns()}.json")
+            start = time.perf_counter()
+            df.write.format("bench_arrow_count").option("report", report) \
+                .mode("append").save()
+            seconds = time.perf_counter() - start
+            with open(report) as f:
+                return seconds, json.load(f)["rows"]
+        topic = self.fresh_topic(writer)
+        start = time.perf_counter()
+        if writer == "A":
+            df.write.format("pybroker").option("kafka.bootstrap.servers", bootstrap) \
+                .option("topic", topic).mode("append").save()
+        else:
+            df.foreachPartition(confluent_partition_writer(bootstrap, topic))
+        seconds = time.perf_counter() - start
+        return seconds, rows_in_topic(bootstrap, topic)
+
+    def run(self) -> list[dict[str, Any]]:
+        args = self.args
+        df = build_frame(self.spark, args.rows, args.key_bytes, args.value_bytes,
+                         args.slices).cache()
+        counted = df.count()  # materialise the cache before any timing
+        if counted != args.rows:
+            raise RuntimeError(f"cached frame has {counted} rows, expected {args.rows}")
+        warm = df.limit(min(WARMUP_ROWS, args.rows)).repartition(args.slices).cache()
+        warm.count()
+        for writer in WRITERS:
+            self.write(writer, warm)
+        warm.unpersist()
+        rounds = []
+        for number in range(1, args.rounds + 1):
+            for writer in WRITERS:
+                seconds, received = self.write(writer, df)
+                if received != args.rows:
+                    raise RuntimeError(f"round {number} writer {writer}: the sink got "
+                                       f"{received} rows, expected {args.rows}")
+                rounds.append({"round": number, "writer": writer, "seconds": round(seconds, 4),
+                               "rows": received,
+                               "rows_per_s": round(args.rows / seconds, 1)})
+                print(f"[round {number}] {writer} {WRITERS[writer]}: {seconds:.3f} s, "
+                      f"{args.rows / seconds:,.0f} rows/s", file=sys.stderr, flush=True)
+        df.unpersist()
+        return rounds
+
+
+def summarise(rounds: list[dict[str, Any]], args: argparse.Namespace, command: str,
+              started_at: str, machine: dict[str, Any]) -> dict[str, Any]:
+    writers = {}
+    for key, label in WRITERS.items():
+        rates = [r["rows_per_s"] for r in rounds if r["writer"] == key]
+        median = statistics.median(rates)
+        writers[key] = {"name": label, "rows_per_s": rates,
+                        "median_rows_per_s": round(median, 1),
+                        "median_mb_per_s": round(
+                            median * (args.key_bytes + args.value_bytes) / 1e6, 2)}
+    a, b, c = (writers[k]["median_rows_per_s"] for k in "ABC")
+    # Pair by pair: A against the B and the C of the same round.
+    per_round = []
+    for number in sorted({r["round"] for r in rounds}):
+        rate = {r["writer"]: r["rows_per_s"] for r in rounds if r["round"] == number}
+        per_round.append({"round": number, "a_of_b": round(rate["A"] / rate["B"], 3),
+                          "a_over_c": round(rate["A"] / rate["C"], 2)})
+    return {
+        "schema": SCHEMA,
+        "command": command,
+        "started_at": started_at,
+        "machine": machine,
+        "config": {"master": args.master, "rows": args.rows, "key_bytes": args.key_bytes,
+                   "value_bytes": args.value_bytes, "partitions": args.partitions,
+                   "rounds": args.rounds, "slices": args.slices,
+                   "arrow_max_records_per_batch": args.arrow_batch_rows},
+        "rounds": rounds,
+        "writers": writers,
+        "ratios": {
+            "a_of_b": round(a / b, 3), "a_over_c": round(a / c, 2), "per_round": per_round,
+            "target_a_of_b": TARGET_A_OF_B, "target_a_over_c": TARGET_A_OVER_C,
+            "met_a_of_b": a / b >= TARGET_A_OF_B, "met_a_over_c": a / c >= TARGET_A_OVER_C,
+        },
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    m, cfg, ratios = result["machine"], result["config"], result["ratios"]
+    writers = result["writers"]
+    lines = [
+        "# Spark ingest: pybroker writer vs its ceiling and confluent-kafka",
+        "",
+        f"`{result['command']}`",
+        "",
+        f"{result['started_at']} on {m['host']}: {m['nproc']} cpus ({m['cpu_model']}), "
+        f"kernel {m['kernel']}, Python {m['python']}, pyspark {m['pyspark']}, "
+        f"pyarrow {m['pyarrow']}, librdkafka {m['librdkafka']}, load average at start "
+        f"{', '.join(f'{x:.2f}' for x in m['loadavg_at_start'])}.",
+        f"`{cfg['master']}`, {cfg['rows']:,} rows of {cfg['key_bytes']} B keys and "
+        f"{cfg['value_bytes']} B values cached in {cfg['slices']} slices, "
+        f"{cfg['partitions']} topic partitions, Arrow batches of "
+        f"{cfg['arrow_max_records_per_batch']} rows, {cfg['rounds']} rounds (A B C ...), "
+        "median per writer.",
+        "",
+        "| writer | median rows/s | median MB/s | rows/s per round |",
+        "|---|---:|---:|---|",
+    ]
+    for key, w in writers.items():
+        rounds = ", ".join(f"{r:,.0f}" for r in w["rows_per_s"])
+        lines.append(f"| {key} {w['name']} | {w['median_rows_per_s']:,.0f} | "
+                     f"{w['median_mb_per_s']:.2f} | {rounds} |")
+
+    def verdict(met: bool) -> str:
+        return "met" if met else "MISSED"
+
+    per_round = ratios["per_round"]
+    a_of_b = ", ".join(f"{r['a_of_b']:.1%}" for r in per_round)
+    a_over_c = ", ".join(f"{r['a_over_c']:.2f}x" for r in per_round)
+    lines += [
+        "",
+        "| ratio | medians | per round | target |",
+        "|---|---:|---|---|",
+        f"| A / B | {ratios['a_of_b']:.1%} | {a_of_b} | "
+        f">= {ratios['target_a_of_b']:.0%}: {verdict(ratios['met_a_of_b'])} |",
+        f"| A / C | {ratios['a_over_c']:.2f}x | {a_over_c} | "
+        f">= {ratios['target_a_over_c']:.0f}x: {verdict(ratios['met_a_over_c'])} |",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python3 -m bench.spark_ingest",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--key-bytes", type=int, default=16)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=4, help="topic partitions")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--slices", type=int, default=2,
+                        help="partitions of the cached DataFrame (Spark tasks per write)")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--driver-memory", default="2g")
+    parser.add_argument("--arrow-batch-rows", type=int, default=10_000,
+                        help="spark.sql.execution.arrow.maxRecordsPerBatch")
+    parser.add_argument("--out", help="directory for spark_ingest.json and spark_ingest.md")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.rows < 1:
+        parser.error("--rounds and --rows must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    command = shlex.join([sys.executable, "-m", "bench.spark_ingest",
+                          *(sys.argv[1:] if argv is None else argv)])
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    machine = machine_facts()
+    with tempfile.TemporaryDirectory(prefix="pybroker-spark-ingest-") as workdir:
+        broker = Broker(workdir).start()
+        spark = None
+        try:
+            spark = start_spark(args)
+            rounds = IngestBench(args, spark, broker, workdir).run()
+        finally:
+            if spark is not None:
+                spark.stop()
+            code = broker.stop()
+        if code != 0:
+            raise RuntimeError(f"broker exited {code}:\n{broker.log_text()[-3000:]}")
+    result = summarise(rounds, args, command, started_at, machine)
+    text = markdown(result)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "spark_ingest.json"), "w") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+        with open(os.path.join(args.out, "spark_ingest.md"), "w") as f:
+            f.write(text)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    if __package__ in (None, ""):  # run as a file: make `bench` and `pybroker` importable
+        sys.path.insert(0, ROOT)
+    sys.exit(main())
