@@ -239,7 +239,8 @@ class Log:
         max_timestamp = log_append_time if log_append_time >= 0 else info.max_timestamp
         segment = self._maybe_roll(size, max_timestamp, base, last)
         stamp_batch(batch, 0, base, leader_epoch, log_append_time)
-        segment.append([batch], size, last, max_timestamp)
+        segment.append([batch], size, last, max_timestamp,
+                       record_count=info.last_offset_delta + 1)
         self._next_offset = last + 1
         if leader_epoch > self.leader_epoch_cache.latest_epoch:
             self.leader_epoch_cache.assign(leader_epoch, base)
@@ -438,7 +439,7 @@ class Log:
         log.info("%s: truncating from %d to %d", self.name, self._next_offset, offset)
         holder = self.segments.floor(offset)
         found = holder.find(offset) if holder is not None else None
-        new_end = found[1].base_offset if found is not None else offset
+        new_end = found[1] if found is not None else offset
         if offset < self.log_start_offset or new_end < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return True

@@ -18,6 +18,7 @@ until ``close``/``delete`` so a region handed to the network layer stays sendabl
 
 from __future__ import annotations
 
+import bisect
 import logging
 import mmap
 import os
@@ -41,6 +42,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 MAX_RELATIVE_OFFSET = 2**31 - 1  # Kafka keeps relative offsets within an int
+_RECENT_BATCHES = 256  # batch positions remembered at the tail of the active segment
 _OFFSET_ENTRY = struct.Struct(">II")
 
 
@@ -54,7 +56,8 @@ class LogSegment:
     __slots__ = ("directory", "base_offset", "fd", "size", "offset_index", "time_index",
                  "index_interval_bytes", "max_timestamp", "offset_of_max_timestamp",
                  "next_offset", "created", "deleted", "_missing_indexes",
-                 "_rolling_timestamp", "_bytes_since_index", "_appender", "_view")
+                 "_rolling_timestamp", "_bytes_since_index", "_appender", "_view",
+                 "_recent", "_recent_lasts")
 
     def __init__(self, directory: str, base_offset: int, index_interval_bytes: int,
                  max_index_size: int | None, created: float, create: bool = False) -> None:
@@ -89,6 +92,8 @@ class LogSegment:
         self._bytes_since_index = self.size
         self._appender: Appender | None = None
         self._view: mmap.mmap | None = None
+        self._recent: list[tuple[int, int, int]] = []  # (position, base offset, size)
+        self._recent_lasts: list[int] = []              # their last offsets, for bisect
 
     def path(self, suffix: str) -> str:
         return os.path.join(self.directory, file_name(self.base_offset, suffix))
@@ -170,7 +175,8 @@ class LogSegment:
             self._appender = None
 
     def append(self, buffers: list, nbytes: int, last_offset: int, max_timestamp: int,
-               offset_entries: bytes | None = None, entries_base: int = 0) -> int:
+               offset_entries: bytes | None = None, entries_base: int = 0,
+               record_count: int = 1) -> int:
         """Write ``buffers`` (``nbytes`` in all; whole batches whose last offset is
         ``last_offset``) at the end; returns the position they start at.
 
@@ -202,7 +208,10 @@ class LogSegment:
             if self._bytes_since_index > self.index_interval_bytes:
                 self._add_index_entry(last_offset, position)
             self._bytes_since_index += nbytes
-        elif offset_entries:
+            self._remember(position, last_offset - record_count + 1, nbytes, last_offset)
+            return position
+        self._forget_recent()
+        if offset_entries:
             # per index entry (one per index.interval.bytes), never per batch
             for relative, pos in _OFFSET_ENTRY.iter_unpack(offset_entries):
                 if not self.offset_index.is_full:
@@ -213,6 +222,18 @@ class LogSegment:
         else:
             self._bytes_since_index += nbytes
         return position
+
+    def _remember(self, position: int, base_offset: int, size: int, last_offset: int) -> None:
+        """Keep where the latest batches are: consumers and followers read at the tail,
+        and answering them from here saves remapping the grown file for a header walk."""
+        if len(self._recent) >= _RECENT_BATCHES:
+            del self._recent[:_RECENT_BATCHES // 2], self._recent_lasts[:_RECENT_BATCHES // 2]
+        self._recent.append((position, base_offset, size))
+        self._recent_lasts.append(last_offset)
+
+    def _forget_recent(self) -> None:
+        self._recent.clear()
+        self._recent_lasts.clear()
 
     def _add_index_entry(self, offset: int, position: int) -> None:
         self.offset_index.append(offset, position)
@@ -239,12 +260,17 @@ class LogSegment:
                                           prot=mmap.PROT_READ)
         return view
 
-    def find(self, offset: int) -> tuple[int, object] | None:
-        """``(position, BatchInfo)`` of the first batch whose last offset >= ``offset``."""
+    def find(self, offset: int) -> tuple[int, int, int] | None:
+        """``(position, base_offset, size)`` of the first batch whose last offset >=
+        ``offset``; None if there is none."""
         if offset >= self.next_offset or not self.size:
             return None
+        recent = self._recent
+        if recent and offset >= recent[0][1]:
+            return recent[bisect.bisect_left(self._recent_lasts, offset)]
         start = self.offset_index.lookup(offset)
-        return find_position(self._view_all(), start, self.size, offset)
+        found = find_position(self._view_all(), start, self.size, offset)
+        return None if found is None else (found[0], found[1].base_offset, found[1].size)
 
     def position_of(self, offset: int) -> int:
         """Position of the first batch with last offset >= ``offset``; the end if none."""
@@ -261,16 +287,16 @@ class LogSegment:
         found = self.find(offset)
         if found is None:
             return None
-        start, info = found
+        start, base, size = found
         if start >= max_position:
             return None
         limit = start + max_bytes
         if max_position <= limit:
-            return start, max_position - start, info.base_offset
+            return start, max_position - start, base
         end = self._batch_end_below(start, limit)
         if end == start and min_one:
-            end = start + info.size
-        return start, end - start, info.base_offset
+            end = start + size
+        return start, end - start, base
 
     def _batch_end_below(self, start: int, limit: int) -> int:
         """The last batch boundary in ``[start, limit]`` (``limit`` inside the segment).
@@ -328,6 +354,7 @@ class LogSegment:
         return tail
 
     def _truncate_file(self, size: int) -> None:
+        self._forget_recent()
         self._view = None
         os.ftruncate(self.fd, size)
         self.size = size
