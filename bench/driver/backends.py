@@ -65,10 +65,11 @@ class LibrdkafkaBackend(Backend):
             "linger.ms": workload.linger_ms,
             "batch.size": workload.batch_size,
             "compression.type": workload.compression,
-            # A deep local queue so "max" is limited by the broker, not by the client
-            # refusing to buffer; BufferError still signals back-pressure.
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
+            # At "max" the local queue fills and BufferError paces the sender. Keep it a
+            # fraction of a second deep: enough to keep batches full, but shallow enough
+            # that publish latency is mostly the broker's and the final flush is short.
+            "queue.buffering.max.messages": 200_000,
+            "queue.buffering.max.kbytes": 32_768,
             "on_delivery": on_delivery,
         }
         config.update(workload.producer_config)
