@@ -2,6 +2,8 @@
 
     python3 -m pytest bench/micro/test_bench_log.py --benchmark-only -p no:cacheprovider -s
 
+Also per-call costs on a log of 100k small batches: append, read at the tail, catch-up read.
+
 Append (target: >= 70% of plain sequential write() in the same run). Each round appends
 32 validated 1 MiB batches through ``Log.append`` (offsets stamped in place, Appender
 write, index entry) into a fresh segment (the previous ones deleted, untimed) and
@@ -170,3 +172,46 @@ def test_log_recovery_1gib(benchmark, gib_segment):
     benchmark.extra_info.update(bytes=size, GB_s_median=round(gbs, 2))
     print(f"\nrecovery of {size / 2**30:.2f} GiB: median {gbs:.2f} GB/s "
           f"(best {size / benchmark.stats.stats.min / 1e9:.2f} GB/s)")
+
+
+@pytest.fixture(scope="module")
+def small_log(tmp_path_factory):
+    """A log of 100k batches of ten 100-byte records (~1.1 KiB each), ~110 MB."""
+    log = Log(str(tmp_path_factory.mktemp("small") / "small-0"), CONFIG)
+    batch = bytearray(encode_batch([b"x" * 100] * 10))
+    info = validate_batch(batch)
+    for _ in range(100_000):
+        log.append(batch, info)
+    yield log, batch, info
+    log.close()
+    shutil.rmtree(log.directory, ignore_errors=True)
+
+
+def test_log_append_small_batch(benchmark, small_log):
+    """Per-call cost of appending a ~1.1 KiB batch (Python + one write)."""
+    log, batch, info = small_log
+    benchmark.extra_info["append_path"] = append_implementation()
+    benchmark(log.append, batch, info)
+
+
+def test_log_read_at_tail(benchmark, small_log):
+    """A caught-up consumer: append one batch, read from its offset (1 MiB budget)."""
+    log, batch, info = small_log
+
+    def append_then_read():
+        offset = log.log_end_offset
+        log.append(batch, info)
+        return log.read(offset, MIB, max_offset=log.log_end_offset)
+
+    assert benchmark(append_then_read).size == len(batch)
+
+
+def test_log_read_catch_up(benchmark, small_log):
+    """A consumer far behind: 1 MiB of whole batches from an offset in an old part."""
+    log, _, _ = small_log
+    offsets = iter(range(0, 10**9, 7919))
+
+    def read():
+        return log.read(next(offsets) % (log.log_end_offset // 2), MIB)
+
+    assert MIB - 2048 < benchmark(read).size <= MIB
