@@ -28,10 +28,15 @@ import struct
 import zlib
 
 import cramjam
-import lz4.frame
+import lz4.frame  # type: ignore[import-untyped]
 import zstandard
 
-from pybroker.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
+from pybroker.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    KafkaError,
+    UnsupportedCompressionError,
+)
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 
@@ -43,7 +48,7 @@ _XERIAL_BLOCK = 32 * 1024          # the Java client's block size
 _ZSTD_STEP = 2048
 
 
-def _too_large(limit: int) -> InvalidRecordError:
+def _too_large(limit: int) -> KafkaError:
     return InvalidRecordError(f"decompressed records exceed {limit} bytes")
 
 

@@ -134,13 +134,31 @@ def test_damaged_records_with_valid_crc(args, data):
 
 
 @fuzz
-@given(st.binary(max_size=400), st.integers(0, 40), st.integers(-1, 3))
+@given(st.binary(max_size=400), st.integers(0, 40), st.integers(0, 7))
 def test_garbage_records_section(section, count, codec):
     header = bytearray(61)
     struct.pack_into(">qiibIhiqqqhii", header, 0, 0, 49 + len(section), 0, 2, 0,
-                     max(codec, 0), count - 1, 0, 0, -1, -1, -1, count)
+                     codec, count - 1, 0, 0, -1, -1, -1, count)
     buf = with_crc(header + section)
     every_parser(buf)
+
+
+@fuzz
+@given(st.integers(1, 4), st.binary(max_size=300), st.data())
+def test_codecs_on_damaged_input(codec, payload, data):
+    # Whatever a codec library raises on bad input must come out as a KafkaError.
+    compression = importlib.import_module("pybroker._native.compression")
+    packed = bytearray(compression.compress(codec, payload))
+    if data.draw(st.booleans()):
+        packed = packed[:data.draw(st.integers(0, len(packed)))]
+    elif packed:
+        packed[data.draw(st.integers(0, len(packed) - 1))] ^= data.draw(st.integers(1, 255))
+    for candidate in (bytes(packed), data.draw(st.binary(max_size=100))):
+        try:
+            out = compression.decompress(codec, candidate, 1 << 20)
+        except KafkaError:
+            continue
+        assert len(out) <= 1 << 20
 
 
 @fuzz
