@@ -397,6 +397,8 @@ class LogSegment:
 
     def close(self) -> None:
         """Trim the indexes (keeping the final time index entry) and close the files."""
+        if self.fd < 0:
+            return
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
                                      final=True)
         self.offset_index.close()

@@ -329,3 +329,40 @@ def test_flush_ms_with_injected_clock(tmp_path):
     clock.now += 1.5
     assert log.flush_if_due() and log.recovery_point == 3
     log.close()
+
+
+def test_roll_on_full_index_and_on_relative_offset_overflow(tmp_path):
+    # 96 bytes: 12 offset entries, 8 time entries of which 7 usable (one kept for the
+    # final entry at roll)
+    log = open_log(tmp_path / "t-0", {"segment.bytes": 1 << 20, "index.interval.bytes": 0,
+                                      "segment.index.bytes": 96})
+    for i in range(10):
+        append(log, make_batch(count=1, timestamp=1000 + i))
+    first, second = list(log.segments)
+    assert first.time_index.entries == 7 and second.base_offset == 8  # batch 0 has none
+    # a follower batch 2^31 offsets ahead cannot be indexed relative to this segment
+    from pybroker._native.records import encode_batch
+    far = 2**31 + 100
+    log.append_as_follower(encode_batch([b"v"], timestamps=[5000], base_offset=far))
+    assert log.segments.active.base_offset == far and log.log_end_offset == far + 1
+    assert region_bytes(log.read(far, 100))[:8] == far.to_bytes(8, "big")
+    log.close()
+    log.close()  # closing twice is harmless
+    reopened = open_log(tmp_path / "t-0")
+    assert reopened.log_end_offset == far + 1
+    reopened.close()
+
+
+def test_log_config_from_kafka_properties():
+    config = LogConfig.from_properties({"segment.bytes": "2048", "retention.ms": -1,
+                                        "cleanup.policy": "compact,delete",
+                                        "message.timestamp.type": "LogAppendTime",
+                                        "flush.ms": None})
+    assert (config.segment_bytes, config.retention_ms, config.deletes) == (2048, -1, True)
+    assert config.log_append_time and not config.flushes_by_time
+    assert config.to_properties()["index.interval.bytes"] == 4096
+    from pybroker.errors import InvalidConfigError
+    for bad in ({"segment.bytes": "0"}, {"no.such.key": 1}, {"cleanup.policy": "x"},
+                {"message.timestamp.type": "Now"}, {"retention.ms": "soon"}):
+        with pytest.raises(InvalidConfigError):
+            LogConfig.from_properties(bad)
