@@ -302,3 +302,20 @@ def test_delete_records_refused_on_compacted_topic(module_broker):
     (future,) = admin(module_broker.bootstrap).delete_records(
         [TopicPartition(name, 0, 1)]).values()
     assert error_of(future).code() == KafkaError.POLICY_VIOLATION
+
+
+def test_sources_of_values_the_broker_sets(broker_factory):
+    broker = broker_factory(log_retention_hours=2, num_partitions=3)
+    name = unique("src")
+    create_topic(broker.bootstrap, name, -1)
+    assert partitions_of(broker.bootstrap, name) == 3
+    retention = topic_configs(broker.bootstrap, name)["retention.ms"]
+    assert retention.value == str(2 * 3600 * 1000)
+    assert retention.source == ConfigSource.STATIC_BROKER_CONFIG.value
+    # Kafka's chain is [STATIC log.retention.hours=2, DEFAULT log.retention.hours=168];
+    # librdkafka keys synonyms by name, so only one of the two is visible here
+    assert "log.retention.hours" in retention.synonyms
+    (result,) = wait_all(admin(broker.bootstrap).describe_configs(
+        [ConfigResource(BROKER, str(module_broker_id(broker)))])).values()
+    assert result["num.partitions"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert result["delete.topic.enable"].source == ConfigSource.DEFAULT_CONFIG.value

@@ -127,6 +127,19 @@ def _broker_key_is_set(ctx: RequestContext, key: str) -> bool:
     return value is not None and value != schema[1]
 
 
+def _default_synonym(key: str, broker_keys: tuple[str, ...]) -> dict[str, Any]:
+    """Kafka names the default after the broker key that carries it (``log.retention.hours``
+    168 for ``retention.ms``): the least specific one with a default of its own."""
+    for broker_key in reversed(broker_keys):
+        default = broker_config.SCHEMA.get(broker_key, (None, None))[1]
+        if default is not None:
+            return {"name": broker_key, "value": str(default).lower()
+                    if isinstance(default, bool) else str(default), "source": SOURCE_DEFAULT}
+    default = topic_config.TOPIC_CONFIGS[key][1] if key in topic_config.TOPIC_CONFIGS else None
+    return {"name": broker_keys[0] if broker_keys else key, "value": default,
+            "source": SOURCE_DEFAULT}
+
+
 def _entry(name: str, value: Any, source: int, kind: int, doc: str | None,
            synonyms: list[dict], read_only: bool = False) -> dict[str, Any]:
     return {"name": name, "value": None if value is None else str(value),
@@ -149,9 +162,7 @@ def _topic_entries(ctx: RequestContext, topic: Topic, keys: set[str] | None,
             chain.append({"name": key, "value": overrides[key], "source": SOURCE_TOPIC})
         chain += [{"name": bk, "value": str(ctx.broker.config.get(bk)), "source": SOURCE_STATIC}
                   for bk in broker_keys if _broker_key_is_set(ctx, bk)]
-        default = topic_config.TOPIC_CONFIGS[key][1] if key in topic_config.TOPIC_CONFIGS else None
-        chain.append({"name": broker_keys[0] if broker_keys else key, "value": default,
-                      "source": SOURCE_DEFAULT})
+        chain.append(_default_synonym(key, broker_keys))
         entries.append(_entry(key, values[key], chain[0]["source"], kind,
                               doc if with_docs else None, chain if with_synonyms else []))
     return entries
