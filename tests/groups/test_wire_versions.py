@@ -1,0 +1,160 @@
+"""The group APIs on the wire, at every version served, against a real broker process.
+
+A raw protocol connection (pybroker.client.connection) plays a consumer step by step, so
+the fencing answers can be checked exactly: a commit or heartbeat from a stale generation
+gets ILLEGAL_GENERATION, an unknown member UNKNOWN_MEMBER_ID.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pybroker.client.connection import BrokerConnection
+from pybroker.coordinator.consumer_protocol import encode_assignment, encode_subscription
+from pybroker.errors import ErrorCode
+from tests.groups.helpers import create_topic
+
+FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC = 10, 11, 12, 13, 14
+COMMIT, FETCH, DESCRIBE, LIST, DELETE, OFFSET_DELETE = 8, 9, 15, 16, 42, 47
+TOPIC = "wire"
+_names = (f"g-wire-{i}" for i in itertools.count())
+
+
+@pytest.fixture(scope="module")
+def conn(module_broker: Any) -> Iterator[BrokerConnection]:
+    create_topic(module_broker.bootstrap, TOPIC, 2)
+    host, port = module_broker.bootstrap.split(":")
+    with BrokerConnection(host, int(port), client_id="wire-test") as c:
+        yield c
+
+
+def join(conn: BrokerConnection, group: str, version: int = 7, member_id: str = "",
+         instance: str | None = None) -> dict:
+    body = {"group_id": group, "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
+            "member_id": member_id, "group_instance_id": instance,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": encode_subscription([TOPIC])}]}
+    response = conn.request(JOIN, version, body)
+    if response["error_code"] == ErrorCode.MEMBER_ID_REQUIRED:
+        body["member_id"] = response["member_id"]
+        response = conn.request(JOIN, version, body)
+    assert response["error_code"] == ErrorCode.NONE, response
+    return response
+
+
+def sync(conn: BrokerConnection, group: str, joined: dict, version: int = 5) -> dict:
+    assignment = encode_assignment({TOPIC: [0, 1]})
+    return conn.request(SYNC, version, {
+        "group_id": group, "generation_id": joined["generation_id"],
+        "member_id": joined["member_id"], "protocol_type": "consumer",
+        "protocol_name": "range",
+        "assignments": [{"member_id": joined["member_id"], "assignment": assignment}]})
+
+
+def commit(conn: BrokerConnection, group: str, generation: int, member_id: str,
+           offset: int = 1, version: int = 8) -> int:
+    response = conn.request(COMMIT, version, {
+        "group_id": group, "generation_id_or_member_epoch": generation,
+        "member_id": member_id, "topics": [{"name": TOPIC, "partitions": [
+            {"partition_index": 0, "committed_offset": offset,
+             "committed_metadata": "m"}]}]})
+    return response["topics"][0]["partitions"][0]["error_code"]
+
+
+def test_stale_generation_commit_and_heartbeat_are_fenced(conn: BrokerConnection) -> None:
+    group = next(_names)
+    first = join(conn, group)
+    assert sync(conn, group, first)["error_code"] == ErrorCode.NONE
+    # the leader rejoining starts a new generation; the old one is now stale
+    second = join(conn, group, member_id=first["member_id"])
+    assert second["generation_id"] == first["generation_id"] + 1
+    assert sync(conn, group, second)["error_code"] == ErrorCode.NONE
+    member = second["member_id"]
+    for version in range(1, 10):
+        assert commit(conn, group, first["generation_id"], member, version=version) \
+            == ErrorCode.ILLEGAL_GENERATION, version
+    assert commit(conn, group, second["generation_id"], "someone-else") \
+        == ErrorCode.UNKNOWN_MEMBER_ID
+    heartbeat = {"group_id": group, "generation_id": first["generation_id"],
+                 "member_id": member}
+    assert conn.request(HEARTBEAT, 4, heartbeat)["error_code"] == ErrorCode.ILLEGAL_GENERATION
+    heartbeat["generation_id"] = second["generation_id"]
+    assert conn.request(HEARTBEAT, 4, heartbeat)["error_code"] == ErrorCode.NONE
+    assert commit(conn, group, second["generation_id"], member, offset=7) == ErrorCode.NONE
+    fetched = conn.request(FETCH, 8, {"groups": [{"group_id": group, "topics": None}]})
+    partitions = fetched["groups"][0]["topics"][0]["partitions"]
+    assert [(p["partition_index"], p["committed_offset"], p["metadata"]) for p in partitions] \
+        == [(0, 7, "m")]
+
+
+@pytest.mark.parametrize("version", range(0, 10))
+def test_join_sync_heartbeat_leave_every_version(conn: BrokerConnection, version: int) -> None:
+    group = next(_names)
+    joined = join(conn, group, version=version)
+    assert joined["leader"] == joined["member_id"]
+    assert [m["member_id"] for m in joined["members"]] == [joined["member_id"]]
+    synced = sync(conn, group, joined, version=min(version, 5))
+    assert synced["error_code"] == ErrorCode.NONE
+    assert synced["assignment"] == encode_assignment({TOPIC: [0, 1]})
+    assert conn.request(HEARTBEAT, min(version, 4), {
+        "group_id": group, "generation_id": joined["generation_id"],
+        "member_id": joined["member_id"]})["error_code"] == ErrorCode.NONE
+    leave_version = min(version, 5)
+    if leave_version < 3:
+        leave = {"group_id": group, "member_id": joined["member_id"]}
+    else:
+        leave = {"group_id": group, "members": [{"member_id": joined["member_id"]}]}
+    left = conn.request(LEAVE, leave_version, leave)
+    assert left["error_code"] == ErrorCode.NONE
+    described = conn.request(DESCRIBE, min(version, 5), {"groups": [group]})["groups"][0]
+    assert described["group_state"] == "Empty"
+
+
+@pytest.mark.parametrize("version", range(0, 10))
+def test_offset_commit_and_fetch_every_version(conn: BrokerConnection, version: int) -> None:
+    group = next(_names)
+    assert commit(conn, group, -1, "", offset=40 + version, version=version) == ErrorCode.NONE
+    if version >= 8:
+        body: dict = {"groups": [{"group_id": group, "topics": [
+            {"name": TOPIC, "partition_indexes": [0, 1]}]}]}
+        topics = conn.request(FETCH, version, body)["groups"][0]["topics"]
+    else:
+        body = {"group_id": group, "topics": [{"name": TOPIC, "partition_indexes": [0, 1]}]}
+        topics = conn.request(FETCH, version, body)["topics"]
+    offsets = {p["partition_index"]: p["committed_offset"] for p in topics[0]["partitions"]}
+    assert offsets == {0: 40 + version, 1: -1}
+
+
+def test_find_coordinator_list_delete_and_offset_delete(conn: BrokerConnection) -> None:
+    for version in range(0, 4):
+        found = conn.request(FIND_COORDINATOR, version, {"key": "g", "key_type": 0})
+        assert (found["error_code"], found["port"]) == (0, conn.port)
+    for version in range(4, 7):
+        found = conn.request(FIND_COORDINATOR, version,
+                             {"key_type": 0, "coordinator_keys": ["a", "b"]})
+        assert [(c["key"], c["port"]) for c in found["coordinators"]] == \
+            [("a", conn.port), ("b", conn.port)]
+
+    group = next(_names)
+    assert commit(conn, group, -1, "") == ErrorCode.NONE
+    for version in range(0, 6):
+        listed = conn.request(LIST, version, {"states_filter": ["Empty"] if version >= 4
+                                              else []})
+        assert group in [g["group_id"] for g in listed["groups"]], version
+    stable = conn.request(LIST, 4, {"states_filter": ["Stable"]})["groups"]
+    assert group not in [g["group_id"] for g in stable]
+
+    deleted = conn.request(OFFSET_DELETE, 0, {"group_id": group, "topics": [
+        {"name": TOPIC, "partitions": [{"partition_index": 0}]}]})
+    assert deleted["error_code"] == ErrorCode.NONE
+    assert deleted["topics"][0]["partitions"][0]["error_code"] == ErrorCode.NONE
+    for version in range(0, 3):
+        name = next(_names)
+        assert commit(conn, name, -1, "") == ErrorCode.NONE
+        results = conn.request(DELETE, version, {"groups_names": [name, "missing"]})["results"]
+        assert [(r["group_id"], r["error_code"]) for r in results] == \
+            [(name, ErrorCode.NONE), ("missing", ErrorCode.GROUP_ID_NOT_FOUND)]
