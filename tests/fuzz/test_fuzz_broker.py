@@ -2,9 +2,11 @@
 
 A seeded loop (reproducible: ``PYBROKER_FUZZ_SEED``, bounded by ``FRAMES`` and
 ``SECONDS``) sends, over ``CONNECTIONS`` sockets at once:
-- valid requests of the APIs clients use, built with the codec (ApiVersions, Metadata,
-  Produce with real record batches, Fetch, ListOffsets, InitProducerId, DescribeConfigs,
-  DeleteRecords, DescribeCluster, FindCoordinator), and mutations of them: flipped bytes,
+- valid requests: captured from real clients (confluent-kafka producer, consumer group and
+  admin client, kafka-python producer and consumer) through a recording proxy
+  (``capture.py``), and built with the codec (ApiVersions, Metadata, Produce, Fetch,
+  ListOffsets, InitProducerId, DescribeConfigs, DeleteRecords, DescribeCluster,
+  FindCoordinator); and mutations of them: flipped bytes,
   int32 fields set to extremes, truncation, insertion, a rewritten API key or version, a
   lying size prefix, two frames glued together;
 - structurally valid bodies with random values (``tests.protocol.samples``) for every
@@ -25,12 +27,14 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
 
 from pybroker._native.records import encode_batch
 from pybroker.net.protocol import codec, messages
-from tests.admin.clients import consume, create_topic, produce, unique
+from tests.admin.clients import admin, consume, create_topic, produce, unique, wait_all
 from tests.broker.wire_client import WireClient
+from tests.fuzz.capture import CapturingProxy
 from tests.protocol.samples import sample
 
 SEED = int(os.environ.get("PYBROKER_FUZZ_SEED", "20261121"))
@@ -185,14 +189,52 @@ class Pool:
             sock.close()
 
 
-def fuzz(bootstrap: str, topic: str, seed: int) -> dict[str, int]:
+def capture_clients(bootstrap: str, topic: str) -> None:
+    """Real clients at work on ``topic`` (through the proxy): what they send is recorded."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import ConfigResource
+
+    produce(bootstrap, topic, [b"c%d" % i for i in range(20)], partition=1,
+            **{"enable.idempotence": True, "compression.type": "lz4"})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fuzz-capture",
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + 20
+    seen = 0
+    while seen < 20 and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        seen += msg is not None and not msg.error()
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    client = admin(bootstrap)
+    wait_all(client.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]))
+    wait_all(client.delete_records([TopicPartition(topic, 1, 2)]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka import KafkaConsumer, KafkaProducer
+    producer = KafkaProducer(bootstrap_servers=bootstrap, compression_type="gzip")
+    producer.send(topic, b"kafka-python", key=b"k", partition=0).get(timeout=30)
+    producer.close()
+    reader = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                           enable_auto_commit=False, consumer_timeout_ms=1000)
+    list(reader)
+    reader.close()
+
+
+def fuzz(bootstrap: str, topic: str, seed: int, captured: Sequence[bytes] = ()) -> dict[str, int]:
     rnd = random.Random(seed)
     served = served_versions(bootstrap)
     pool = Pool(bootstrap, CONNECTIONS)
+
+    def seed_request() -> bytes:
+        if captured and rnd.random() < 0.5:
+            return rnd.choice(captured)
+        return rnd.choice(valid_requests(topic, rnd))
+
     generators: list[Callable[[], bytes | None]] = [
-        lambda: rnd.choice(valid_requests(topic, rnd)),
-        lambda: mutate(rnd.choice(valid_requests(topic, rnd)), rnd),
-        lambda: mutate(rnd.choice(valid_requests(topic, rnd)), rnd),
+        seed_request,
+        lambda: mutate(seed_request(), rnd),
+        lambda: mutate(seed_request(), rnd),
         lambda: random_body_request(rnd, served),
         lambda: _with_size(rnd.randbytes(rnd.randint(0, 64))),
     ]
@@ -215,16 +257,31 @@ def fuzz(bootstrap: str, topic: str, seed: int) -> dict[str, int]:
 
 
 def test_fuzzed_broker_stays_healthy(broker_factory):
+    proxy = CapturingProxy()
     broker = broker_factory(socket_request_max_bytes=MAX_REQUEST,
-                            auto_create_topics_enable=False)
+                            auto_create_topics_enable=False,
+                            advertised_listeners=proxy.advertised)
+    proxy.start(broker.bootstrap)
     topic = unique("fuzz")
     create_topic(broker.bootstrap, topic, 2)
-    produce(broker.bootstrap, topic, [b"before"])
+    try:
+        capture_clients(f"127.0.0.1:{proxy.port}", topic)
+        captured = list(proxy.frames)
+        keys = {struct.unpack_from(">h", frame, 4)[0] for frame in captured}
+        # Produce, Fetch, ListOffsets, Metadata, OffsetCommit, OffsetFetch, FindCoordinator,
+        # JoinGroup, SyncGroup, DeleteRecords, InitProducerId, DescribeConfigs
+        assert {0, 1, 2, 3, 8, 9, 10, 11, 14, 21, 22, 32} <= keys, sorted(keys)
 
-    result = fuzz(broker.bootstrap, topic, SEED)
-    assert result["sent"] >= 500, result  # the loop really ran (bounded by time on a slow box)
-    assert result["closed_by_broker"] > 0, result  # and bad frames were really refused
+        result = fuzz(broker.bootstrap, topic, SEED, captured)
+        assert result["sent"] >= 500, result  # the loop really ran (bounded by time)
+        assert result["closed_by_broker"] > 0, result  # and bad frames were really refused
+        _check_healthy(broker)
+    finally:
+        admin.cache_clear()
+        proxy.close()
 
+
+def _check_healthy(broker) -> None:
     assert broker.alive(), broker.log_text()[-4000:]
     log = broker.log_text()
     assert "Traceback" not in log, f"seed {SEED}:\n" + _tracebacks(log)
