@@ -92,7 +92,7 @@ class IndexBase:
     def _write_file(self, size: int) -> None:
         """Make the file ``size`` bytes holding the valid entries; map it."""
         used = self.entries * self.ENTRY_SIZE
-        data = self._mm[:used] if self._anon and used else None
+        data = self._buffer()[:used] if self._anon and used else None
         self.unmap()
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -140,6 +140,11 @@ class IndexBase:
         if count < self.entries:
             self.entries = count
             self._reload()
+
+    def _buffer(self) -> mmap.mmap:
+        """The mapping of a non-empty index (callers check ``entries`` first)."""
+        assert self._mm is not None
+        return self._mm
 
     def _reload(self) -> None:
         """Refresh the cached last entry after the entries changed; subclasses override."""

@@ -35,8 +35,7 @@ class OffsetIndex(IndexBase):
 
     def entry(self, slot: int) -> tuple[int, int]:
         """``(relative_offset, position)`` of one slot."""
-        assert self._mm is not None
-        return _ENTRY.unpack_from(self._mm, slot * 8)
+        return _ENTRY.unpack_from(self._buffer(), slot * 8)
 
     def append(self, offset: int, position: int) -> None:
         """Add ``offset -> position``; offsets must grow (a repeat is ignored)."""
@@ -52,13 +51,13 @@ class OffsetIndex(IndexBase):
         """File position to start a forward scan for ``offset`` (0 if before every entry)."""
         if not self.entries:
             return 0
-        return offset_index_lookup(self._mm, self.entries, offset - self.base_offset)[1]
+        return offset_index_lookup(self._buffer(), self.entries, offset - self.base_offset)[1]
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries for offsets >= ``offset``."""
         if self.entries:
             self.truncate_entries(
-                offset_index_entries_below(self._mm, self.entries, offset - self.base_offset))
+                offset_index_entries_below(self._buffer(), self.entries, offset - self.base_offset))
 
     def floor_position(self, position: int) -> int:
         """The largest indexed position <= ``position``, 0 if none: a batch boundary.

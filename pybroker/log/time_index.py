@@ -41,8 +41,7 @@ class TimeIndex(IndexBase):
 
     def entry(self, slot: int) -> tuple[int, int]:
         """``(timestamp, relative_offset)`` of one slot."""
-        assert self._mm is not None
-        return _ENTRY.unpack_from(self._mm, slot * 12)
+        return _ENTRY.unpack_from(self._buffer(), slot * 12)
 
     @property
     def is_full(self) -> bool:
@@ -69,14 +68,14 @@ class TimeIndex(IndexBase):
         entry's offset are all older), else the segment's base offset."""
         if not self.entries or timestamp <= 0:
             return self.base_offset
-        found = time_index_floor(self._mm, self.entries, timestamp - 1)
+        found = time_index_floor(self._buffer(), self.entries, timestamp - 1)
         return self.base_offset if found is None else self.base_offset + found[1]
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries for offsets >= ``offset``."""
         if self.entries:
             self.truncate_entries(
-                time_index_entries_below(self._mm, self.entries, offset - self.base_offset))
+                time_index_entries_below(self._buffer(), self.entries, offset - self.base_offset))
 
     def check(self, log_size: int) -> str | None:
         reason = super().check(log_size)
