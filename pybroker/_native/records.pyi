@@ -1,6 +1,6 @@
 from typing import NamedTuple
 
-from typing_extensions import Buffer
+from typing_extensions import Buffer, disjoint_base
 
 HEADER_SIZE: int
 MAX_DECOMPRESSED_SIZE: int
@@ -12,6 +12,7 @@ class Record(NamedTuple):
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
 
+@disjoint_base
 class BatchInfo:
     @property
     def base_offset(self) -> int: ...
@@ -50,6 +51,7 @@ class BatchInfo:
     @property
     def last_offset(self) -> int: ...
 
+@disjoint_base
 class ScanResult:
     @property
     def valid_end(self) -> int: ...
