@@ -11,6 +11,7 @@ from tests.admin.clients import admin
 
 
 @pytest.fixture(autouse=True)
-def _drop_admin_clients() -> Iterator[None]:
+def _drop_admin_clients(broker_factory: object) -> Iterator[None]:
+    # depends on broker_factory so that it is torn down first, before the brokers stop
     yield
     admin.cache_clear()
