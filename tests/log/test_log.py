@@ -312,12 +312,24 @@ def test_follower_append_keeps_offsets_and_epochs(tmp_path):
     follower.close()
 
 
-def test_flush_messages_moves_the_recovery_point(tmp_path):
-    log = open_log(tmp_path / "t-0", {"flush.messages": 6})
+def test_flush_messages_moves_the_recovery_point_and_writes_the_indexes(tmp_path):
+    log = open_log(tmp_path / "t-0", {"flush.messages": 6, "segment.bytes": 1 << 20})
     append(log, make_batch(count=3))
     assert log.recovery_point == 0
     append(log, make_batch(count=3))
     assert log.recovery_point == 6
+    # the active segment's indexes live in memory; a flush writes them to their files
+    for _ in range(20):
+        append(log, make_batch(count=3))
+    segment = log.segments.active
+    for index, suffix in ((segment.offset_index, ".index"), (segment.time_index, ".timeindex")):
+        assert index.entries > 2
+        with open(segment.path(suffix), "rb") as f:
+            assert f.read() == index.raw()
+    log.truncate_to(20)
+    log.flush()
+    with open(segment.path(".index"), "rb") as f:
+        assert f.read() == segment.offset_index.raw()
     log.close()
 
 
