@@ -192,13 +192,13 @@ def consume_records(consumer: Any, topic: str, partitions: list[int], start: int
                     stop_at_end: bool) -> Iterator[Any]:
     """Records of ``partitions`` from ``start``; with ``stop_at_end`` until each partition's
     high watermark as read now, else forever."""
-    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
     ends: dict[int, int] = {}
     if stop_at_end:
         for p in partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            first = low if start < 0 else max(start, low)
+            first = high if start == OFFSET_END else low if start < 0 else max(start, low)
             if high > first:
                 ends[p] = high
     consumer.assign([TopicPartition(topic, p, start) for p in partitions])

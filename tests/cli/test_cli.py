@@ -79,6 +79,8 @@ def test_produce_and_consume(module_broker):
     # without -n or --follow: everything up to the end, then exit
     assert pybroker(module_broker, "consume", name).stdout == b"v1\nv:2\nplain\n"
     assert pybroker(module_broker, "consume", name, "-o", "2").stdout == b"plain\n"
+    assert pybroker(module_broker, "consume", name, "-o", "end").stdout == b""
+    assert pybroker(module_broker, "consume", name, "-o", "99").stdout == b""
 
     pybroker(module_broker, "produce", name, "-z", "zstd", "-H", "h=1",
              stdin=b"compressed\n")
