@@ -16,6 +16,9 @@ from bench.driver.progress import Progress
 from bench.driver.runner import Run, RunError
 from bench.driver.workload import Workload, WorkloadError
 
+# What stops a run without a result: the user's input, the environment or the broker.
+FAILURES = (WorkloadError, BackendUnavailable, RunError, ProcessLookupError, OSError)
+
 
 def run_workload(workload: Workload, bootstrap: str, out_dir: str,
                  broker_pid: int | None = None, progress: Progress | None = None
@@ -41,6 +44,10 @@ def load_workload(path: str, args: argparse.Namespace) -> Workload:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["compare"]:  # its own parser: argparse REMAINDER drops --options
+        from bench.driver.compare import main as compare_main
+        return compare_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run one workload against one broker")
@@ -49,16 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", required=True, help="directory for result.json, .md, charts")
     run.add_argument("--broker-pid", type=int, help="broker pid on this host: CPU and memory")
     add_override_args(run)
-    compare = sub.add_parser("compare", help="alternate two brokers (see bench/compare)")
-    compare.add_argument("args", nargs=argparse.REMAINDER)
+    sub.add_parser("compare", help="alternate two brokers (bench/compare --help)")
     args = parser.parse_args(argv)
-    if args.command == "compare":
-        from bench.driver.compare import main as compare_main
-        return compare_main(args.args)
     try:
         result = run_workload(load_workload(args.workload, args), args.bootstrap, args.out,
                               args.broker_pid)
-    except (WorkloadError, BackendUnavailable, RunError, ProcessLookupError) as e:
+    except FAILURES as e:
         print(f"bench: {e}", file=sys.stderr)
         return 2
     sys.stdout.write(report.markdown(result))

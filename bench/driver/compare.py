@@ -91,6 +91,15 @@ def _cell(value: float | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.__main__ import FAILURES
+    try:
+        return _compare(argv)
+    except FAILURES as e:
+        print(f"bench/compare: {e}", file=sys.stderr)
+        return 2
+
+
+def _compare(argv: list[str] | None) -> int:
     from bench.__main__ import add_override_args, load_workload, run_workload
     from bench.driver.progress import Progress
 

@@ -126,7 +126,8 @@ class Run:
             # Consumers count on the producers' clock: one time line for both series.
             consumers.control[:] = producers.control[:]
             consumers.go.set()
-        self.watch(producers, lambda: all(x.counters[FINISHED] for x in producers.workers))
+        self.watch(producers, lambda: all(x.counters[FINISHED] for x in producers.workers),
+                   consumers)
         self.times["produce_end"] = time.monotonic()
         self.sample()
         self.collect(producers)
@@ -266,15 +267,15 @@ class Run:
         if self.probe:
             self.probe.sample()
 
-    def watch(self, phase: Phase, done: Any) -> None:
-        """Show progress and sample the broker until ``done()``."""
+    def watch(self, phase: Phase, done: Any, consumers: Phase | None = None) -> None:
+        """Show progress and sample the broker until ``done()``; ``consumers``: a phase
+        running alongside whose count is shown too."""
         history: list[tuple[float, int]] = []
         while not done():
             self.check_failures(phase)
             self.sample()
             now = time.monotonic()
-            counter = DONE_COUNT
-            count = phase.total(counter)
+            count = phase.total(DONE_COUNT)
             history.append((now, count))
             while len(history) > 1 and now - history[0][0] > 1.0:
                 history.pop(0)
@@ -284,14 +285,16 @@ class Run:
             total = phase.control[T_END] - phase.control[T_START]
             clock = f"{elapsed:5.1f}s" + (f"/{total:.0f}s" if total < FOREVER / 2 else "")
             stage = "warm-up" if now < phase.control[T_MEASURE] else phase.name
-            if now >= phase.control[T_END]:
-                stage = "flush"
+            if now < phase.control[T_START]:
+                stage = "start"
+            elif now >= phase.control[T_END]:
+                stage = "flush" if phase.name == "produce" else "drain"
             sent = f"sent {phase.total(SENT):,} " if phase.name == "produce" else ""
-            cpu = self.broker_cpu_text()
+            also = f" consumed {consumers.total(DONE_COUNT):,}" if consumers else ""
             self.progress.update(
                 stage, f"{clock} {sent}{'acked' if phase.name == 'produce' else 'consumed'} "
-                f"{count:,} ({rate:,.0f} msg/s, {rate * self.record_bytes / 1e6:.1f} MB/s) "
-                f"errors {phase.total(ERRORS)}{cpu}")
+                f"{count:,} ({rate:,.0f} msg/s, {rate * self.record_bytes / 1e6:.1f} MB/s)"
+                f"{also} errors {phase.total(ERRORS)}{self.broker_cpu_text()}")
             time.sleep(TICK)
         self.progress.end_line()
 
