@@ -276,7 +276,14 @@ const char *pb_crc32c_implementation(void) {
     return pb_crc_name;
 }
 
+/* Every extension that links this file gets its tables and path when the shared object
+ * is loaded (under the import lock, one thread), so no caller can race a lazy
+ * initialisation with the GIL released. Modules may re-select later (tests). */
+__attribute__((constructor))
+static void pb_crc32c_load(void) {
+    pb_crc32c_init(getenv("PYBROKER_CRC32C"));
+}
+
 uint32_t pb_crc32c(uint32_t crc, const void *buf, size_t len) {
-    if (PB_UNLIKELY(pb_crc_impl == NULL)) pb_crc32c_init(getenv("PYBROKER_CRC32C"));
     return ~pb_crc_impl(~crc, (const uint8_t *)buf, len);
 }

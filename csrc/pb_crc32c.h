@@ -12,8 +12,9 @@
 #include <stdint.h>
 
 /* Select the implementation: `force` NULL or "" picks the fastest the CPU supports,
- * otherwise one of the names above (falls back to "table" if the CPU lacks SSE4.2).
- * Idempotent; call with the GIL held (module import). Returns the name in use. */
+ * otherwise one of the names above (falls back to "table" if the CPU lacks it).
+ * Runs once by itself when the library is loaded, with $PYBROKER_CRC32C; calling it again
+ * re-selects (tests), which is not safe while other threads compute CRCs. */
 const char *pb_crc32c_init(const char *force);
 const char *pb_crc32c_implementation(void);
 
