@@ -319,8 +319,8 @@ def test_flush_messages_moves_the_recovery_point_and_writes_the_indexes(tmp_path
     append(log, make_batch(count=3))
     assert log.recovery_point == 6
     # the active segment's indexes live in memory; a flush writes them to their files
-    for _ in range(20):
-        append(log, make_batch(count=3))
+    for i in range(20):
+        append(log, make_batch(count=3, timestamp=2000 + 10 * i))
     segment = log.segments.active
     for index, suffix in ((segment.offset_index, ".index"), (segment.time_index, ".timeindex")):
         assert index.entries > 2
