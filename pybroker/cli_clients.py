@@ -79,8 +79,8 @@ def split_line(line: bytes, separator: bytes | None) -> tuple[bytes | None, byte
     return (key, value) if sep else (None, line)
 
 
-def _headers(pairs: list[str]) -> list[tuple[str, bytes]]:
-    out = []
+def _headers(pairs: list[str]) -> list[tuple[str, str | bytes | None]]:
+    out: list[tuple[str, str | bytes | None]] = []
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep:

@@ -200,10 +200,11 @@ def alter_config_main(args: argparse.Namespace) -> int:
         ConfigResource,
     )
 
-    ops = [(AlterConfigOpType.SET, parse_pairs(args.set, "--set")),
-           (AlterConfigOpType.APPEND, parse_pairs(args.append, "--append")),
-           (AlterConfigOpType.SUBTRACT, parse_pairs(args.subtract, "--subtract")),
-           (AlterConfigOpType.DELETE, dict.fromkeys(args.delete))]
+    ops: list[tuple[Any, dict[str, Any]]] = [
+        (AlterConfigOpType.SET, parse_pairs(args.set, "--set")),
+        (AlterConfigOpType.APPEND, parse_pairs(args.append, "--append")),
+        (AlterConfigOpType.SUBTRACT, parse_pairs(args.subtract, "--subtract")),
+        (AlterConfigOpType.DELETE, dict.fromkeys(args.delete))]
     entries = [ConfigEntry(key, value, incremental_operation=op)
                for op, pairs in ops for key, value in pairs.items()]
     if not entries:

@@ -157,7 +157,7 @@ def _topic_entries(ctx: RequestContext, topic: Topic, keys: set[str] | None,
         if keys is not None and key not in keys:
             continue
         kind, broker_keys, doc = TOPIC_CONFIG_INFO.get(key, (STRING, (), ""))
-        chain = []
+        chain: list[dict[str, Any]] = []
         if key in overrides:
             chain.append({"name": key, "value": overrides[key], "source": SOURCE_TOPIC})
         chain += [{"name": bk, "value": str(ctx.broker.config.get(bk)), "source": SOURCE_STATIC}
@@ -300,9 +300,9 @@ def _incremental(ctx: RequestContext, topic: Topic, configs: list[dict]) -> dict
 
 def _replaced(configs: list[dict]) -> dict[str, str]:
     """AlterConfigs: the new override set is exactly the given configs."""
-    out = {}
+    out: dict[str, str] = {}
     for item in configs:
-        key, value = item.get("name"), item.get("value")
+        key, value = item["name"], item["value"]
         if value is None:
             raise InvalidRequestError(f"Null value not supported for : {key}")
         out[key] = value

@@ -130,12 +130,12 @@ def _check_assignments(broker_id: int, added: int, assignments: list[dict]) -> N
 
 def _create_partitions_one(ctx: RequestContext, item: dict, duplicated: bool,
                            validate_only: bool) -> dict[str, Any]:
-    name = item.get("name")
+    name = item["name"]
     if duplicated:
         return {"name": name, "error_code": ErrorCode.INVALID_REQUEST,
                 "error_message": "Duplicate topic name."}
     try:
-        check_new_partitions(ctx, name, item.get("count", 0), item.get("assignments"))
+        check_new_partitions(ctx, name, item["count"], item["assignments"])
         if not validate_only:
             ctx.broker.topics.add_partitions(name, item["count"])
     except KafkaError as exc:
