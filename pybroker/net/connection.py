@@ -217,7 +217,7 @@ class Connection:
         for part in parts:
             if isinstance(part, FileRegion):
                 if pending:
-                    await self._send_buffers(pending)
+                    await self._send_buffers(pending, socket.MSG_MORE)
                     pending = []
                 await self._send_region(part)
             elif len(part):
@@ -225,13 +225,15 @@ class Connection:
         if pending:
             await self._send_buffers(pending)
 
-    async def _send_buffers(self, buffers: list[Any]) -> None:
+    async def _send_buffers(self, buffers: list[Any], flags: int = 0) -> None:
+        """``flags=MSG_MORE`` before file regions: the kernel holds the small header back
+        to go out in one segment with the file data that follows (no tiny packet)."""
         views = [memoryview(b).cast("B") for b in buffers]
         while views:
             if self.closed:
                 raise ConnectionClosed()
             try:
-                sent = self.sock.sendmsg(views[:_IOV_MAX])
+                sent = self.sock.sendmsg(views[:_IOV_MAX], (), flags)
             except (BlockingIOError, InterruptedError):
                 sent = 0
             except OSError as exc:

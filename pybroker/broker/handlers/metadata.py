@@ -40,10 +40,11 @@ def _missing(name: str | None, topic_id: uuid.UUID, code: int) -> dict[str, Any]
 def _lookup(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
             allow_create: bool) -> dict[str, Any]:
     topics = ctx.broker.topics
-    if not name:
+    if name is None:  # by id (v10+); the response's name is nullable from v12 only
         topic = topics.by_id(topic_id) if topic_id and topic_id != ZERO_UUID else None
         if topic is None:
-            return _missing(None, topic_id or ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_ID)
+            return _missing(None if ctx.api_version >= 12 else "", topic_id or ZERO_UUID,
+                            ErrorCode.UNKNOWN_TOPIC_ID)
         return describe_topic(topic, ctx.broker.broker_id)
     topic = topics.get(name)
     if topic is None:
