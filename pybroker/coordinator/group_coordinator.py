@@ -189,23 +189,27 @@ class GroupCoordinator:
         if self._store is None:
             return
         now = self.now_ms()
-        metadata: dict[str, records.GroupRecord | None] = {}
-        offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        # The topic is a changelog: only the last value of each key matters. Keep the raw
+        # bytes of the last one per key (a dict store per record), parse the survivors.
+        latest: dict[bytes, bytes | None] = {}
         count = 0
-        for _, raw_key, raw_value in self._store.read_all():
-            count += 1
+        for batch in self._store.read_all():
+            for record in batch:
+                latest[record.key] = record.value
+            count += len(batch)
+        latest.pop(None, None)  # type: ignore[call-overload]  # not ours: no key
+        metadata: dict[str, records.GroupRecord] = {}
+        offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        for raw_key, raw_value in latest.items():
+            if raw_value is None:
+                continue  # a tombstone: the key is gone
             try:
                 key = records.parse_key(raw_key)
                 if isinstance(key, records.OffsetKey):
-                    group_offsets = offsets.setdefault(key.group, {})
-                    if raw_value is None:
-                        group_offsets.pop((key.topic, key.partition), None)
-                    else:
-                        group_offsets[(key.topic, key.partition)] = \
-                            records.parse_offset_value(raw_value)
+                    offsets.setdefault(key.group, {})[(key.topic, key.partition)] = \
+                        records.parse_offset_value(raw_value)
                 elif isinstance(key, records.GroupKey):
-                    metadata[key.group] = None if raw_value is None \
-                        else records.parse_group_value(raw_value)
+                    metadata[key.group] = records.parse_group_value(raw_value)
             except (KafkaError, UnicodeDecodeError) as exc:
                 log.warning("%s: skipping unreadable record: %s", records.OFFSETS_TOPIC, exc)
         for group_id in set(metadata) | set(offsets):

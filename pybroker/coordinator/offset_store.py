@@ -222,22 +222,22 @@ class OffsetStore:
             return
         from pybroker._native.records import encode_batch, validate_batch
 
-        keys = [k for k, _ in records]
+        keys: list[bytes | None] = [k for k, _ in records]
         values = [v for _, v in records]
         buf = bytearray(encode_batch(values, keys, [now_ms] * len(records)))
         info = validate_batch(buf)
         self._partition(self.partition_for(group_id)).append(memoryview(buf), info)
 
-    def read_all(self) -> Iterator[tuple[int, bytes, bytes | None]]:
-        """Every ``(partition, key, value)`` of the topic, in log order per partition."""
+    def read_all(self) -> Iterator[list[Any]]:
+        """The data records of the topic, a batch at a time (``Record`` lists with
+        ``key``/``value``), in log order within each partition."""
         topic = self._topic(create=False)
         for partition in topic.partitions if topic is not None else ():
-            for key, value in read_log(partition.log):
-                yield partition.index, key, value
+            yield from read_log(partition.log)
 
 
-def read_log(partition_log: Any) -> Iterator[tuple[bytes, bytes | None]]:
-    """``(key, value)`` of every data record of a log, from its start to its end."""
+def read_log(partition_log: Any) -> Iterator[list[Any]]:
+    """The records of every data batch of a log, from its start to its end."""
     from pybroker._native.records import decode_records, read_batch_header
 
     offset = partition_log.log_start_offset
@@ -251,11 +251,10 @@ def read_log(partition_log: Any) -> Iterator[tuple[bytes, bytes | None]]:
             if position + info.size > len(data):
                 break
             if not info.is_control and not info.is_transactional:
-                batch = memoryview(data)[position:position + info.size]
-                for record in decode_records(batch):
-                    if record.offset >= offset and record.key is not None:
-                        yield bytes(record.key), \
-                            None if record.value is None else bytes(record.value)
+                batch = decode_records(memoryview(data)[position:position + info.size])
+                if info.base_offset < offset:  # the log starts inside this batch
+                    batch = [r for r in batch if r.offset >= offset]
+                yield batch
             next_offset = info.base_offset + info.last_offset_delta + 1
             position += info.size
         if next_offset <= offset:
