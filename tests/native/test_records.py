@@ -179,6 +179,19 @@ def test_decompression_bound(codec):
         records.validate_batch(batch, max_decompressed_size=50_000)
 
 
+def test_zstd_without_content_size_near_the_bound():
+    # Block headers allow up to 128 KiB per compressed block: above the limit, the
+    # stepped path must still accept output that fits and refuse output that does not.
+    section = records_section(12_000)
+    frame = zstandard.ZstdCompressor(write_content_size=False).compress(section)
+    batch = compressed(frame, 4, 12_000)
+    assert records.validate_batch(batch, max_decompressed_size=len(section)).records_count == 12_000
+    with pytest.raises(InvalidRecordError, match="exceed"):
+        records.validate_batch(batch, max_decompressed_size=len(section) - 1)
+    with pytest.raises(CorruptRecordError, match="truncated"):
+        records.validate_batch(compressed(frame[:-3], 4, 12_000))
+
+
 def test_default_decompression_bound():
     bomb = zstandard.ZstdCompressor(write_content_size=False).compress(
         bytes(records.MAX_DECOMPRESSED_SIZE + 1))
