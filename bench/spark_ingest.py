@@ -47,6 +47,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
+from bench.driver.procstat import CLOCK_TICKS, BrokerProbe
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = "pybroker-spark-ingest/1"
 WRITERS = {"A": "pybroker", "B": "arrow-count (ceiling)", "C": "confluent foreachPartition"}
@@ -149,6 +151,11 @@ class Broker:
         self.stop()
         raise RuntimeError(f"broker did not start:\n{self.log_text()[-3000:]}")
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "broker not started"
+        return self.proc.pid
+
     def stop(self) -> int | None:
         if self.proc is None:
             return None
@@ -183,6 +190,14 @@ def rows_in_topic(bootstrap: str, topic: str) -> int:
 
 
 # -- the run ---------------------------------------------------------------------------------
+
+def host_cpu_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all cpus since boot, from the first line of /proc/stat."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return sum(ticks) - idle, sum(ticks)
+
 
 def machine_facts() -> dict[str, Any]:
     model = "unknown"
@@ -241,6 +256,18 @@ class IngestBench:
         create_topic(self.broker.bootstrap, name, self.args.partitions)
         return name
 
+    def measure(self, writer: str, df) -> dict[str, Any]:
+        """One timed write of ``df``, with the broker's CPU seconds and how busy the whole
+        host was meanwhile (other work on a shared machine shows up there)."""
+        probe = BrokerProbe(self.broker.pid)
+        cpu0, host0 = probe.cpu_ticks(), host_cpu_ticks()
+        seconds, received = self.write(writer, df)
+        cpu1, host1 = probe.cpu_ticks(), host_cpu_ticks()
+        return {"seconds": round(seconds, 4), "rows": received,
+                "rows_per_s": round(self.args.rows / seconds, 1),
+                "broker_cpu_s": round((cpu1 - cpu0) / CLOCK_TICKS, 2),
+                "host_busy": round((host1[0] - host0[0]) / max(1, host1[1] - host0[1]), 3)}
+
     def write(self, writer: str, df) -> tuple[float, int]:
         """Time one write of ``df``; returns (seconds, rows the sink received)."""
         bootstrap = self.broker.bootstrap
@@ -277,15 +304,14 @@ class IngestBench:
         rounds = []
         for number in range(1, args.rounds + 1):
             for writer in WRITERS:
-                seconds, received = self.write(writer, df)
-                if received != args.rows:
+                figures = self.measure(writer, df)
+                if figures["rows"] != args.rows:
                     raise RuntimeError(f"round {number} writer {writer}: the sink got "
-                                       f"{received} rows, expected {args.rows}")
-                rounds.append({"round": number, "writer": writer, "seconds": round(seconds, 4),
-                               "rows": received,
-                               "rows_per_s": round(args.rows / seconds, 1)})
-                print(f"[round {number}] {writer} {WRITERS[writer]}: {seconds:.3f} s, "
-                      f"{args.rows / seconds:,.0f} rows/s", file=sys.stderr, flush=True)
+                                       f"{figures['rows']} rows, expected {args.rows}")
+                rounds.append({"round": number, "writer": writer, **figures})
+                print(f"[round {number}] {writer} {WRITERS[writer]}: {figures['seconds']:.3f} s, "
+                      f"{figures['rows_per_s']:,.0f} rows/s, broker {figures['broker_cpu_s']} "
+                      f"CPU s, host {figures['host_busy']:.0%} busy", file=sys.stderr, flush=True)
         df.unpersist()
         return rounds
 
@@ -294,12 +320,15 @@ def summarise(rounds: list[dict[str, Any]], args: argparse.Namespace, command: s
               started_at: str, machine: dict[str, Any]) -> dict[str, Any]:
     writers = {}
     for key, label in WRITERS.items():
-        rates = [r["rows_per_s"] for r in rounds if r["writer"] == key]
-        median = statistics.median(rates)
-        writers[key] = {"name": label, "rows_per_s": rates,
+        mine = [r for r in rounds if r["writer"] == key]
+        median = statistics.median(r["rows_per_s"] for r in mine)
+        writers[key] = {"name": label, "rows_per_s": [r["rows_per_s"] for r in mine],
                         "median_rows_per_s": round(median, 1),
                         "median_mb_per_s": round(
-                            median * (args.key_bytes + args.value_bytes) / 1e6, 2)}
+                            median * (args.key_bytes + args.value_bytes) / 1e6, 2),
+                        "median_broker_cpu_s": statistics.median(
+                            r["broker_cpu_s"] for r in mine),
+                        "median_host_busy": statistics.median(r["host_busy"] for r in mine)}
     a, b, c = (writers[k]["median_rows_per_s"] for k in "ABC")
     # Pair by pair: A against the B and the C of the same round.
     per_round = []
@@ -344,13 +373,14 @@ def markdown(result: dict[str, Any]) -> str:
         f"{cfg['arrow_max_records_per_batch']} rows, {cfg['rounds']} rounds (A B C ...), "
         "median per writer.",
         "",
-        "| writer | median rows/s | median MB/s | rows/s per round |",
-        "|---|---:|---:|---|",
+        "| writer | median rows/s | median MB/s | rows/s per round | broker CPU s | host busy |",
+        "|---|---:|---:|---|---:|---:|",
     ]
     for key, w in writers.items():
         rounds = ", ".join(f"{r:,.0f}" for r in w["rows_per_s"])
         lines.append(f"| {key} {w['name']} | {w['median_rows_per_s']:,.0f} | "
-                     f"{w['median_mb_per_s']:.2f} | {rounds} |")
+                     f"{w['median_mb_per_s']:.2f} | {rounds} | {w['median_broker_cpu_s']} | "
+                     f"{w['median_host_busy']:.0%} |")
 
     def verdict(met: bool) -> str:
         return "met" if met else "MISSED"
@@ -366,6 +396,9 @@ def markdown(result: dict[str, Any]) -> str:
         f">= {ratios['target_a_of_b']:.0%}: {verdict(ratios['met_a_of_b'])} |",
         f"| A / C | {ratios['a_over_c']:.2f}x | {a_over_c} | "
         f">= {ratios['target_a_over_c']:.0f}x: {verdict(ratios['met_a_over_c'])} |",
+        "",
+        "Broker CPU s and host busy (share of all cpus busy, any process) are medians over "
+        "the rounds; the broker runs on the same cpus as Spark.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -393,8 +426,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    command = shlex.join([sys.executable, "-m", "bench.spark_ingest",
-                          *(sys.argv[1:] if argv is None else argv)])
+    # Exactly as typed (sys.orig_argv: the interpreter's own argv, -m included).
+    command = shlex.join(sys.orig_argv if argv is None else
+                         [sys.executable, "-m", "bench.spark_ingest", *argv])
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     machine = machine_facts()
     with tempfile.TemporaryDirectory(prefix="pybroker-spark-ingest-") as workdir:
