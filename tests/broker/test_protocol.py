@@ -394,3 +394,13 @@ def test_plain_fetch_is_zero_copy(server, client):
     copied = after["copied_bytes"] - before["copied_bytes"]
     assert zero >= 16 * len(value)
     assert zero / (zero + copied) >= 0.99, (zero, copied)
+
+
+def test_acks_all_needs_min_insync_replicas_of_one(client):
+    name = unique("isr")
+    create(client, name, configs={"min.insync.replicas": "2"})
+    batch = encode_batch([b"v"])
+    body = produce_body(name, 0, batch, acks=-1)
+    refused = client.request(PRODUCE, 9, body)["responses"][0]["partition_responses"][0]
+    assert refused["error_code"] == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert produce(client, name, batch)["error_code"] == 0  # acks=1 does not wait for ISR

@@ -13,7 +13,9 @@ recompresses). Idempotence: see :mod:`pybroker.broker.producer_state`.
 
 acks: 0 gets no response (and a failed acks=0 request closes the connection, Kafka's way
 of telling a producer that is not listening), 1 and -1 are answered once appended: on one
-node the ISR is this broker, so all replicas have it. Anything else: INVALID_REQUIRED_ACKS.
+node the ISR is this broker, so all replicas have it (acks=-1 to a topic asking
+``min.insync.replicas`` > 1 gets NOT_ENOUGH_REPLICAS, as Kafka would with an ISR of one).
+Anything else: INVALID_REQUIRED_ACKS.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pybroker.errors import (
     InvalidRecordError,
     KafkaError,
     MessageTooLargeError,
+    NotEnoughReplicasError,
 )
 from pybroker.net.connection import CloseConnection
 
@@ -45,8 +48,14 @@ def _error(index: int, code: int, message: str | None = None) -> dict[str, Any]:
             "log_start_offset": -1, "record_errors": [], "error_message": message}
 
 
-def _append(ctx: RequestContext, topic: str, index: int, records: Any) -> dict[str, Any]:
+def _append(ctx: RequestContext, topic: str, index: int, records: Any,
+            acks: int) -> dict[str, Any]:
     partition = ctx.broker.topics.partition(topic, index)
+    if acks == -1 and partition.config.min_insync_replicas > 1:
+        raise NotEnoughReplicasError(
+            f"The size of the current ISR 1 is insufficient to satisfy the min.isr "
+            f"requirement of {partition.config.min_insync_replicas} for partition "
+            f"{topic}-{index}")
     if records is None or len(records) == 0:
         raise InvalidRecordError("Produce requests with version 3+ must have at least one "
                                  "record batch per partition")
@@ -95,7 +104,7 @@ async def produce(ctx: RequestContext, request: tuple) -> dict | None:
                 failed = True
                 continue
             try:
-                results.append(_append(ctx, name, index, records))
+                results.append(_append(ctx, name, index, records, acks))
             except KafkaError as exc:
                 results.append(_error(index, exc.code, str(exc)))
                 failed = True
