@@ -42,6 +42,8 @@ from pybroker.errors import ErrorCode, KafkaError
 log = logging.getLogger("pybroker.coordinator")
 
 TICK_S = 0.1  # timer resolution; session timeouts are seconds, so 100 ms is plenty
+COMPACT_RATIO = 4
+COMPACT_CHECK_MS = 60_000
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,10 @@ class CoordinatorConfig:
     max_session_timeout_ms: int = 1_800_000
     max_group_size: int = 2**31 - 1
     offset_metadata_max_bytes: int = 4096
+    # No log cleaner compacts __consumer_offsets, so the coordinator bounds it itself
+    # (see ``compact``): a partition is rewritten once its log holds this many records
+    # and COMPACT_RATIO times more than it has live keys.
+    offsets_compact_min_records: int = 10_000
 
     KEYS = {
         "offsets.topic.num.partitions": "offsets_topic_num_partitions",
@@ -151,7 +157,10 @@ class GroupCoordinator:
         self._timers: list[tuple[int, int, str]] = []
         self._seq = itertools.count()
         self._next_expiry = 0
+        self._next_compaction = 0
         self._task: asyncio.Task[None] | None = None
+        # the GroupMetadataValue last written per group, rewritten as is by ``compact``
+        self._group_values: dict[str, bytes] = {}
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -162,6 +171,7 @@ class GroupCoordinator:
         """Load the groups from ``__consumer_offsets``, then start the timer task."""
         self.load()
         self._next_expiry = self.now_ms() + self.config.offsets_retention_check_interval_ms
+        self._next_compaction = self.now_ms() + COMPACT_CHECK_MS
         self._task = asyncio.get_running_loop().create_task(self._run(), name="groups")
 
     async def stop(self) -> None:
@@ -210,6 +220,7 @@ class GroupCoordinator:
                         records.parse_offset_value(raw_value)
                 elif isinstance(key, records.GroupKey):
                     metadata[key.group] = records.parse_group_value(raw_value)
+                    self._group_values[key.group] = raw_value
             except (KafkaError, UnicodeDecodeError) as exc:
                 log.warning("%s: skipping unreadable record: %s", records.OFFSETS_TOPIC, exc)
         for group_id in set(metadata) | set(offsets):
@@ -261,6 +272,9 @@ class GroupCoordinator:
         if self._next_expiry and now >= self._next_expiry:
             self._next_expiry = now + self.config.offsets_retention_check_interval_ms
             self.expire_offsets(now)
+        if self._next_compaction and now >= self._next_compaction:
+            self._next_compaction = now + COMPACT_CHECK_MS
+            self.compact(now)
 
     def _check_group(self, group: Group, now: int) -> None:
         for member_id, deadline in list(group.pending_members.items()):
@@ -768,6 +782,7 @@ class GroupCoordinator:
             if empty_now:
                 group.transition_to(GroupState.DEAD, now)
                 del self.groups[group.group_id]
+                self._group_values.pop(group.group_id, None)
         if expired_total:
             log.info("expired %d committed offsets", expired_total)
         return expired_total
@@ -822,10 +837,48 @@ class GroupCoordinator:
                     continue
                 group.transition_to(GroupState.DEAD, now)
                 del self.groups[group_id]
+                self._group_values.pop(group_id, None)
                 results[group_id] = ErrorCode.NONE
         return results
 
     # persistence -----------------------------------------------------------------------
+
+    def compact(self, now: int | None = None) -> int:
+        """Bound ``__consumer_offsets`` without a log cleaner: a partition whose log holds
+        many more records than live keys gets its live state appended once more, and its
+        log start moved to that copy (segments wholly before it are deleted by the log).
+
+        Safe at any crash point: the copy holds the last value of every live key, so a
+        replay from the old start or the new one ends in the same state, and a key deleted
+        earlier has its tombstone and its values on the same side of the new start.
+        Returns the number of partitions rewritten."""
+        if self._store is None:
+            return 0
+        now = self.now_ms() if now is None else now
+        by_partition: dict[int, list[Group]] = {}
+        for group in self.groups.values():
+            by_partition.setdefault(self._store.partition_for(group.group_id), []).append(group)
+        rewritten = 0
+        for partition, (start, end) in self._store.extents().items():
+            groups = by_partition.get(partition, [])
+            live = sum(len(g.offsets) + (g.group_id in self._group_values) for g in groups)
+            if end - start < max(self.config.offsets_compact_min_records, COMPACT_RATIO * live):
+                continue
+            batch: list[tuple[bytes, bytes | None]] = []
+            for g in groups:
+                batch += [(records.offset_key(g.group_id, t, p), records.offset_value(o))
+                          for (t, p), o in g.offsets.items()]
+                if g.group_id in self._group_values:
+                    batch.append((records.group_key(g.group_id), self._group_values[g.group_id]))
+            try:
+                new_start = self._store.rewrite(partition, batch, now)
+            except KafkaError as exc:
+                log.warning("%s-%d: compaction failed: %s", records.OFFSETS_TOPIC, partition, exc)
+                continue
+            log.info("%s-%d: rewrote %d live records, log start %d -> %d (end was %d)",
+                     records.OFFSETS_TOPIC, partition, len(batch), start, new_start, end)
+            rewritten += 1
+        return rewritten
 
     def _append(self, group_id: str, batch: list[tuple[bytes, bytes | None]], now: int) -> None:
         if self._store is not None and batch:
@@ -840,8 +893,9 @@ class GroupCoordinator:
                                   m.client_host, m.rebalance_timeout_ms, m.session_timeout_ms,
                                   m.metadata(protocol or ""), m.assignment)
              for m in group.members.values()])
-        self._append(group.group_id, [(records.group_key(group.group_id),
-                                       records.group_value(record))], now)
+        value = records.group_value(record)
+        self._append(group.group_id, [(records.group_key(group.group_id), value)], now)
+        self._group_values[group.group_id] = value
 
     def _store_group_or_log(self, group: Group, now: int) -> None:
         try:

@@ -45,6 +45,7 @@ GROUP_METADATA_KEY = 2
 OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 100 * 1024 * 1024}
 
 _LOAD_READ_BYTES = 1 << 20
+_REWRITE_BATCH = 1000  # records per batch when rewriting: well under max.message.bytes
 
 
 def java_string_hash(text: str) -> int:
@@ -218,6 +219,11 @@ class OffsetStore:
                now_ms: int) -> None:
         """Write ``(key, value)`` records of one group as one batch (``value`` None =
         tombstone). Raises ``KafkaError`` if the log refuses it."""
+        self._append_to(self._partition(self.partition_for(group_id)), records, now_ms)
+
+    @staticmethod
+    def _append_to(partition: Any, records: list[tuple[bytes, bytes | None]],
+                   now_ms: int) -> None:
         if not records:
             return
         from pybroker._native.records import encode_batch, validate_batch
@@ -226,7 +232,23 @@ class OffsetStore:
         values = [v for _, v in records]
         buf = bytearray(encode_batch(values, keys, [now_ms] * len(records)))
         info = validate_batch(buf)
-        self._partition(self.partition_for(group_id)).append(memoryview(buf), info)
+        partition.append(memoryview(buf), info)
+
+    def extents(self) -> dict[int, tuple[int, int]]:
+        """``partition -> (log start offset, log end offset)`` of the existing topic."""
+        topic = self._topic(create=False)
+        return {p.index: (p.log.log_start_offset, p.log.log_end_offset)
+                for p in (topic.partitions if topic is not None else ())}
+
+    def rewrite(self, index: int, records: list[tuple[bytes, bytes | None]],
+                now_ms: int) -> int:
+        """Append ``records`` (the partition's whole live state) and make the first of them
+        the log start. Returns the new log start offset."""
+        partition = self._partition(index)
+        first = partition.log.log_end_offset
+        for i in range(0, len(records), _REWRITE_BATCH):
+            self._append_to(partition, records[i:i + _REWRITE_BATCH], now_ms)
+        return int(partition.log.delete_records_before(first))
 
     def read_all(self) -> Iterator[list[Any]]:
         """The data records of the topic, a batch at a time (``Record`` lists with

@@ -71,3 +71,47 @@ def test_state_survives_reopen_from_disk(tmp_path: Any) -> None:
         partition = topics.partition(OFFSETS_TOPIC, partition_for(group, 50))
         assert partition.log.log_end_offset > 0
     logs.close(clean=True)
+
+
+def test_compaction_bounds_the_log_and_keeps_the_state(tmp_path: Any) -> None:
+    from pybroker.coordinator import CoordinatorConfig
+
+    data_dir = str(tmp_path / "data")
+    logs, topics = open_topics(data_dir)
+    topics.create("t", 4, 1, {})
+    config = CoordinatorConfig(offsets_compact_min_records=100)
+    coordinator = GroupCoordinator(topics, config)
+    coordinator.load()
+
+    async def build() -> None:
+        joined = await coordinator.join_group("busy", "", None, "cid", "/h", 10000, 20000,
+                                              "consumer", [("range", b"sub")], False)
+        await coordinator.sync_group("busy", joined.generation, joined.member_id, None, None,
+                                     None, {joined.member_id: b"assigned"})
+        for i in range(200):  # 200 commits of the same 4 partitions: 800 records, 5 live
+            coordinator.commit_offsets("busy", joined.member_id, None, joined.generation,
+                                       [OffsetCommit("t", p, i * 10 + p) for p in range(4)])
+        coordinator.commit_offsets("removed", "", None, -1, [OffsetCommit("t", 0, 1)])
+        coordinator.delete_groups(["removed"])
+
+    asyncio.run(build())
+    before = {g: dict(coordinator.groups[g].offsets) for g in coordinator.groups}
+    busy = topics.partition(OFFSETS_TOPIC, partition_for("busy", 50)).log
+    end_before = busy.log_end_offset
+    assert coordinator.compact() >= 1
+    assert busy.log_start_offset == end_before  # the copy starts where the log ended
+    assert busy.log_end_offset - busy.log_start_offset == 5  # 4 offsets + group metadata
+    assert coordinator.compact() == 0  # nothing more to gain
+    logs.close(clean=True)
+
+    logs, topics = open_topics(data_dir)
+    reopened = topics.partition(OFFSETS_TOPIC, partition_for("busy", 50)).log
+    assert reopened.log_start_offset == end_before  # the load reads the copy only
+    loaded = GroupCoordinator(topics, config)
+    loaded.load()
+    assert {g: dict(loaded.groups[g].offsets) for g in loaded.groups} == before
+    assert "removed" not in loaded.groups
+    assert loaded.groups["busy"].state == GroupState.STABLE
+    member = next(iter(loaded.groups["busy"].members.values()))
+    assert member.assignment == b"assigned"
+    logs.close(clean=True)
