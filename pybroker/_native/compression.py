@@ -114,29 +114,32 @@ def snappy_decompress(data, limit: int):
     return out
 
 
-def lz4_decompress(data, limit: int) -> bytes:
-    # LZ4 cannot expand more than ~255:1, so feeding the input in steps of limit/256
-    # bounds every step's output without max_length (which allocates `limit` up front and
-    # runs 5x slower).
-    d = lz4.frame.LZ4FrameDecompressor()
-    mv = memoryview(data)
-    step = max(65536, limit // 256)
+def _stepped(name: str, d, mv: memoryview, step: int, limit: int) -> bytes:
+    """Feed `mv` to the streaming decompressor `d` `step` bytes at a time, refusing output
+    past `limit` after each step; the frame must end exactly at the end of `mv`."""
     out = []
     total = 0
+    for pos in range(0, len(mv), step):
+        chunk = d.decompress(mv[pos:pos + step])
+        total += len(chunk)
+        if total > limit:
+            raise _too_large(limit)
+        out.append(chunk)
+        if d.eof:
+            if pos + step < len(mv) or d.unused_data:
+                raise CorruptRecordError(f"{name}: bytes after the frame")
+            return b"".join(out)
+    raise CorruptRecordError(f"{name}: truncated frame")
+
+
+def lz4_decompress(data, limit: int) -> bytes:
+    # LZ4 cannot expand more than ~255:1, so steps of limit/256 input bytes bound every
+    # step's output without max_length (which allocates `limit` up front, 5x slower).
     try:
-        for pos in range(0, len(mv), step):
-            chunk = d.decompress(mv[pos:pos + step])
-            total += len(chunk)
-            if total > limit:
-                raise _too_large(limit)
-            out.append(chunk)
+        return _stepped("lz4", lz4.frame.LZ4FrameDecompressor(), memoryview(data),
+                        max(65536, limit // 256), limit)
     except RuntimeError as e:
         raise CorruptRecordError(f"lz4: {e}") from None
-    if not d.eof:
-        raise CorruptRecordError("lz4: truncated frame")
-    if d.unused_data:
-        raise CorruptRecordError("lz4: bytes after the frame")
-    return b"".join(out)
 
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -188,19 +191,8 @@ def zstd_decompress(data, limit: int) -> bytes:
             if not d.eof:
                 raise CorruptRecordError("zstd: truncated frame")
             return out
-        # Could exceed the limit: feed small steps, each expanding at most ~32768:1 (RLE
-        # blocks), so the output is checked before it grows far past the limit.
-        chunks = []
-        total = 0
-        for pos in range(0, len(mv), _ZSTD_STEP):
-            chunk = d.decompress(mv[pos:pos + _ZSTD_STEP])
-            total += len(chunk)
-            if total > limit:
-                raise _too_large(limit)
-            chunks.append(chunk)
-            if d.eof:
-                return b"".join(chunks)
-        raise CorruptRecordError("zstd: truncated frame")
+        # Could exceed the limit: small steps, each expanding at most ~32768:1 (RLE blocks).
+        return _stepped("zstd", d, mv, _ZSTD_STEP, limit)
     except zstandard.ZstdError as e:
         raise CorruptRecordError(f"zstd: {e}") from None
 
