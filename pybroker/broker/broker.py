@@ -140,7 +140,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, sig)
-        loop.add_signal_handler(signal.SIGUSR1, self.write_stats)
+        loop.add_signal_handler(signal.SIGUSR1, self.write_stats, True)
 
     def request_stop(self, sig: int | None = None) -> None:
         if not self._stopped.is_set():
@@ -170,7 +170,7 @@ class Broker:
         if self.logs is not None:
             self._snapshot_producer_state()
             self.logs.close(clean=True)
-        self.write_stats()
+        self.write_stats(force=True)
         log.info("shutdown complete in %.3f s", time.monotonic() - started)
 
     # producer state snapshots ---------------------------------------------------------
@@ -208,13 +208,13 @@ class Broker:
             "accepted": self.server.accepted if self.server else 0,
         }
 
-    def write_stats(self) -> None:
-        """Write the stats file if anything changed (always on SIGUSR1 and at shutdown)."""
+    def write_stats(self, force: bool = False) -> None:
+        """Write the stats file if anything changed, or ``force`` (SIGUSR1, shutdown)."""
         stats = self.stats()
         key = (stats["zero_copy_bytes"], stats["copied_bytes"], stats["requests"],
                stats["connections"])
         self._stats_seq += 1
-        if key == self._stats_last and self._stats_seq % 60:
+        if key == self._stats_last and not force:
             return
         self._stats_last = key
         stats["seq"] = self._stats_seq
