@@ -103,7 +103,7 @@ class Log:
         self._last_flush_ms = self._now_ms()
         os.makedirs(directory, exist_ok=True)
         self.segments = LogSegments()
-        self._load(clean, recovery_point)
+        self._load(clean, recovery_point, log_start_offset)
         active = self.segments.active
         self._next_offset = active.next_offset
         self.log_start_offset = min(max(log_start_offset, self.segments.first.base_offset),
@@ -118,14 +118,14 @@ class Log:
 
     # -- loading and recovery ------------------------------------------------------------
 
-    def _load(self, clean: bool, recovery_point: int) -> None:
+    def _load(self, clean: bool, recovery_point: int, log_start_offset: int) -> None:
         bases = self._clean_directory()
         interval = self.config.index_interval_bytes
         for base in bases:
             self.segments.add(LogSegment(self.directory, base, interval, None,
                                          created=self._clock()))
-        if not len(self.segments):
-            self.segments.add(self._new_segment(0))
+        if not len(self.segments):  # new, or emptied: start at the log start (Kafka)
+            self.segments.add(self._new_segment(log_start_offset))
             return
         recover_from = len(self.segments) if clean else max(
             self.segments.floor_index(recovery_point), 0)
