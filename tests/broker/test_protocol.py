@@ -404,3 +404,31 @@ def test_acks_all_needs_min_insync_replicas_of_one(client):
     refused = client.request(PRODUCE, 9, body)["responses"][0]["partition_responses"][0]
     assert refused["error_code"] == ErrorCode.NOT_ENOUGH_REPLICAS
     assert produce(client, name, batch)["error_code"] == 0  # acks=1 does not wait for ISR
+
+
+def test_frames_split_anywhere_and_glued_together(client):
+    import random
+
+    from pybroker.net.protocol import codec
+
+    name = unique("split")
+    create(client, name, configs={"max.message.bytes": "300000"})
+    big = encode_batch([bytes(range(256)) * 800])  # ~200 KiB: the large-frame path
+    frames = b"".join([
+        codec.encode_request(API_VERSIONS, 0, 101, {}),
+        codec.encode_request(PRODUCE, 9, 102, produce_body(name, 0, big)),
+        codec.encode_request(PRODUCE, 9, 103, produce_body(name, 0, encode_batch([b"s"]))),
+        codec.encode_request(API_VERSIONS, 0, 104, {}),
+    ])
+    rnd = random.Random(7)
+    position = 0
+    client.sock.setsockopt(6, 1, 1)  # TCP_NODELAY: every chunk its own segment
+    while position < len(frames):
+        step = rnd.choice([1, 3, 17, 4096, 70000])
+        client.raw(frames[position:position + step])
+        position += step
+    seen = [struct.unpack_from(">i", client.read_frame())[0] for _ in range(4)]
+    assert seen == [101, 102, 103, 104]
+    fetched = client.request(FETCH, 12, fetch_body(name, 0, 0))
+    values = [r.value for r in decode_all(fetched["responses"][0]["partitions"][0]["records"])]
+    assert values == [bytes(range(256)) * 800, b"s"]
