@@ -7,8 +7,10 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The driver and the profiling kit only (bench/micro and the Spark bench have owners).
 PYTHON = ["bench/__init__.py", "bench/__main__.py", "bench/compare", "bench/driver",
-          "perf/perfkit.py", "tests/bench"]
+          "perf/perfkit.py", "tests/bench/test_units.py", "tests/bench/test_runs.py",
+          "tests/bench/test_perf_scripts.py", "tests/bench/test_lint.py"]
 SHELL = ["perf/record.sh", "perf/pyspy.sh", "perf/syscalls.sh"]
 
 
