@@ -249,7 +249,7 @@ def syscall_counts(tool: str, text: str) -> Counter[str]:
 def per_mb(tool: str, moved: int | None, text: str) -> str:
     counts = syscall_counts(tool, text)
     mb = (moved or 0) / 1e6
-    moved_text = f"{mb:.2f} MB" if moved is not None else "? MB (process gone)"
+    moved_text = f"{mb:.2f} MB" if moved is not None else "? MB (no traffic snapshot)"
     lines = [f"# {tool}: {sum(counts.values())} syscalls while the broker moved {moved_text}"]
     if not counts:
         lines.append("# no syscall counts in the tool's output")
@@ -278,7 +278,11 @@ def main(argv: list[str]) -> int:
         for stack, count in fold_speedscope(args[0]).items():
             sys.stdout.write(f"{stack} {count}\n")
     elif command == "net":
-        json.dump(socket_bytes(args[0]), sys.stdout)
+        try:
+            json.dump(socket_bytes(args[0]), sys.stdout)
+        except (OSError, subprocess.CalledProcessError) as e:  # no ss (iproute2) here
+            sys.stderr.write(f"perfkit net: {e}\n")
+            return 1
     elif command == "per-mb":
         sys.stdout.write(per_mb(args[0], moved_bytes(args[1], args[2]), sys.stdin.read()))
     else:

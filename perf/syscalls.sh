@@ -43,7 +43,7 @@ fi
 # are live: setting up tracepoints takes a second or more that must not count as traffic.
 NET="$KIT net $PID"
 if perf stat -e "$EVENTS" -p "$PID" -o "$WORK/perf-stat.txt" \
-        -- sh -c "$NET > '$WORK/net.0'; sleep $SECONDS_; $NET > '$WORK/net.1'" \
+        -- sh -c "$NET > '$WORK/net.0'; sleep $SECONDS_; $NET > '$WORK/net.1'; true" \
         2>"$WORK/perf-stat.err" && grep -q 'syscalls:sys_enter_' "$WORK/perf-stat.txt"; then
     $KIT per-mb perf "$WORK/net.0" "$WORK/net.1" < "$WORK/perf-stat.txt" \
         | tee "$WORK/perf-per-mb.txt"
