@@ -145,9 +145,12 @@ class OffsetCommit(NamedTuple):
 class GroupCoordinator:
     def __init__(self, topics: Any = None, config: CoordinatorConfig | None = None,
                  clock: Callable[[], float] = time.time,
-                 partition_exists: Callable[[str, int], bool] | None = None) -> None:
+                 partition_exists: Callable[[str, int], bool] | None = None,
+                 stopping: Callable[[], bool] | None = None) -> None:
         """``topics``: the broker's ``TopicManager`` (None keeps everything in memory, for
-        tests of the protocol alone); ``partition_exists`` vets committed partitions."""
+        tests of the protocol alone); ``partition_exists`` vets committed partitions;
+        ``stopping`` says the broker is shutting down (parked long polls are answered)."""
+        self._stopping = stopping
         self.config = config or CoordinatorConfig()
         self._clock = clock
         self._store = None if topics is None else \
@@ -180,15 +183,22 @@ class GroupCoordinator:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        self.release_waiters()
+
+    def release_waiters(self) -> None:
+        """Answer every parked JoinGroup/SyncGroup with NOT_COORDINATOR: this coordinator is
+        going away, the clients find it again (after a restart) and rejoin."""
         for group in self.groups.values():
             for member in group.members.values():
-                member.complete_join(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                                member.member_id))
-                member.complete_sync(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+                member.complete_join(JoinResult(ErrorCode.NOT_COORDINATOR, member.member_id))
+                member.complete_sync(SyncResult(ErrorCode.NOT_COORDINATOR))
 
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(TICK_S)
+            if self._stopping is not None and self._stopping():
+                self.release_waiters()
+                return
             try:
                 self.poll()
             except Exception:  # a bug in one group must not stop every timer

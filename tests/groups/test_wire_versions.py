@@ -16,7 +16,7 @@ import pytest
 from pybroker.client.connection import BrokerConnection
 from pybroker.coordinator.consumer_protocol import encode_assignment, encode_subscription
 from pybroker.errors import ErrorCode
-from tests.groups.helpers import create_topic
+from tests.groups.helpers import create_topic, wait_until
 
 FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC = 10, 11, 12, 13, 14
 COMMIT, FETCH, DESCRIBE, LIST, DELETE, OFFSET_DELETE = 8, 9, 15, 16, 42, 47
@@ -158,3 +158,30 @@ def test_find_coordinator_list_delete_and_offset_delete(conn: BrokerConnection) 
         results = conn.request(DELETE, version, {"groups_names": [name, "missing"]})["results"]
         assert [(r["group_id"], r["error_code"]) for r in results] == \
             [(name, ErrorCode.NONE), ("missing", ErrorCode.GROUP_ID_NOT_FOUND)]
+
+
+def test_parked_join_is_answered_when_the_broker_stops(broker_factory: Any) -> None:
+    broker = broker_factory()
+    create_topic(broker.bootstrap, TOPIC, 2)
+    host, port = broker.bootstrap.split(":")
+    with BrokerConnection(host, int(port)) as first, BrokerConnection(host, int(port)) as late:
+        group = next(_names)
+        joined = join(first, group)
+        assert sync(first, group, joined)["error_code"] == ErrorCode.NONE
+        # a second member's join waits for the first to rejoin: it stays parked
+        late.send(JOIN, 4, {"group_id": group, "session_timeout_ms": 10000,
+                            "rebalance_timeout_ms": 60000, "member_id": "",
+                            "protocol_type": "consumer", "protocols": [
+                                {"name": "range", "metadata": encode_subscription([TOPIC])}]})
+        wait = late.receive()[1]  # MEMBER_ID_REQUIRED comes back at once
+        late.send(JOIN, 4, {"group_id": group, "session_timeout_ms": 10000,
+                            "rebalance_timeout_ms": 60000, "member_id": wait["member_id"],
+                            "protocol_type": "consumer", "protocols": [
+                                {"name": "range", "metadata": encode_subscription([TOPIC])}]})
+
+        def preparing() -> bool:
+            described = first.request(DESCRIBE, 5, {"groups": [group]})["groups"][0]
+            return described["group_state"] == "PreparingRebalance"
+        wait_until(preparing, what="the rebalance to start")
+        assert broker.stop() == 0
+        assert late.receive()[1]["error_code"] == ErrorCode.NOT_COORDINATOR

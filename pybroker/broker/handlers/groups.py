@@ -10,15 +10,17 @@ the response dict of the same version; the group semantics live in the coordinat
 single node coordinates every group (and every transactional id), so FindCoordinator
 always names this broker.
 
-The coordinator is created and loaded by :func:`start_coordinator` at broker start; if
-the broker has not called it, the first group request does (so the APIs work either way).
+The coordinator is created and loaded by :func:`start_coordinator`, a broker start hook
+(``on_start``), before the listener opens; :func:`stop_coordinator` runs at shutdown. Long
+polls parked in the coordinator are answered as soon as the broker starts shutting down,
+so they do not hold up the drain of in-flight requests.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pybroker.broker.handlers import handler
+from pybroker.broker.handlers import handler, on_start, on_stop
 from pybroker.broker.request import RequestContext
 from pybroker.coordinator import CoordinatorConfig, GroupCoordinator, OffsetCommit
 from pybroker.errors import ErrorCode
@@ -29,6 +31,7 @@ _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 _NOT_REQUESTED = -(1 << 31)
 
 
+@on_start
 async def start_coordinator(broker: Any) -> GroupCoordinator:
     """Create the broker's coordinator, load ``__consumer_offsets``, start its timers.
     Call after the topics are loaded; idempotent."""
@@ -41,12 +44,14 @@ async def start_coordinator(broker: Any) -> GroupCoordinator:
         return known is not None and 0 <= index < len(known.partitions)
 
     coordinator = GroupCoordinator(broker.topics, CoordinatorConfig.from_config(broker.config),
-                                   partition_exists=partition_exists)
+                                   partition_exists=partition_exists,
+                                   stopping=lambda: bool(getattr(broker, "shutting_down", False)))
     setattr(broker, _ATTR, coordinator)
     await coordinator.start()
     return coordinator
 
 
+@on_stop
 async def stop_coordinator(broker: Any) -> None:
     """Answer parked joins and syncs (clients retry elsewhere) and stop the timers."""
     coordinator = getattr(broker, _ATTR, None)
