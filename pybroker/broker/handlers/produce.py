@@ -77,11 +77,13 @@ def _append(ctx: RequestContext, topic: str, index: int, records: Any,
 
 
 def _topic_error(topics: Any, name: str) -> int:
+    if topics.get(name) is not None:
+        return ErrorCode.NONE  # existing names were validated when created
     try:
         validate_topic_name(name)
     except KafkaError as exc:
         return exc.code
-    return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if topics.get(name) is None else ErrorCode.NONE
+    return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def _decode(frame: Any, offset: int, version: int) -> tuple:
