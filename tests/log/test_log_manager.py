@@ -114,3 +114,25 @@ def test_malformed_checkpoint_is_an_error(tmp_path):
         f.write("0\n2\na 0 5\n")
     with pytest.raises(KafkaStorageError):
         read_checkpoint(path, 3)
+
+
+def test_rolled_segments_are_flushed_so_unclean_recovery_scans_only_the_tail(tmp_path, caplog):
+    data = str(tmp_path)
+    manager = LogManager(data)
+    log = manager.get_or_create("t", 0, CONFIG)
+    for i in range(40):
+        append(log, make_batch(tag=i))
+    segments = len(log.segments)
+    assert segments > 3
+    expected = read_all(log)
+    manager._flusher.shutdown(wait=True)  # the background fsyncs of rolled segments
+    assert log.recovery_point == log.segments.active.base_offset
+    manager.checkpoint()
+    # a crash now: no marker, files left as they are (not closed, indexes not trimmed)
+    caplog.set_level(logging.INFO, logger="pybroker.log")
+    reopened = LogManager(data)
+    reopened.load(lambda topic: CONFIG)
+    assert "recovered 1 segments" in caplog.text
+    assert read_all(reopened.get("t", 0)) == expected
+    reopened.close()
+    log.close()
