@@ -40,6 +40,7 @@ from pybroker.config import BrokerConfig
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.net.connection import CloseConnection, Connection
 from pybroker.net.protocol import codec, messages
+from pybroker.net.protocol.schema import in_range
 from pybroker.net.server import Server
 
 log = logging.getLogger("pybroker.broker")
@@ -275,7 +276,7 @@ class Broker:
         """A whole-request error, for APIs whose response has a top-level error_code."""
         api = messages.APIS[ctx.api_key]
         for f in api.response:
-            if f.name == "error_code" and f.versions[0] <= ctx.api_version <= f.versions[1]:
+            if f.name == "error_code" and in_range(f.versions, ctx.api_version):
                 return {"error_code": int(code), "error_message": message or None}
         raise CloseConnection(f"{codec.api_name(ctx.api_key)} failed with "
                               f"{ErrorCode(code).name} {message}")

@@ -73,10 +73,10 @@ def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
     remaining = max_bytes
     total = 0
     errors = False
-    aborted = [] if committed else None
+    aborted: list | None = [] if committed else None
     out = []
     for key, parts in wanted:
-        out_parts = []
+        out_parts: list[tuple] = []
         for index, partition, code, offset, partition_max in parts:
             if partition is None or partition.deleted:
                 out_parts.append((index, code or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1,
