@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     except FAILURES as e:
         print(f"bench: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # workers were stopped on the way out
+        print("bench: interrupted", file=sys.stderr)
+        return 130
     sys.stdout.write(report.markdown(result))
     return 0 if result["counts"]["consistent"] else 1
 

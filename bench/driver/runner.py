@@ -342,16 +342,9 @@ class Run:
         kind, who, payload = item
         if kind == "error":
             raise RunError(f"{who} failed:\n{payload}")
-        for phase in self.phases:
-            for w in phase.workers:
-                if w.role == kind and w.index == who and w.result is None and \
-                        phase is self.current(kind):
-                    w.result = payload
-                    return
-
-    def current(self, role: str) -> Phase:
-        name = "produce" if role == "producer" else "consume"
-        return [p for p in self.phases if p.name == name][-1]
+        name = "produce" if kind == "producer" else "consume"
+        phase = [p for p in self.phases if p.name == name][-1]  # one phase per role
+        phase.workers[who].result = payload
 
     def collect(self, phase: Phase) -> None:
         deadline = time.monotonic() + SETUP_TIMEOUT
