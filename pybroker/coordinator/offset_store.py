@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -95,8 +96,21 @@ class GroupKey(NamedTuple):
     group: str
 
 
+# Offset commits are the hot write of the coordinator (one record per partition per
+# commit), so their layouts are packed directly rather than through ``Writer``.
+_KEY_HEAD = struct.Struct(">hh")     # record type, group length
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_V3_HEAD = struct.Struct(">hqih")    # version 3, offset, leader epoch, metadata length
+_V1_HEAD = struct.Struct(">hqh")     # version 1, offset, metadata length
+_I64 = struct.Struct(">q")
+_TWO_I64 = struct.Struct(">qq")
+
+
 def offset_key(group: str, topic: str, partition: int) -> bytes:
-    return Writer().int16(OFFSET_COMMIT_KEY).string(group).string(topic).int32(partition).done()
+    g, t = group.encode(), topic.encode()
+    return b"".join((_KEY_HEAD.pack(OFFSET_COMMIT_KEY, len(g)), g, _I16.pack(len(t)), t,
+                     _I32.pack(partition)))
 
 
 def group_key(group: str) -> bytes:
@@ -106,11 +120,12 @@ def group_key(group: str) -> bytes:
 def offset_value(o: OffsetAndMetadata) -> bytes:
     # v1 is the only layout with an explicit expire timestamp (a v2-v4 OffsetCommit
     # request with a retention time); v3 otherwise, as Kafka writes.
+    m = o.metadata.encode()
     if o.expire_timestamp >= 0:
-        return (Writer().int16(1).int64(o.offset).string(o.metadata)
-                .int64(o.commit_timestamp).int64(o.expire_timestamp).done())
-    return (Writer().int16(3).int64(o.offset).int32(o.leader_epoch).string(o.metadata)
-            .int64(o.commit_timestamp).done())
+        return b"".join((_V1_HEAD.pack(1, o.offset, len(m)), m,
+                         _TWO_I64.pack(o.commit_timestamp, o.expire_timestamp)))
+    return b"".join((_V3_HEAD.pack(3, o.offset, o.leader_epoch, len(m)), m,
+                     _I64.pack(o.commit_timestamp)))
 
 
 def group_value(g: GroupRecord) -> bytes:
