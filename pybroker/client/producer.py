@@ -28,7 +28,6 @@ from typing import Any
 from pybroker._native.partitioner import partition_rows
 from pybroker._native.records import encode_batch_columns
 from pybroker.client.cluster import Cluster
-from pybroker.client.connection import ConnectionClosed
 from pybroker.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)

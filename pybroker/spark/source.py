@@ -223,7 +223,7 @@ class PybrokerReader(DataSourceReader):
                                      latest)
             ends = resolve_offsets(self.options.ending, topic, len(earliest), earliest, latest)
             step = self.options.max_rows_per_partition
-            for p, (start, end) in enumerate(zip(starts, ends)):
+            for p, (start, end) in enumerate(zip(starts, ends, strict=True)):
                 # Large ranges are split so several tasks read one partition in parallel.
                 for s in range(start, end, step):
                     parts.append(OffsetRange(self.options.bootstrap, topic, p, s,
@@ -243,7 +243,7 @@ class PybrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self) -> dict:
         out = {}
-        for topic, (earliest, latest) in _offsets_of(self.options).items():
+        for topic, (_, latest) in _offsets_of(self.options).items():
             out[topic] = {str(p): latest[p] for p in range(len(latest))}
         return out
 

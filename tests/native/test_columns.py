@@ -39,7 +39,8 @@ def decoded_rows(columns):
     arrays = columns.to_arrow()
     return list(zip(arrays["offset"].to_pylist(), arrays["key"].to_pylist(),
                     arrays["value"].to_pylist(),
-                    [[(h["key"], h["value"]) for h in hs] for hs in arrays["headers"].to_pylist()]))
+                    [[(h["key"], h["value"]) for h in hs] for hs in arrays["headers"].to_pylist()],
+                    strict=True))
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,5 +1,6 @@
 """The pybroker PySpark data source on a real local Spark and a real broker."""
 
+import json
 import os
 import time
 
@@ -7,7 +8,6 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.partitioner.default import murmur2
-
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -100,8 +100,8 @@ def test_starting_and_ending_offsets(spark, module_broker):
         .option("topic", topic).mode("append").save()
     read = (spark.read.format("pybroker").option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic)
-            .option("startingOffsets", '{"%s": {"0": 10}}' % topic)
-            .option("endingOffsets", '{"%s": {"0": 25}}' % topic).load())
+            .option("startingOffsets", json.dumps({topic: {"0": 10}}))
+            .option("endingOffsets", json.dumps({topic: {"0": 25}})).load())
     assert [r["offset"] for r in read.orderBy("offset").collect()] == list(range(10, 25))
 
 
