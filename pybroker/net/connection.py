@@ -124,7 +124,9 @@ class Connection:
             self.close()
             return
         if n == 0:
-            self.close()  # peer closed; nobody is left to read the answers
+            # The peer is done sending. What it sent is still handled (an acks=0 producer
+            # that closes right after its last request must not lose it), then we close.
+            self.drain()
             return
         if self._large is not None:
             self._large_pos += n

@@ -432,3 +432,20 @@ def test_frames_split_anywhere_and_glued_together(client):
     fetched = client.request(FETCH, 12, fetch_body(name, 0, 0))
     values = [r.value for r in decode_all(fetched["responses"][0]["partitions"][0]["records"])]
     assert values == [bytes(range(256)) * 800, b"s"]
+
+
+def test_acks_zero_requests_sent_just_before_close_are_kept(server, client):
+    from pybroker.net.protocol import codec
+
+    name = unique("closing")
+    create(client, name)
+    frames = b"".join(codec.encode_request(PRODUCE, 9, i, produce_body(
+        name, 0, encode_batch([b"%d" % i, b"x" * 2000]), acks=0)) for i in range(300))
+    with WireClient(server.bootstrap) as producer:
+        producer.raw(frames)  # one burst, then close: most are still queued at the EOF
+    deadline = time.monotonic() + 30
+    count = 0
+    while count < 600 and time.monotonic() < deadline:
+        fetched = client.request(FETCH, 12, fetch_body(name, 0, 0, max_wait_ms=200))
+        count = fetched["responses"][0]["partitions"][0]["high_watermark"]
+    assert count == 600
