@@ -319,3 +319,4 @@ def test_sources_of_values_the_broker_sets(broker_factory):
         [ConfigResource(BROKER, str(module_broker_id(broker)))])).values()
     assert result["num.partitions"].source == ConfigSource.STATIC_BROKER_CONFIG.value
     assert result["delete.topic.enable"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert result["delete.topic.enable"].value == "true"  # Kafka's spelling of booleans

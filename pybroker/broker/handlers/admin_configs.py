@@ -133,16 +133,22 @@ def _default_synonym(key: str, broker_keys: tuple[str, ...]) -> dict[str, Any]:
     for broker_key in reversed(broker_keys):
         default = broker_config.SCHEMA.get(broker_key, (None, None))[1]
         if default is not None:
-            return {"name": broker_key, "value": str(default).lower()
-                    if isinstance(default, bool) else str(default), "source": SOURCE_DEFAULT}
+            return {"name": broker_key, "value": _text(default), "source": SOURCE_DEFAULT}
     default = topic_config.TOPIC_CONFIGS[key][1] if key in topic_config.TOPIC_CONFIGS else None
     return {"name": broker_keys[0] if broker_keys else key, "value": default,
             "source": SOURCE_DEFAULT}
 
 
+def _text(value: Any) -> str | None:
+    """A config value as Kafka writes it: booleans in lower case, unset as null."""
+    if value is None:
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _entry(name: str, value: Any, source: int, kind: int, doc: str | None,
            synonyms: list[dict], read_only: bool = False) -> dict[str, Any]:
-    return {"name": name, "value": None if value is None else str(value),
+    return {"name": name, "value": _text(value),
             "read_only": read_only, "is_default": source == SOURCE_DEFAULT,
             "config_source": source, "is_sensitive": False, "synonyms": synonyms,
             "config_type": kind, "documentation": doc}
@@ -160,7 +166,7 @@ def _topic_entries(ctx: RequestContext, topic: Topic, keys: set[str] | None,
         chain: list[dict[str, Any]] = []
         if key in overrides:
             chain.append({"name": key, "value": overrides[key], "source": SOURCE_TOPIC})
-        chain += [{"name": bk, "value": str(ctx.broker.config.get(bk)), "source": SOURCE_STATIC}
+        chain += [{"name": bk, "value": _text(ctx.broker.config.get(bk)), "source": SOURCE_STATIC}
                   for bk in broker_keys if _broker_key_is_set(ctx, bk)]
         chain.append(_default_synonym(key, broker_keys))
         entries.append(_entry(key, values[key], chain[0]["source"], kind,
@@ -178,10 +184,9 @@ def _broker_entries(ctx: RequestContext, keys: set[str] | None, with_synonyms: b
         source = SOURCE_STATIC if _broker_key_is_set(ctx, key) else SOURCE_DEFAULT
         kind = (BOOLEAN if parser is broker_config.parse_bool else
                 STRING if parser is str else LONG if key.endswith(".ms") else INT)
-        chain = [{"name": key, "value": None if value is None else str(value), "source": source}]
+        chain = [{"name": key, "value": _text(value), "source": source}]
         if source != SOURCE_DEFAULT:
-            chain.append({"name": key, "value": None if default is None else str(default),
-                          "source": SOURCE_DEFAULT})
+            chain.append({"name": key, "value": _text(default), "source": SOURCE_DEFAULT})
         entries.append(_entry(key, value, source, kind, None, chain if with_synonyms else [],
                               read_only=True))
     return entries
