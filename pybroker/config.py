@@ -68,7 +68,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "socket.request.max.bytes": (int, 100 * _MIB),
     "socket.receive.buffer.bytes": (int, 64 * 1024),
     "fetch.max.bytes": (int, 55 * _MIB),
-    "queued.max.request.bytes": (int, 16 * _MIB),
+    "connection.queued.max.bytes": (int, 16 * _MIB),  # per connection (pybroker only)
     "producer.id.block.size": (int, 1000),
     "producer.id.expiration.ms": (int, 86_400_000),
     "stats.file": (str, None),
@@ -211,6 +211,10 @@ class BrokerConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._values)
+
+    def changed(self) -> dict[str, Any]:
+        """The settings that differ from their defaults (logged at start)."""
+        return {k: v for k, v in self._values.items() if v != SCHEMA[k][1]}
 
 
 def parse_address(text: str) -> tuple[str, int]:

@@ -78,6 +78,9 @@ class Broker:
         from pybroker.log.log_manager import LogManager
 
         started = time.monotonic()
+        changed = self.config.changed()
+        if changed:
+            log.info("settings: %s", ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
         os.makedirs(self.data_dir, exist_ok=True)
         self.cluster_id = self._read_meta()
         self.logs = LogManager(self.data_dir)
@@ -96,7 +99,7 @@ class Broker:
         host, port = self.config.listen
         self.server = Server(self.dispatch, host, port,
                              max_request_bytes=self.config["socket.request.max.bytes"],
-                             max_queued_bytes=self.config["queued.max.request.bytes"])
+                             max_queued_bytes=self.config["connection.queued.max.bytes"])
         bound = self.server.start()
         self.advertised = self.config.advertised(bound)
         self._tasks = [asyncio.create_task(t) for t in (

@@ -20,8 +20,9 @@ to be drained before every sendfile anyway.
 Ordering. Requests are handled one at a time by the connection's worker task, and each
 response is fully written before the next request is handled: the muted channel of Kafka's
 SocketServer, which idempotent producers rely on. Reading continues meanwhile (pipelined
-requests queue up) until ``queued.max.request.bytes`` per connection are waiting; then the
-reader pauses until the worker catches up.
+requests queue up) until ``connection.queued.max.bytes`` are waiting (a pybroker key: it
+bounds each connection, where Kafka's queued.max.request.bytes bounds them all together);
+then the reader pauses until the worker catches up.
 
 Send path. A response is a list of parts: bytes-like objects (sent with ``sendmsg``,
 counted with ``count_copied``) and :class:`FileRegion`s (sent with the native
