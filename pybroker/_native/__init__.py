@@ -21,8 +21,9 @@ __all__ = ["crc32c", "features"]
 def features() -> dict[str, str]:
     """Which implementation of each hot path this process uses.
 
-    ``crc32c``: ``"sse4.2-3way"`` (hardware, three interleaved streams), ``"sse4.2"`` or
-    ``"table"``. ``append``: ``"io_uring"`` or ``"pwritev"``. ``zerocopy``: ``"splice"`` or
+    ``crc32c``: ``"sse4.2-vpclmul"`` (AVX-512 carry-less multiply folding for large
+    buffers, SSE4.2 below), ``"sse4.2-3way"`` (three interleaved streams), ``"sse4.2"`` or
+    ``"table"``; ``PYBROKER_CRC32C`` forces one. ``append``: ``"io_uring"`` or ``"pwritev"``. ``zerocopy``: ``"splice"`` or
     ``"sendfile"``. ``PYBROKER_APPEND=pwritev`` and ``PYBROKER_ZEROCOPY=splice|sendfile``
     force a choice. A test checks this machine reports the hardware CRC and io_uring,
     because a fast path that silently never runs is the failure this guards against.
