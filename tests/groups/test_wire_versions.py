@@ -33,8 +33,8 @@ def conn(module_broker: Any) -> Iterator[BrokerConnection]:
 
 
 def join(conn: BrokerConnection, group: str, version: int = 7, member_id: str = "",
-         instance: str | None = None) -> dict:
-    body = {"group_id": group, "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
+         instance: str | None = None, rebalance_ms: int = 10000) -> dict:
+    body = {"group_id": group, "session_timeout_ms": 10000, "rebalance_timeout_ms": rebalance_ms,
             "member_id": member_id, "group_instance_id": instance,
             "protocol_type": "consumer",
             "protocols": [{"name": "range", "metadata": encode_subscription([TOPIC])}]}
@@ -89,6 +89,25 @@ def test_stale_generation_commit_and_heartbeat_are_fenced(conn: BrokerConnection
     partitions = fetched["groups"][0]["topics"][0]["partitions"]
     assert [(p["partition_index"], p["committed_offset"], p["metadata"]) for p in partitions] \
         == [(0, 7, "m")]
+
+
+def test_member_not_rejoining_is_dropped_after_its_rebalance_timeout(
+        conn: BrokerConnection, module_broker: Any) -> None:
+    """max.poll.interval.ms: a member whose heartbeats go on but whose application stopped
+    polling never rejoins; the rebalance completes without it after the rebalance timeout
+    (the largest of the members', as Kafka's)."""
+    group = next(_names)
+    stuck = join(conn, group, rebalance_ms=1000)
+    assert sync(conn, group, stuck)["error_code"] == ErrorCode.NONE
+    host, port = module_broker.bootstrap.split(":")
+    with BrokerConnection(host, int(port)) as other:
+        joined = join(other, group, rebalance_ms=1000)  # parks until the rebalance timeout
+        assert [m["member_id"] for m in joined["members"]] == [joined["member_id"]]
+        assert joined["generation_id"] == stuck["generation_id"] + 1
+    assert conn.request(HEARTBEAT, 4, {
+        "group_id": group, "generation_id": stuck["generation_id"],
+        "member_id": stuck["member_id"]})["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+    assert "members did not rejoin in time" in module_broker.log_text()
 
 
 @pytest.mark.parametrize("version", range(0, 10))
