@@ -334,3 +334,15 @@ def test_offsets_of_empty_group_expire_after_retention(standalone: bool) -> None
         assert c.expire_offsets(clock.advance(1_000)) == 1
         assert "g" not in c.groups
     run(body, offsets_retention_ms=60_000)
+
+
+def test_config_from_broker_settings() -> None:
+    from pybroker.config import BrokerConfig
+
+    config = CoordinatorConfig.from_config(BrokerConfig.load(None, environ={}, overrides={
+        "group.initial.rebalance.delay.ms": "3000", "offsets.retention.minutes": "2",
+        "group.min.session.timeout.ms": "1000", "offsets.topic.num.partitions": "3"}))
+    assert (config.initial_rebalance_delay_ms, config.offsets_retention_ms,
+            config.min_session_timeout_ms, config.offsets_topic_num_partitions) == \
+        (3000, 120_000, 1000, 3)
+    assert CoordinatorConfig.from_config({}) == CoordinatorConfig()
