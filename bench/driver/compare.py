@@ -28,7 +28,7 @@ METRICS = (
     ("consume p50 ms", ("consume", "latency_ms", "p50")),
     ("consume p99 ms", ("consume", "latency_ms", "p99")),
     ("broker CPU s/GB", ("broker", "phases", 0, "cpu_s_per_gb")),
-    ("broker peak RSS KiB", ("broker", "vm_hwm_kb")),
+    ("broker max RSS KiB", ("broker", "max_sampled_rss_kb")),  # VmHWM spans the whole life
 )
 
 
