@@ -39,7 +39,8 @@ if perf record -e "$EVENT" -F 999 --call-graph "$CALLGRAPH" -p "$PID" -o "$OUT/p
 fi
 if [ -z "$METHOD" ]; then
     echo "record.sh: perf could not sample pid $PID ($(tail -1 "$OUT/perf-record.log" 2>/dev/null)); falling back to py-spy --native" >&2
-    py-spy record --native --pid "$PID" --duration "$SECONDS_" --format raw \
+    # --idle: a broker waiting in epoll still gives stacks (and a non-empty graph).
+    py-spy record --native --idle --pid "$PID" --duration "$SECONDS_" --format raw \
         --output "$OUT/stacks.folded" >"$OUT/py-spy.log" 2>&1
     METHOD="py-spy record --native (fallback: perf unusable)"
 fi

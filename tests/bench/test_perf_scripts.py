@@ -101,3 +101,28 @@ def test_syscalls_per_mb(loaded_broker, tmp_path):
     if "# perf: " in text:
         assert "per MB" in text
         assert "MB" in text.split("# perf: ", 1)[1].splitlines()[0]
+
+
+def test_fallbacks_when_perf_and_strace_cannot_run(loaded_broker, tmp_path):
+    # Stand-ins that fail the way a locked-down VM does (perf_event_open, ptrace denied).
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for tool, error in (("perf", "perf_event_open(..., PERF_FLAG_FD_CLOEXEC) failed"),
+                        ("strace", "attach: ptrace(PTRACE_SEIZE, 1): Operation not permitted")):
+        stub = stubs / tool
+        stub.write_text(f"#!/bin/sh\necho '{error}' >&2\nexit 1\n")
+        stub.chmod(0o755)
+    env = dict(os.environ, PATH=f"{stubs}{os.pathsep}{os.environ['PATH']}")
+    out = tmp_path / "record"
+    done = subprocess.run([os.path.join(PERF, "record.sh"), str(loaded_broker.pid), "2",
+                           str(out)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "falling back to py-spy --native" in done.stderr
+    assert (out / "method.txt").read_text().startswith("py-spy record --native (fallback")
+    assert (out / "stacks.folded").read_text().strip()
+    assert ET.parse(out / "flamegraph.svg").getroot().tag.endswith("svg")
+    done = subprocess.run([os.path.join(PERF, "syscalls.sh"), str(loaded_broker.pid), "1"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "# perf stat: unavailable here (perf_event_open" in done.stdout
+    assert "# strace: unavailable here (attach: ptrace" in done.stdout
