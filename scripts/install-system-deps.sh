@@ -9,6 +9,7 @@ packages=(
   zookeeper          # cluster mode coordinates through ZooKeeper
   default-jre-headless  # ZooKeeper and Spark run on the JVM
   linux-perf strace  # perf/ profiling scripts
+  iproute2           # ss: perf/syscalls.sh reads TCP byte counts
 )
 missing=()
 for p in "${packages[@]}"; do
