@@ -142,3 +142,29 @@ def test_a_stalled_fetch_does_not_block_other_connections(module_broker):
         records = decode_all(stalled.receive(FETCH, 12)["responses"][0]["partitions"][0]
                              ["records"])
         assert len(records) >= 24 and records[0].value == value
+
+
+# command line -----------------------------------------------------------------------------
+
+
+def test_cli_lists_its_commands_and_dumps_a_log(module_broker):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pybroker", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+
+    usage = run("--help").stdout
+    for command in ("serve", "log", "topic", "produce", "consume"):
+        assert command in usage
+    assert "--data-dir" in run("serve", "--help").stdout
+    topic = unique("dump")
+    with WireClient(module_broker.bootstrap) as client:
+        create(client, topic)
+        client.request(PRODUCE, 9, produce_body(topic, 0, encode_batch([b"a", b"b"])))
+    dumped = run("log", "dump", os.path.join(module_broker.data_dir, f"{topic}-0"))
+    assert dumped.returncode == 0, dumped.stderr
+    assert "baseOffset: 0 lastOffset: 1 count: 2" in dumped.stdout
