@@ -7,6 +7,9 @@ idempotent producer's retry after the restart must still be recognised as a dupl
 from __future__ import annotations
 
 import signal
+import socket
+import struct
+import threading
 import time
 import uuid
 
@@ -106,3 +109,79 @@ def test_producer_state_survives_a_restart(broker_factory, sig):
             ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         assert _produce(client, topic, batch(4))["base_offset"] == 4
         assert _init_pid(client) > pid  # ids are never handed out twice
+
+
+class DroppingProxy:
+    """Forwards TCP from ``listener`` to the broker; every ``every``-th response is
+    swallowed and both connections closed, so the client must retry requests the broker
+    already handled."""
+
+    def __init__(self, listener: socket.socket, target_port: int, every: int) -> None:
+        self.listener = listener
+        self.target_port = target_port
+        self.every = every
+        self.responses = 0
+        self.dropped = 0
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                return
+            threading.Thread(target=self._pump, args=(client, upstream, False),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True),
+                             daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, responses: bool) -> None:
+        try:
+            while True:
+                head = src.recv(4, socket.MSG_WAITALL)
+                if len(head) < 4:
+                    break
+                body = src.recv(struct.unpack(">i", head)[0], socket.MSG_WAITALL)
+                if responses:
+                    with self._lock:
+                        self.responses += 1
+                        drop = self.responses % self.every == 0
+                        self.dropped += drop
+                    if drop:
+                        break
+                dst.sendall(head + body)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+
+
+def test_idempotent_retries_after_lost_responses_write_each_message_once(broker_factory):
+    # the broker advertises the proxy, so every connection of the client crosses it
+    listener = socket.create_server(("127.0.0.1", 0))
+    proxy_port = listener.getsockname()[1]
+    broker = broker_factory(num_partitions=3, advertised_listeners=f"127.0.0.1:{proxy_port}")
+    proxy = DroppingProxy(listener, broker.port, every=9)
+    topic = f"retried-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{proxy_port}", "acks": "all",
+                         "enable.idempotence": True, "linger.ms": 1, "batch.num.messages": 20,
+                         "retry.backoff.ms": 10, "reconnect.backoff.ms": 10})
+    errors: list = []
+    for i in range(2000):
+        producer.produce(topic, b"m-%05d" % i, partition=i % 3,
+                         on_delivery=lambda err, msg: err and errors.append(err))
+        if i % 100 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    assert not errors, errors[:3]
+    assert proxy.dropped > 0  # responses were lost and requests retried
+    proxy.every = 2**62  # the consumer also goes through the proxy: no more losses
+    got = consume_all(broker.bootstrap, topic, 2000)
+    listener.close()
+    assert sorted(got) == [b"m-%05d" % i for i in range(2000)]  # each exactly once
