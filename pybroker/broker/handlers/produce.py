@@ -86,11 +86,7 @@ def _topic_error(topics: Any, name: str) -> int:
     return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def _decode(frame: Any, offset: int, version: int) -> tuple:
-    return parse_produce(frame, offset, version)
-
-
-@handler(api_key=0, versions=(3, 11), decode=_decode)
+@handler(api_key=0, versions=(3, 11), decode=parse_produce)
 async def produce(ctx: RequestContext, request: tuple) -> dict | None:
     _transactional_id, acks, _timeout_ms, topic_data = request
     topics = ctx.broker.topics
