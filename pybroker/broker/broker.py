@@ -175,6 +175,10 @@ class Broker:
             self._snapshot_producer_state()
             self.logs.close(clean=True)
         self.write_stats(force=True)
+        stats = self.stats()
+        log.info("served %d requests; sent %d bytes zero-copy and %d from memory (%.2f%% "
+                 "zero-copy)", stats["requests"], stats["zero_copy_bytes"],
+                 stats["copied_bytes"], 100 * stats["zero_copy_fraction"])
         log.info("shutdown complete in %.3f s", time.monotonic() - started)
 
     # producer state snapshots ---------------------------------------------------------
