@@ -26,7 +26,7 @@ serve: install
 	pybroker serve --data-dir $(DATA_DIR) --listen $(LISTEN)
 
 test: install-test
-	$(PYTHON) -m pytest -n 2 -q $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -n 2 -q --durations=15 $(PYTEST_ARGS)
 
 bench: install-test
 	$(PYTHON) -m pytest bench/micro --benchmark-only -q
