@@ -167,7 +167,8 @@ class BulkProducer:
                 None if validity is None else memoryview(validity)[keys.offset // 8:],
                 n, meta.partitions, sticky)
             order = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(row_order)])
-            arrays = tuple(None if a is None else pc.take(a, order)
+            # partition_rows returns a permutation of 0..n-1: no bounds to check.
+            arrays = tuple(None if a is None else pc.take(a, order, boundscheck=False)
                            for a in (values, keys, timestamps, headers))
             groups = [(p, starts[p], starts[p + 1]) for p in range(meta.partitions)
                       if starts[p + 1] > starts[p]]
@@ -180,16 +181,25 @@ class BulkProducer:
                      headers) -> None:
         import numpy as np
         n = len(values)
-        value_offsets = np.frombuffer(_binary_column(values)[0], dtype=np.int32)
-        sizes = value_offsets - value_offsets[0]
-        if keys is not None:
-            key_offsets = np.frombuffer(_binary_column(keys)[0], dtype=np.int32)
-            sizes = sizes + (key_offsets - key_offsets[0])
+        value_offsets = _binary_column(values)[0].cast("i")
+        key_offsets = None if keys is None else _binary_column(keys)[0].cast("i")
         # Each record adds up to ~24 bytes of framing (length, attributes, deltas, key and
         # value lengths, header count) to its key and value: count it so an encoded batch
         # stays under batch_bytes, which must stay under the topic's max.message.bytes.
-        sizes = sizes + _RECORD_OVERHEAD * np.arange(n + 1)
         limit = self.batch_bytes - _BATCH_HEADER
+        total = value_offsets[n] - value_offsets[0] + _RECORD_OVERHEAD * n
+        if key_offsets is not None:
+            total += key_offsets[n] - key_offsets[0]
+        if total <= limit:
+            # The usual case (one Arrow batch's rows of one partition): one record batch,
+            # known from the first and last offsets, without building per-row sizes. The
+            # Spark writer's profile showed the numpy below as ~6% of its worker's time.
+            self._encode(topic, partition, 0, n, values, keys, timestamps, headers)
+            return
+        sizes = np.frombuffer(value_offsets, dtype=np.int32) - value_offsets[0]
+        if key_offsets is not None:
+            sizes = sizes + (np.frombuffer(key_offsets, dtype=np.int32) - key_offsets[0])
+        sizes = sizes + _RECORD_OVERHEAD * np.arange(n + 1)
         start = 0
         while start < n:  # one iteration per batch, not per row
             end = int(np.searchsorted(sizes, sizes[start] + limit, side="right")) - 1
