@@ -95,7 +95,11 @@ def _write_batches(options: WriteOptions, iterator) -> PybrokerCommitMessage:
                 if name not in names:
                     return None
                 array = batch.column(name)
-                return array if arrow_type is None else array.cast(arrow_type)
+                # Binary columns (the usual key/value) are used as they come: a cast to
+                # the same type still costs a kernel call per column per Arrow batch.
+                if arrow_type is None or array.type == arrow_type:
+                    return array
+                return array.cast(arrow_type)
 
             values = column("value", pa.binary())
             keys = column("key", pa.binary())
