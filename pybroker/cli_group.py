@@ -154,6 +154,10 @@ def describe_main(args: argparse.Namespace) -> int:
             print(f"{group_id}: {_error_text(exc)}", file=sys.stderr)
             status = 1
             continue
+        if _state_name(description.state) == "Dead" and not committed:
+            print(f"{group_id}: no such group", file=sys.stderr)  # Kafka describes it as Dead
+            status = 1
+            continue
         owner: dict[tuple[str, int], Any] = {}
         for member in description.members:
             for tp in member.assignment.topic_partitions:

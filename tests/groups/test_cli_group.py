@@ -79,3 +79,5 @@ def test_describe_shows_lag_then_reset_and_delete(module_broker: Any) -> None:
     assert deleted.returncode == 1
     assert "g-cli: deleted" in deleted.stdout and "GROUP_ID_NOT_FOUND" in deleted.stderr
     assert "g-cli" not in cli(broker, "list").stdout
+    gone = cli(broker, "describe", "g-cli")
+    assert gone.returncode == 1 and "no such group" in gone.stderr
