@@ -204,3 +204,17 @@ def test_parked_join_is_answered_when_the_broker_stops(broker_factory: Any) -> N
         wait_until(preparing, what="the rebalance to start")
         assert broker.stop() == 0
         assert late.receive()[1]["error_code"] == ErrorCode.NOT_COORDINATOR
+
+
+def test_offset_fetch_of_several_groups_in_one_request(conn: BrokerConnection) -> None:
+    first, second = next(_names), next(_names)
+    assert commit(conn, first, -1, "", offset=11) == ErrorCode.NONE
+    assert commit(conn, second, -1, "", offset=22) == ErrorCode.NONE
+    for version in (8, 9):
+        groups = conn.request(FETCH, version, {"groups": [
+            {"group_id": first, "topics": None},
+            {"group_id": second, "topics": [{"name": TOPIC, "partition_indexes": [0]}]},
+            {"group_id": "never-seen", "topics": None}]})["groups"]
+        assert [(g["group_id"], g["error_code"],
+                 [p["committed_offset"] for t in g["topics"] for p in t["partitions"]])
+                for g in groups] == [(first, 0, [11]), (second, 0, [22]), ("never-seen", 0, [])]
