@@ -199,6 +199,37 @@ def host_cpu_ticks() -> tuple[int, int]:
     return sum(ticks) - idle, sum(ticks)
 
 
+def _stat_fields(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return stat[stat.rindex(")") + 2:].split()  # the command name may hold spaces
+
+
+def spark_cpu_ticks(jvm_pid: int) -> tuple[int, int]:
+    """(JVM, Python workers) clock ticks: the JVM's own threads, and every process below
+    it (pyspark.daemon and its forked workers) plus the children they reaped."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, tuple[int, int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = _stat_fields(int(entry))
+        except (OSError, ValueError):
+            continue  # exited meanwhile
+        parents[int(entry)] = int(fields[1])
+        # utime + stime (fields 14, 15); cutime + cstime (16, 17): reaped children
+        ticks[int(entry)] = (int(fields[11]) + int(fields[12]),
+                             int(fields[13]) + int(fields[14]))
+    below: set[int] = set()
+    frontier = {jvm_pid}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - below
+        below |= frontier
+    own, reaped = ticks.get(jvm_pid, (0, 0))
+    return own, reaped + sum(sum(ticks[pid]) for pid in below)
+
+
 def machine_facts() -> dict[str, Any]:
     model = "unknown"
     try:
@@ -257,15 +288,20 @@ class IngestBench:
         return name
 
     def measure(self, writer: str, df) -> dict[str, Any]:
-        """One timed write of ``df``, with the broker's CPU seconds and how busy the whole
-        host was meanwhile (other work on a shared machine shows up there)."""
+        """One timed write of ``df`` with the CPU seconds it cost the Spark JVM, the Spark
+        Python workers and the broker (the CPU window also holds the topic creation and
+        the row check, a few ms), and how busy the whole host was meanwhile (other work on
+        a shared machine shows there)."""
         probe = BrokerProbe(self.broker.pid)
-        cpu0, host0 = probe.cpu_ticks(), host_cpu_ticks()
+        jvm_pid = self.spark.sparkContext._gateway.proc.pid
+        broker0, spark0, host0 = probe.cpu_ticks(), spark_cpu_ticks(jvm_pid), host_cpu_ticks()
         seconds, received = self.write(writer, df)
-        cpu1, host1 = probe.cpu_ticks(), host_cpu_ticks()
+        broker1, spark1, host1 = probe.cpu_ticks(), spark_cpu_ticks(jvm_pid), host_cpu_ticks()
         return {"seconds": round(seconds, 4), "rows": received,
                 "rows_per_s": round(self.args.rows / seconds, 1),
-                "broker_cpu_s": round((cpu1 - cpu0) / CLOCK_TICKS, 2),
+                "cpu_s": {"spark_jvm": round((spark1[0] - spark0[0]) / CLOCK_TICKS, 2),
+                          "spark_python": round((spark1[1] - spark0[1]) / CLOCK_TICKS, 2),
+                          "broker": round((broker1 - broker0) / CLOCK_TICKS, 2)},
                 "host_busy": round((host1[0] - host0[0]) / max(1, host1[1] - host0[1]), 3)}
 
     def write(self, writer: str, df) -> tuple[float, int]:
@@ -309,9 +345,11 @@ class IngestBench:
                     raise RuntimeError(f"round {number} writer {writer}: the sink got "
                                        f"{figures['rows']} rows, expected {args.rows}")
                 rounds.append({"round": number, "writer": writer, **figures})
+                cpu = figures["cpu_s"]
                 print(f"[round {number}] {writer} {WRITERS[writer]}: {figures['seconds']:.3f} s, "
-                      f"{figures['rows_per_s']:,.0f} rows/s, broker {figures['broker_cpu_s']} "
-                      f"CPU s, host {figures['host_busy']:.0%} busy", file=sys.stderr, flush=True)
+                      f"{figures['rows_per_s']:,.0f} rows/s; CPU s: JVM {cpu['spark_jvm']}, "
+                      f"Python workers {cpu['spark_python']}, broker {cpu['broker']}; host "
+                      f"{figures['host_busy']:.0%} busy", file=sys.stderr, flush=True)
         df.unpersist()
         return rounds
 
@@ -326,8 +364,8 @@ def summarise(rounds: list[dict[str, Any]], args: argparse.Namespace, command: s
                         "median_rows_per_s": round(median, 1),
                         "median_mb_per_s": round(
                             median * (args.key_bytes + args.value_bytes) / 1e6, 2),
-                        "median_broker_cpu_s": statistics.median(
-                            r["broker_cpu_s"] for r in mine),
+                        "median_cpu_s": {part: statistics.median(r["cpu_s"][part] for r in mine)
+                                         for part in ("spark_jvm", "spark_python", "broker")},
                         "median_host_busy": statistics.median(r["host_busy"] for r in mine)}
     a, b, c = (writers[k]["median_rows_per_s"] for k in "ABC")
     # Pair by pair: A against the B and the C of the same round.
@@ -373,14 +411,16 @@ def markdown(result: dict[str, Any]) -> str:
         f"{cfg['arrow_max_records_per_batch']} rows, {cfg['rounds']} rounds (A B C ...), "
         "median per writer.",
         "",
-        "| writer | median rows/s | median MB/s | rows/s per round | broker CPU s | host busy |",
-        "|---|---:|---:|---|---:|---:|",
+        "| writer | median rows/s | median MB/s | rows/s per round | CPU s: Spark JVM | "
+        "Spark Python | broker | host busy |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     for key, w in writers.items():
         rounds = ", ".join(f"{r:,.0f}" for r in w["rows_per_s"])
+        cpu = w["median_cpu_s"]
         lines.append(f"| {key} {w['name']} | {w['median_rows_per_s']:,.0f} | "
-                     f"{w['median_mb_per_s']:.2f} | {rounds} | {w['median_broker_cpu_s']} | "
-                     f"{w['median_host_busy']:.0%} |")
+                     f"{w['median_mb_per_s']:.2f} | {rounds} | {cpu['spark_jvm']} | "
+                     f"{cpu['spark_python']} | {cpu['broker']} | {w['median_host_busy']:.0%} |")
 
     def verdict(met: bool) -> str:
         return "met" if met else "MISSED"
@@ -397,8 +437,9 @@ def markdown(result: dict[str, Any]) -> str:
         f"| A / C | {ratios['a_over_c']:.2f}x | {a_over_c} | "
         f">= {ratios['target_a_over_c']:.0f}x: {verdict(ratios['met_a_over_c'])} |",
         "",
-        "Broker CPU s and host busy (share of all cpus busy, any process) are medians over "
-        "the rounds; the broker runs on the same cpus as Spark.",
+        "CPU seconds per write (Spark JVM threads, Spark's Python workers, the broker) and "
+        "host busy (share of all cpus busy, any process) are medians over the rounds; the "
+        "broker runs on the same cpus as Spark.",
     ]
     return "\n".join(lines) + "\n"
 
