@@ -79,10 +79,14 @@ class LogManager:
         recovery_points = read_offsets(self._path(RECOVERY_POINT_FILE))
         start_offsets = read_offsets(self._path(LOG_START_OFFSET_FILE))
         high_watermarks = read_offsets(self._path(HIGH_WATERMARK_FILE))
-        log.info("loading logs from %s after %s shutdown", self.data_dir,
-                 "a clean" if clean else "an unclean")
+        names = sorted(os.listdir(self.data_dir))
+        if clean or any(_PARTITION_DIR.match(name) for name in names):
+            log.info("loading logs from %s after %s shutdown", self.data_dir,
+                     "a clean" if clean else "an unclean")
+        else:  # nothing to recover, e.g. a new data dir: not an "unclean shutdown"
+            log.info("loading logs from %s: no partitions yet", self.data_dir)
         started = time.monotonic()
-        for name in sorted(os.listdir(self.data_dir)):
+        for name in names:
             path = self._path(name)
             if not os.path.isdir(path):
                 continue
