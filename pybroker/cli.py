@@ -109,6 +109,9 @@ def _log_dump(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- main
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_register_serve, _register_log]
+# The commands above by name: `serve` and `log` need no family module, and importing them
+# all (clients, admin, groups) cost ~10 ms of every broker start.
+BUILTIN = frozenset({"serve", "log"})
 
 
 def _family_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
@@ -123,17 +126,20 @@ def _family_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     return found
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(families: bool = True) -> argparse.ArgumentParser:
+    """The whole command line; ``families=False`` leaves out the ``cli_*`` modules."""
     parser = argparse.ArgumentParser(prog="pybroker", description="A broker that speaks the "
                                      "Apache Kafka wire protocol.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for register in COMMANDS + _family_commands():
+    for register in COMMANDS + (_family_commands() if families else []):
         register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    command = next((w for w in words if not w.startswith("-")), None)
+    args = build_parser(families=command not in BUILTIN).parse_args(words)
     return int(args.func(args) or 0)
 
 
