@@ -39,8 +39,10 @@ from pybroker.broker.topic_manager import TopicManager
 from pybroker.config import BrokerConfig
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.net.connection import CloseConnection, Connection
-from pybroker.net.protocol import codec, messages
+from pybroker.net.protocol import codec
+from pybroker.net.protocol.codec import parse_request_header
 from pybroker.net.protocol.schema import in_range
+from pybroker.net.protocol.table import APIS
 from pybroker.net.server import Server
 
 log = logging.getLogger("pybroker.broker")
@@ -233,29 +235,29 @@ class Broker:
     async def dispatch(self, conn: Connection, frame: bytearray) -> Any:
         """Handle one request frame; returns the response parts, or None for no response."""
         try:
-            header = codec.read_request_header(frame)
+            api_key, version, correlation_id, client_id, header_size = \
+                parse_request_header(frame)
         except KafkaError as exc:
             raise CloseConnection(f"unreadable request header: {exc}") from None
         self.requests += 1
-        api_key, version = header.api_key, header.api_version
         entry = self.handlers.get(api_key)
         if entry is None:
             raise CloseConnection(f"unknown API key {api_key}")
         low, high = entry.versions
         if not low <= version <= high:
             if api_key == API_VERSIONS:
-                return self._encode(api_key, 0, header.correlation_id, self.api_versions_body(
+                return self._encode(api_key, 0, correlation_id, self.api_versions_body(
                     ErrorCode.UNSUPPORTED_VERSION))
             raise CloseConnection(f"unsupported version {version} of {codec.api_name(api_key)}")
         try:
             if entry.decode is not None:
-                request = entry.decode(frame, header.header_size, version)
+                request = entry.decode(frame, header_size, version)
             else:
-                request = codec.decode_request(api_key, version, frame, header.header_size)
+                request = codec.decode_request(api_key, version, frame, header_size)
         except KafkaError as exc:
             raise CloseConnection(f"malformed {codec.api_name(api_key)} v{version}: "
                                   f"{exc}") from None
-        ctx = RequestContext(self, api_key, version, header.correlation_id, header.client_id,
+        ctx = RequestContext(self, api_key, version, correlation_id, client_id,
                              conn.peer, frame)
         try:
             body = await entry.fn(ctx, request)
@@ -271,7 +273,7 @@ class Broker:
             return None
         if isinstance(body, Encoded):
             return body.parts
-        return self._encode(api_key, version, header.correlation_id, body)
+        return self._encode(api_key, version, correlation_id, body)
 
     @staticmethod
     def _encode(api_key: int, version: int, correlation_id: int, body: dict) -> Any:
@@ -281,7 +283,7 @@ class Broker:
     @staticmethod
     def _error_body(ctx: RequestContext, code: int, message: str) -> dict:
         """A whole-request error, for APIs whose response has a top-level error_code."""
-        api = messages.APIS[ctx.api_key]
+        api = APIS[ctx.api_key]
         for f in api.response:
             if f.name == "error_code" and in_range(f.versions, ctx.api_version):
                 return {"error_code": int(code), "error_message": message or None}

@@ -9,7 +9,8 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PATHS = ["tools/gen_protocol.py", "pybroker/net/protocol", "tests/protocol"]
 TYPED = ["pybroker/net/protocol/codec.py", "pybroker/net/protocol/schema.py",
-         "pybroker/net/protocol/__init__.py", "pybroker/_native/wire.pyi",
+         "pybroker/net/protocol/table.py", "pybroker/net/protocol/__init__.py",
+         "pybroker/_native/wire.pyi", "pybroker/_native/reqheader.pyi",
          "tools/gen_protocol.py"]
 
 

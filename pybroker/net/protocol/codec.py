@@ -40,21 +40,29 @@ import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from pybroker._native.reqheader import (
+    parse_request_header,
+    request_header_version,
+    set_first_flexible,
+)
 from pybroker._native.wire import read_uvarint
 from pybroker.errors import InvalidRequestError, UnsupportedVersionError
 from pybroker.file_region import FileRegion
-from pybroker.net.protocol import messages
 from pybroker.net.protocol.schema import TYPE_DEFAULT, F, in_range
+from pybroker.net.protocol.table import APIS
 
 __all__ = [
-    "RequestHeader", "read_request_header", "decode_request", "encode_response",
+    "RequestHeader", "read_request_header", "parse_request_header", "decode_request", "encode_response",
     "encode_request", "read_response_header", "decode_response", "supported_versions",
     "request_header_version", "response_header_version", "api_name", "ZERO_UUID",
 ]
 
 API_VERSIONS_KEY = 18
-CONTROLLED_SHUTDOWN_KEY = 7
 ZERO_UUID = uuid.UUID(int=0)
+
+# The native header parser learns from the table which request versions are flexible
+# (header v2); versions newer than the table's count as flexible (see reqheader.pyx).
+set_first_flexible({key: api.request_flexible for key, api in APIS.items()})
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -302,6 +310,9 @@ def _string_writer(name: str, flexible: bool, nullable: bool) -> Callable:
     return write
 
 
+_write_client_id = _string_writer("client_id", False, True)
+
+
 def _bytes_writer(name: str, flexible: bool, nullable: bool) -> Callable:
     length = _length_writer(flexible, True)
     null = _null_writer(name, nullable, length)
@@ -521,7 +532,7 @@ def _plan(api_key: int, api_version: int, response: bool) -> _Plan:
     key = (api_key, api_version, response)
     plan = _PLANS.get(key)
     if plan is None:
-        api = messages.APIS.get(api_key)
+        api = APIS.get(api_key)
         if api is None:
             raise InvalidRequestError(f"unknown api key {api_key}")
         if not api.versions[0] <= api_version <= api.versions[1]:
@@ -537,39 +548,28 @@ def _plan(api_key: int, api_version: int, response: bool) -> _Plan:
 
 
 def api_name(api_key: int) -> str | None:
-    api = messages.APIS.get(api_key)
+    api = APIS.get(api_key)
     return None if api is None else api.name
 
 
 def supported_versions() -> list[tuple[int, int, int]]:
     """(api_key, min_version, max_version) for every API in the specs, by api key."""
-    return [(key, api.versions[0], api.versions[1]) for key, api in sorted(messages.APIS.items())]
+    return [(key, api.versions[0], api.versions[1]) for key, api in sorted(APIS.items())]
 
 
 def _is_known_version(api_key: int, api_version: int) -> bool:
-    api = messages.APIS.get(api_key)
+    api = APIS.get(api_key)
     return api is not None and api.versions[0] <= api_version <= api.versions[1]
 
 
 def _is_flexible(api_key: int, api_version: int, response: bool) -> bool:
     """Whether the version is flexible; a version newer than the table's counts as flexible
     when the API has flexible versions, as Kafka's generated ``requestHeaderVersion`` does."""
-    api = messages.APIS.get(api_key)
+    api = APIS.get(api_key)
     if api is None:
         return False
     first = api.response_flexible if response else api.request_flexible
     return first is not None and api_version >= first
-
-
-def request_header_version(api_key: int, api_version: int) -> int:
-    """2 for flexible requests, 1 otherwise (also for unknown APIs), 0 for ControlledShutdown v0.
-
-    A request of a version newer than the table (ApiVersions v5 from a newer client, say)
-    still gets the header its API's flexible versions imply, so ``header_size`` is right.
-    """
-    if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
-        return 0
-    return 2 if _is_flexible(api_key, api_version, False) else 1
 
 
 def response_header_version(api_key: int, api_version: int) -> int:
@@ -590,19 +590,10 @@ def read_request_header(buf: Any) -> RequestHeader:
 
     Unknown API keys parse as header v1, unknown versions of known APIs by the API's
     flexible versions, so the server can still answer with the right correlation id (an
-    ApiVersions request of an unknown version included).
+    ApiVersions request of an unknown version included). The parser is native
+    (``pybroker._native.reqheader``); the broker calls it directly for the plain tuple.
     """
-    mv = _view(buf)
-    r = _Reader(mv, 0, len(mv))
-    p = r.take(8)
-    api_key, api_version, correlation_id = struct.unpack_from(">hhi", r.buf, p)
-    hv = request_header_version(api_key, api_version)
-    client_id = None
-    if hv >= 1:
-        client_id = _string_reader("client_id", False, True)(r)
-    if hv >= 2:
-        _skip_tagged(r)
-    return RequestHeader(api_key, api_version, correlation_id, client_id, r.pos)
+    return RequestHeader._make(parse_request_header(buf))
 
 
 def _skip_tagged(r: _Reader) -> None:
@@ -681,7 +672,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, body: di
     w.buf += struct.pack(">hhi", api_key, api_version, correlation_id)
     hv = request_header_version(api_key, api_version)
     if hv >= 1:
-        _string_writer("client_id", False, True)(w, client_id)
+        _write_client_id(w, client_id)
     if hv >= 2:
         w.buf.append(0)
     plan.write(w, body)

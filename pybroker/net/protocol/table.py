@@ -1,0 +1,87 @@
+"""The generated message table (``messages.APIS``), loaded without compiling it each start.
+
+``messages.py`` is 100 KB of generated Python: compiling it cost 20-60 ms of every broker
+start where no bytecode is cached (these environments set PYTHONDONTWRITEBYTECODE), a
+third of the start-up budget. The table is plain data, so the first load pickles it to
+``__pycache__/messages.<key>.pickle`` beside the source, and later loads read that (about
+1 ms). ``key`` hashes messages.py, schema.py (the classes the pickle names) and the
+Python version, so regenerating the table or changing its shapes makes a new key and a
+stale cache is never read. Where ``__pycache__`` cannot be written the table is imported
+the ordinary way; the cache is an optimisation, never a requirement.
+
+The pickle is as trusted as the package's own ``.pyc`` files: it sits beside them and is
+written only by this module.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import zlib
+
+from pybroker.net.protocol.schema import Api
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_SOURCES = ("messages.py", "schema.py")
+
+
+def cache_key(directory: str = HERE) -> str:
+    """Hex digest of the table's sources and the interpreter version."""
+    crc = zlib.crc32(sys.version.encode())
+    size = 0
+    for name in _SOURCES:
+        with open(os.path.join(directory, name), "rb") as f:
+            data = f.read()
+        crc = zlib.crc32(data, crc)
+        size += len(data)
+    return f"{crc:08x}{size:x}"
+
+
+def load(directory: str = HERE, module: str = "pybroker.net.protocol.messages",
+         cache_dir: str | None = None) -> dict[int, Api]:
+    """``APIS`` of the table in ``directory``: from the cache, else by importing
+    ``module`` (then written to the cache when it can be)."""
+    cache_dir = cache_dir or os.path.join(directory, "__pycache__")
+    try:
+        path = os.path.join(cache_dir, f"messages.{cache_key(directory)}.pickle")
+    except OSError:
+        path = None  # sources not readable as files (a zip import): no cache
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                apis = pickle.load(f)
+            if isinstance(apis, dict):
+                return apis
+        except Exception:  # noqa: BLE001 - missing or damaged, whatever the way: rebuild
+            pass
+    import importlib
+
+    apis = importlib.import_module(module).APIS
+    if path is not None:
+        _write(path, apis)
+    return apis
+
+
+def _write(path: str, apis: dict[int, Api]) -> None:
+    """Atomically (brokers may start side by side); stale tables of older keys go."""
+    directory = os.path.dirname(path)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                pickle.dump(apis, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        for name in os.listdir(directory):
+            if name.startswith("messages.") and name.endswith(".pickle") and \
+                    os.path.join(directory, name) != path:
+                os.unlink(os.path.join(directory, name))
+    except OSError:
+        pass  # a read-only install: import the source next time too
+
+
+APIS: dict[int, Api] = load()
