@@ -1,4 +1,4 @@
-"""Type stub of pybroker._native.wire: Produce parse and Fetch build fast paths."""
+"""Type stub of pybroker._native.wire: Produce parse and build, Fetch build fast paths."""
 
 import uuid
 from collections.abc import Sequence
@@ -21,4 +21,10 @@ def build_fetch(
     session_id: int,
     topics: list[tuple[str | uuid.UUID | bytes, list[_FetchPartition]]],
 ) -> tuple[list[bytes | FileRegion], int]: ...
+def build_produce_response(
+    version: int,
+    correlation_id: int,
+    throttle_time_ms: int,
+    topics: list[tuple[str, list[tuple[int, int, int, int, int, str | None]]]],
+) -> bytes: ...
 def read_uvarint(buf: Buffer, pos: int, end: int) -> tuple[int, int]: ...
