@@ -5,7 +5,10 @@ Replication uses it to find where a follower's log diverges from the leader's
 Kafka's ``LeaderEpochFileCache``: epochs and start offsets both strictly increase; a new
 entry evicts the entries it contradicts; truncating the log drops the epochs that started
 at or after the new end, and moving the log start offset moves the first epoch's start.
-File format: checkpoints.py (entries ``epoch start_offset``).
+File format: checkpoints.py (entries ``epoch start_offset``). A new epoch (``assign``) is
+written at once but not fsynced, as it happens on the produce path: ``dirty`` says an
+fsync is owed, and the owning ``Log`` pays it off the event loop (its flusher thread) or
+at flush and close. Truncations, rare and replication's business, are fsynced at once.
 
 Thread-safety: none; the owning ``Log`` serialises every call.
 """
@@ -16,7 +19,12 @@ import bisect
 import logging
 import os
 
-from pybroker.log.checkpoints import LEADER_EPOCH_FILE, read_checkpoint, write_checkpoint
+from pybroker.log.checkpoints import (
+    LEADER_EPOCH_FILE,
+    read_checkpoint,
+    sync_checkpoint,
+    write_checkpoint,
+)
 
 log = logging.getLogger("pybroker.log")
 
@@ -30,6 +38,7 @@ class LeaderEpochCache:
         rows = read_checkpoint(self.path, 2)
         self._epochs = [int(epoch) for epoch, _ in rows]
         self._starts = [int(start) for _, start in rows]
+        self.dirty = False  # written since the last sync
 
     def entries(self) -> list[tuple[int, int]]:
         return list(zip(self._epochs, self._starts, strict=True))
@@ -53,7 +62,7 @@ class LeaderEpochCache:
         del self._epochs[keep:], self._starts[keep:]
         self._epochs.append(epoch)
         self._starts.append(start_offset)
-        self._save()
+        self._save(durable=False)
 
     def truncate_from_end(self, end_offset: int) -> None:
         """The log now ends at ``end_offset``: forget epochs starting at or after it."""
@@ -91,5 +100,12 @@ class LeaderEpochCache:
         self._starts.clear()
         self._save()
 
-    def _save(self) -> None:
-        write_checkpoint(self.path, self.entries())
+    def _save(self, durable: bool = True) -> None:
+        write_checkpoint(self.path, self.entries(), durable=durable)
+        self.dirty = not durable
+
+    def sync(self) -> None:
+        """fsync the checkpoint if it changed since the last sync (blocks: not on the loop)."""
+        if self.dirty:
+            self.dirty = False
+            sync_checkpoint(self.path)

@@ -44,6 +44,7 @@ from pybroker.errors import (
     RecordListTooLargeError,
 )
 from pybroker.file_region import FileRegion
+from pybroker.log.checkpoints import sync_checkpoint
 from pybroker.log.leader_epoch_cache import LeaderEpochCache
 from pybroker.log.log_config import LogConfig
 from pybroker.log.log_segment import DELETED_SUFFIX, MAX_RELATIVE_OFFSET, LogSegment
@@ -244,6 +245,7 @@ class Log:
         self._next_offset = last + 1
         if leader_epoch > self.leader_epoch_cache.latest_epoch:
             self.leader_epoch_cache.assign(leader_epoch, base)
+            self._sync_epochs()
         self._after_append(info.records_count)
         return AppendInfo(base, last, log_append_time, self.log_start_offset, max_timestamp,
                           last, info.records_count, size)
@@ -285,6 +287,7 @@ class Log:
         if tail is None or tail[1].partition_leader_epoch == head.partition_leader_epoch:
             if head.partition_leader_epoch > cache.latest_epoch:
                 cache.assign(head.partition_leader_epoch, head.base_offset)
+                self._sync_epochs()
             return
         position = 0
         while position < len(buf):
@@ -292,6 +295,17 @@ class Log:
             if info.partition_leader_epoch > cache.latest_epoch:
                 cache.assign(info.partition_leader_epoch, info.base_offset)
             position += info.size
+        self._sync_epochs()
+
+    def _sync_epochs(self) -> None:
+        """A new epoch was written to the checkpoint on the produce path, not fsynced: two
+        fsyncs there stalled the event loop at every partition's first append (seconds
+        for a request to 100 new partitions). The flusher thread fsyncs it; without one,
+        ``flush``/``close`` do."""
+        cache = self.leader_epoch_cache
+        if cache.dirty and self._flusher is not None:
+            cache.dirty = False
+            self._flusher.submit(sync_checkpoint, cache.path)
 
     def _after_append(self, records: int) -> None:
         self._unflushed_messages += records
@@ -571,6 +585,7 @@ class Log:
         end = self._next_offset
         for segment in self.segments.from_offset(self.recovery_point):
             segment.flush()
+        self.leader_epoch_cache.sync()
         self._recovery_point = end
         self._unflushed_messages = 0
         self._last_flush_ms = self._now_ms()
@@ -589,6 +604,7 @@ class Log:
 
     def close(self) -> None:
         """Close every file; pending deletions happen now (nothing reads any more)."""
+        self.leader_epoch_cache.sync()
         self._close_all(LogSegment.delete, LogSegment.close)
 
     def detach(self) -> None:
