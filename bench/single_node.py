@@ -241,7 +241,7 @@ def measure_produce(broker: Broker, seconds: float) -> dict:
             "broker_cpu_s_per_gb": broker_cpu / (moved / 1e9)}
 
 
-def fetch_work(topic: str, log_end: int, fetch_bytes: int):
+def fetch_work(topic: str, log_end: int, fetch_bytes: int, batch_bytes: int):
     def work(i: int, sock: socket.socket, stop_at: float) -> int:
         scratch = memoryview(bytearray(1 << 20))
         received, offset = 0, 0
@@ -249,8 +249,9 @@ def fetch_work(topic: str, log_end: int, fetch_bytes: int):
             sock.sendall(fetch_frame(topic, i, offset, fetch_bytes))
             size = recv_frame(sock, scratch)
             received += size
-            # Each 1 MiB batch holds the same number of records: step by whole batches.
-            offset += records_per_batch * max(1, size // (BATCH_BYTES + 100))
+            # A response is whole batches of batch_bytes (each the same number of
+            # records) after a header far smaller than one: step past those received.
+            offset += records_per_batch * max(1, size // batch_bytes)
             if offset >= log_end:
                 offset = 0
         return received
@@ -280,7 +281,8 @@ def measure_fetch(broker: Broker, seconds: float, batches_per_partition: int = 6
     log_end = batches_per_partition * (BATCH_BYTES // (RECORD_BYTES + 16))
     cpu0 = broker.cpu_seconds()
     moved, elapsed = _run_connections(broker.port, seconds,
-                                      fetch_work("ingest", log_end, 4 * BATCH_BYTES))
+                                      fetch_work("ingest", log_end, 4 * BATCH_BYTES,
+                                                 len(batch)))
     broker_cpu = broker.cpu_seconds() - cpu0
     source, port = _start_process_server(_source_server)
     try:
