@@ -16,6 +16,11 @@ free port) and stops:
                  ``produce()`` per row, ``flush()`` at the end (linger.ms=5, ~1 MB batches,
                  acks=all, idempotence on)
 
+With ``--profile``, one more A write after the timed rounds (untimed: py-spy slows what
+it samples) is recorded with ``py-spy record --native`` on Spark's Python workers:
+``pyspy-A.folded`` (folded stacks) and ``profile-A.md`` (shares of the writer's steps and
+the hottest frames) go to ``--out``.
+
 Every round is checked, untimed, for completeness: the rows B's tasks saw, and for A and C
 the topic's end offsets, must add up to ``--rows``. A warm-up round of each writer on a
 small slice (untimed) loads the Python workers' modules first. The figure per writer is
@@ -55,6 +60,20 @@ WRITERS = {"A": "pybroker", "B": "arrow-count (ceiling)", "C": "confluent foreac
 TARGET_A_OF_B, TARGET_A_OVER_C = 0.70, 5.0
 READY = re.compile(r"ready: listening on (\S+):(\d+)")
 WARMUP_ROWS = 20_000
+# Frames of the writer's steps in a Spark Python worker, for --profile: (label, a
+# substring of the folded frame). Shares are inclusive, of the writer's samples.
+WRITER_FRAME = "_write_batches ("
+PROFILE_STEPS = [
+    ("Arrow batches read from the JVM", "ArrowStreamSerializer.load_stream"),
+    ("BulkProducer.send_arrow", "BulkProducer.send_arrow ("),
+    ("- murmur2 partitioning (partition_rows)", "partition_rows"),
+    ("- gather rows by partition (pyarrow take)", "compute.py:"),
+    ("- native batch encoding (_encode)", "BulkProducer._encode ("),
+    ("- sending Produce requests (sendmsg, and poll while the socket is full)",
+     "BrokerConnection.send_parts ("),
+    ("- waiting for and decoding responses (_receive_one)", "_receive_one ("),
+    ("BulkProducer.flush (the last acknowledgements)", "BulkProducer.flush ("),
+]
 
 
 # -- B: the Spark-side ceiling ---------------------------------------------------------------
@@ -276,9 +295,61 @@ def build_frame(spark, rows: int, key_bytes: int, value_bytes: int, slices: int)
         F.rpad(F.concat(ident, F.lit(":")), value_bytes, "v").cast("binary").alias("value"))
 
 
+def python_workers(jvm_pid: int) -> list[int]:
+    """Pids of the Spark Python workers (``pyspark.worker``) below the JVM."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            grandparent = int(_stat_fields(int(_stat_fields(int(entry))[1]))[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"pyspark.daemon" in cmdline and b"pyspark.worker" in cmdline and \
+                grandparent == jvm_pid:
+            pids.append(int(entry))
+    return pids
+
+
+def profile_markdown(folded: str, command: str) -> str:
+    totals: dict[str, int] = {}
+    samples = writer = gc = 0
+    with open(folded) as f:
+        for line in f:
+            stack, _, count = line.rstrip("\n").rpartition(" ")
+            if not count.isdigit():
+                continue
+            samples += int(count)
+            gc += int(count) if "gc_collect_main" in stack else 0
+            if WRITER_FRAME not in stack:
+                continue
+            writer += int(count)
+            for label, needle in PROFILE_STEPS:
+                if needle in stack:
+                    totals[label] = totals.get(label, 0) + int(count)
+    lines = ["# Where an A (pybroker) write spends the Spark Python workers' time", "",
+             f"py-spy record --native on every `pyspark.worker` during one untimed A write "
+             f"after `{command}`. The writer (`{WRITER_FRAME.strip(' (')}`) ran in {writer} "
+             f"of {samples} samples (blocked reads and polls included); of the others, {gc} "
+             "are the pyspark daemon's gc.collect() after each task, the rest the workers "
+             "idle between tasks.", "",
+             "| step (inclusive) | share of the writer's samples |", "|---|---:|"]
+    for label, _ in PROFILE_STEPS:
+        lines.append(f"| {label} | {totals.get(label, 0) / max(1, writer):.1%} |")
+    with open(folded) as f:
+        top = subprocess.run([sys.executable, os.path.join(ROOT, "perf", "perfkit.py"), "top",
+                              "25"], stdin=f, capture_output=True, text=True, check=True)
+    lines += ["", "Hottest frames of all the samples:", "", "```", top.stdout.rstrip(), "```"]
+    return "\n".join(lines) + "\n"
+
+
 class IngestBench:
-    def __init__(self, args: argparse.Namespace, spark, broker: Broker, workdir: str) -> None:
+    def __init__(self, args: argparse.Namespace, spark, broker: Broker, workdir: str,
+                 command: str) -> None:
         self.args, self.spark, self.broker, self.workdir = args, spark, broker, workdir
+        self.command = command
         self.topics = 0
 
     def fresh_topic(self, writer: str) -> str:
@@ -325,6 +396,36 @@ class IngestBench:
         seconds = time.perf_counter() - start
         return seconds, rows_in_topic(bootstrap, topic)
 
+    def profile(self, df, out_dir: str, command: str) -> None:
+        """One untimed A write with py-spy on every Spark Python worker."""
+        os.makedirs(out_dir, exist_ok=True)
+        workers = python_workers(self.spark.sparkContext._gateway.proc.pid)
+        if not workers:
+            raise RuntimeError("--profile: no Spark Python worker found")
+        spies = []
+        for pid in workers:
+            out = os.path.join(self.workdir, f"pyspy-{pid}.folded")
+            spies.append((out, subprocess.Popen(
+                ["py-spy", "record", "--native", "--rate", "250", "--pid", str(pid),
+                 "--format", "raw", "--output", out],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+        time.sleep(2)  # py-spy attaches
+        try:
+            self.write("A", df)
+        finally:
+            for _, spy in spies:
+                spy.send_signal(signal.SIGINT)  # py-spy writes its file and exits
+            for _, spy in spies:
+                spy.wait(60)
+        folded = os.path.join(out_dir, "pyspy-A.folded")
+        with open(folded, "w") as merged:
+            for out, _ in spies:
+                if os.path.exists(out):
+                    with open(out) as f:
+                        merged.write(f.read())
+        with open(os.path.join(out_dir, "profile-A.md"), "w") as f:
+            f.write(profile_markdown(folded, command))
+
     def run(self) -> list[dict[str, Any]]:
         args = self.args
         df = build_frame(self.spark, args.rows, args.key_bytes, args.value_bytes,
@@ -350,6 +451,8 @@ class IngestBench:
                       f"{figures['rows_per_s']:,.0f} rows/s; CPU s: JVM {cpu['spark_jvm']}, "
                       f"Python workers {cpu['spark_python']}, broker {cpu['broker']}; host "
                       f"{figures['host_busy']:.0%} busy", file=sys.stderr, flush=True)
+        if args.profile:
+            self.profile(df, args.out, self.command)
         df.unpersist()
         return rounds
 
@@ -441,6 +544,9 @@ def markdown(result: dict[str, Any]) -> str:
         "host busy (share of all cpus busy, any process) are medians over the rounds; the "
         "broker runs on the same cpus as Spark.",
     ]
+    if "profile-A.md" in result.get("files", []):
+        lines += ["", "Where an A write spends the Spark Python workers' time (py-spy, one "
+                  "untimed write): [profile-A.md](profile-A.md)."]
     return "\n".join(lines) + "\n"
 
 
@@ -459,7 +565,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--arrow-batch-rows", type=int, default=10_000,
                         help="spark.sql.execution.arrow.maxRecordsPerBatch")
     parser.add_argument("--out", help="directory for spark_ingest.json and spark_ingest.md")
+    parser.add_argument("--profile", action="store_true",
+                        help="after the rounds, py-spy one untimed A write into --out")
     args = parser.parse_args(argv)
+    if args.profile and not args.out:
+        parser.error("--profile needs --out")
     if args.rounds < 1 or args.rows < 1:
         parser.error("--rounds and --rows must be positive")
     return args
@@ -477,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = None
         try:
             spark = start_spark(args)
-            rounds = IngestBench(args, spark, broker, workdir).run()
+            rounds = IngestBench(args, spark, broker, workdir, command).run()
         finally:
             if spark is not None:
                 spark.stop()
@@ -485,6 +595,8 @@ def main(argv: list[str] | None = None) -> int:
         if code != 0:
             raise RuntimeError(f"broker exited {code}:\n{broker.log_text()[-3000:]}")
     result = summarise(rounds, args, command, started_at, machine)
+    result["files"] = ["spark_ingest.json", "spark_ingest.md"] + (
+        ["profile-A.md", "pyspy-A.folded"] if args.profile else [])
     text = markdown(result)
     if args.out:
         os.makedirs(args.out, exist_ok=True)

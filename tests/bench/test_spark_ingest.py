@@ -22,7 +22,7 @@ def run(tmp_path_factory):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run(
         [sys.executable, "bench/spark_ingest.py", "--rows", str(ROWS), "--rounds", str(ROUNDS),
-         "--partitions", "3", "--arrow-batch-rows", "500", "--out", out],
+         "--partitions", "3", "--arrow-batch-rows", "500", "--out", out, "--profile"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=840)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     with open(os.path.join(out, "spark_ingest.json")) as f:
@@ -80,3 +80,17 @@ def test_report_names_the_command_date_and_machine(run):
                    "| C confluent foreachPartition |", "| A / B |", "| A / C |"):
         assert needle in text, needle
     assert done.stdout == text  # the Markdown is what the run printed
+
+
+def test_profile_of_an_untimed_pybroker_write(run):
+    _, result, text = run
+    out = os.path.dirname(result["command"].split("--out ")[1].split()[0] + "/")
+    assert result["files"] == ["spark_ingest.json", "spark_ingest.md", "profile-A.md",
+                               "pyspy-A.folded"]
+    assert "[profile-A.md](profile-A.md)" in text
+    with open(os.path.join(out, "profile-A.md")) as f:
+        profile = f.read()
+    assert "| BulkProducer.send_arrow |" in profile and "# self %" in profile
+    with open(os.path.join(out, "pyspy-A.folded")) as f:
+        samples = [line.rpartition(" ")[2] for line in f]
+    assert samples and all(s.strip().isdigit() for s in samples)
