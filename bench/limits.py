@@ -1,0 +1,135 @@
+"""This machine's physical limits, measured now, to set benchmark figures against.
+
+    python3 -m bench.limits [--seconds 2] [--out FILE.json]
+
+- memcpy: 64 MiB buffer copies (numpy, one call per copy);
+- loopback TCP: one stream between two processes, 1 MiB sends, receiver discards;
+- sendfile to a socket: a page-cached 256 MiB file sent with the native sendfile to a
+  receiver that discards (the fetch path's ceiling);
+- sequential write: 1 MiB write() calls to a file in the data directory's filesystem
+  (page cache; no fsync), the append path's ceiling.
+
+Figures are GB/s (1e9 bytes per second). The box is shared and noisy: a benchmark report
+quotes the limits measured in the same run as its own figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import socket
+import sys
+import tempfile
+import time
+
+CHUNK = 1 << 20
+
+
+def memcpy_gbps(seconds: float) -> float:
+    import numpy as np
+    src = np.frombuffer(os.urandom(64 << 20), dtype=np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # fault the destination's pages in before timing
+    moved, stop = 0, time.monotonic() + seconds
+    started = time.monotonic()
+    while time.monotonic() < stop:
+        np.copyto(dst, src)
+        moved += src.nbytes
+    return moved / (time.monotonic() - started) / 1e9
+
+
+def _discard(listener: socket.socket) -> None:
+    conn, _ = listener.accept()
+    scratch = memoryview(bytearray(CHUNK))
+    while conn.recv_into(scratch):
+        pass
+
+
+def _receiver() -> tuple[mp.Process, int]:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    proc = mp.get_context("fork").Process(target=_discard, args=(listener,), daemon=True)
+    proc.start()
+    port = listener.getsockname()[1]
+    listener.close()
+    return proc, port
+
+
+def loopback_gbps(seconds: float) -> float:
+    proc, port = _receiver()
+    payload = os.urandom(CHUNK)
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        moved, started = 0, time.monotonic()
+        while time.monotonic() - started < seconds:
+            sock.sendall(payload)
+            moved += CHUNK
+        elapsed = time.monotonic() - started
+    proc.join(5)
+    return moved / elapsed / 1e9
+
+
+def sendfile_gbps(seconds: float, directory: str) -> float:
+    from pybroker._native.zerocopy import sendfile
+    size = 256 << 20
+    with tempfile.NamedTemporaryFile(dir=directory) as f:
+        block = os.urandom(CHUNK)
+        for _ in range(size // CHUNK):
+            f.write(block)
+        f.flush()
+        proc, port = _receiver()
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            moved, offset, started = 0, 0, time.monotonic()
+            while time.monotonic() - started < seconds:
+                sent = sendfile(sock.fileno(), f.fileno(), offset, min(4 * CHUNK, size - offset))
+                moved += sent
+                offset = (offset + sent) % size
+            elapsed = time.monotonic() - started
+        proc.join(5)
+    return moved / elapsed / 1e9
+
+
+def write_gbps(seconds: float, directory: str) -> float:
+    block = os.urandom(CHUNK)
+    with tempfile.NamedTemporaryFile(dir=directory) as f:
+        fd = f.fileno()
+        moved, started = 0, time.monotonic()
+        while time.monotonic() - started < seconds:
+            os.write(fd, block)
+            moved += CHUNK
+            if moved % (512 << 20) == 0:  # stay within a modest page-cache footprint
+                os.ftruncate(fd, 0)
+                os.lseek(fd, 0, os.SEEK_SET)
+        elapsed = time.monotonic() - started
+    return moved / elapsed / 1e9
+
+
+def measure(seconds: float = 2.0, directory: str | None = None) -> dict[str, float]:
+    directory = directory or tempfile.gettempdir()
+    return {
+        "memcpy_gbps": memcpy_gbps(seconds),
+        "loopback_tcp_gbps": loopback_gbps(seconds),
+        "sendfile_to_socket_gbps": sendfile_gbps(seconds, directory),
+        "sequential_write_gbps": write_gbps(seconds, directory),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--dir", default=None, help="filesystem for the file limits")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    result = measure(args.seconds, args.dir)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
