@@ -139,7 +139,13 @@ def build_parser(families: bool = True) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     command = next((w for w in words if not w.startswith("-")), None)
-    args = build_parser(families=command not in BUILTIN).parse_args(words)
+    parser = build_parser(families=command not in BUILTIN)
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        # argparse leaves options out of a REMAINDER that starts with one (`log dump -h`)
+        if getattr(args, "func", None) is not _log_dump:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.rest = extra + args.rest
     return int(args.func(args) or 0)
 
 
