@@ -4,10 +4,12 @@
 start where no bytecode is cached (these environments set PYTHONDONTWRITEBYTECODE), a
 third of the start-up budget. The table is plain data, so the first load pickles it to
 ``__pycache__/messages.<key>.pickle`` beside the source, and later loads read that (about
-1 ms). ``key`` hashes messages.py, schema.py (the classes the pickle names) and the
-Python version, so regenerating the table or changing its shapes makes a new key and a
-stale cache is never read. Where ``__pycache__`` cannot be written the table is imported
-the ordinary way; the cache is an optimisation, never a requirement.
+1 ms). ``key`` is the interpreter's cache tag (``cpython-311``) and a hash of
+messages.py, schema.py (the classes the pickle names) and the Python version, so
+regenerating the table or changing its shapes makes a new key and a stale cache is never
+read; a write removes the stale tables of the same interpreter only. Where
+``__pycache__`` cannot be written the table is imported the ordinary way: the cache is an
+optimisation, never a requirement.
 
 The pickle is as trusted as the package's own ``.pyc`` files: it sits beside them and is
 written only by this module.
@@ -27,7 +29,7 @@ _SOURCES = ("messages.py", "schema.py")
 
 
 def cache_key(directory: str = HERE) -> str:
-    """Hex digest of the table's sources and the interpreter version."""
+    """``<cache tag>.<hex digest of the table's sources and the interpreter version>``."""
     crc = zlib.crc32(sys.version.encode())
     size = 0
     for name in _SOURCES:
@@ -35,7 +37,7 @@ def cache_key(directory: str = HERE) -> str:
             data = f.read()
         crc = zlib.crc32(data, crc)
         size += len(data)
-    return f"{crc:08x}{size:x}"
+    return f"{sys.implementation.cache_tag}.{crc:08x}{size:x}"
 
 
 def load(directory: str = HERE, module: str = "pybroker.net.protocol.messages",
@@ -76,8 +78,9 @@ def _write(path: str, apis: dict[int, Api]) -> None:
         except BaseException:
             os.unlink(tmp)
             raise
+        stale = f"messages.{sys.implementation.cache_tag}."
         for name in os.listdir(directory):
-            if name.startswith("messages.") and name.endswith(".pickle") and \
+            if name.startswith(stale) and name.endswith(".pickle") and \
                     os.path.join(directory, name) != path:
                 os.unlink(os.path.join(directory, name))
     except OSError:
