@@ -32,7 +32,8 @@ class AppendResult(NamedTuple):
 
 
 class Partition:
-    __slots__ = ("topic", "index", "log", "config", "producers", "deleted", "_waiters")
+    __slots__ = ("topic", "index", "log", "config", "producers", "deleted", "_waiters",
+                 "_append_lock")
 
     def __init__(self, topic: str, index: int, log: Any, config: LogConfig) -> None:
         self.topic = topic
@@ -42,6 +43,7 @@ class Partition:
         self.producers = ProducerStateTable()
         self.deleted = False  # set when its topic is deleted; a waiting fetch drops it
         self._waiters: list[asyncio.Future[None]] = []
+        self._append_lock = asyncio.Lock()
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
@@ -58,21 +60,43 @@ class Partition:
         ``batch`` must be writable: offsets (and LogAppendTime) are stamped into it in place.
         A retried batch of an idempotent producer is answered with its original offsets.
         """
+        now, log_append_time, duplicate = self._before_append(info)
+        if duplicate is not None:
+            return duplicate
+        appended = self.log.append(batch, info, leader_epoch=LEADER_EPOCH,
+                                   log_append_time=log_append_time)
+        return self._after_append(info, appended, now)
+
+    async def append_async(self, batch: memoryview, info: Any) -> AppendResult:
+        """``append`` for the produce handler: the write is awaited, so the event loop
+        serves other requests while the kernel copies the batch. Appends to this
+        partition run one at a time (the idempotence check, the write and the producer
+        state update together), in arrival order."""
+        async with self._append_lock:
+            now, log_append_time, duplicate = self._before_append(info)
+            if duplicate is not None:
+                return duplicate
+            appended = await self.log.append_async(batch, info, leader_epoch=LEADER_EPOCH,
+                                                   log_append_time=log_append_time)
+            return self._after_append(info, appended, now)
+
+    def _before_append(self, info: Any) -> tuple[int, int, AppendResult | None]:
+        """(now, LogAppendTime or -1, the original answer if this is a retried batch)."""
         now = int(time.time() * 1000)
         log_append_time = now if self.config.log_append_time else -1
         if log_append_time < 0:
             self._check_timestamps(info, now)
-        idempotent = info.producer_id >= 0 and info.base_sequence >= 0
-        if idempotent:
+        if info.producer_id >= 0 and info.base_sequence >= 0:
             duplicate = self.producers.check(info.producer_id, info.producer_epoch,
                                              info.base_sequence, info.last_offset_delta)
             if duplicate is not None:
-                return AppendResult(duplicate.first_offset, duplicate.timestamp,
-                                    self.log.log_start_offset)
-        appended = self.log.append(batch, info, leader_epoch=LEADER_EPOCH,
-                                   log_append_time=log_append_time)
+                return now, log_append_time, AppendResult(
+                    duplicate.first_offset, duplicate.timestamp, self.log.log_start_offset)
+        return now, log_append_time, None
+
+    def _after_append(self, info: Any, appended: Any, now: int) -> AppendResult:
         self.log.high_watermark = self.log.log_end_offset  # ISR of one: committed on write
-        if idempotent:
+        if info.producer_id >= 0 and info.base_sequence >= 0:
             self.producers.record(info.producer_id, info.producer_epoch, info.base_sequence,
                                   info.last_offset_delta, appended.base_offset,
                                   appended.log_append_time, now)

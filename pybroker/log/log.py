@@ -27,6 +27,7 @@ segments it was handed and one int.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -100,6 +101,7 @@ class Log:
         self._flusher = flusher
         self._flushed_through = 0   # written by the flusher thread only
         self._pending_deletes: list[tuple[float, LogSegment]] = []
+        self._appending: asyncio.Future[None] | None = None  # append_async under way
         self._unflushed_messages = 0
         self._last_flush_ms = self._now_ms()
         os.makedirs(directory, exist_ok=True)
@@ -226,6 +228,50 @@ class Log:
         """Append one validated batch (``batch`` is writable and holds exactly the batch
         ``info`` describes): stamp its offsets (and LogAppendTime if the topic says so or
         ``log_append_time`` >= 0) and write it at the end of the active segment."""
+        self._check_not_appending()
+        segment, base, last, max_timestamp, log_append_time = self._prepare(
+            batch, info, leader_epoch, log_append_time)
+        segment.append([batch], info.size, last, max_timestamp,
+                       record_count=info.last_offset_delta + 1)
+        return self._appended(info, leader_epoch, base, last, max_timestamp, log_append_time)
+
+    async def append_async(self, batch, info, leader_epoch: int = 0,
+                           log_append_time: int = -1) -> AppendInfo:
+        """``append`` for the event loop: the write is awaited (the loop serves other
+        requests meanwhile) and the log changes only once the bytes are in the file, so
+        readers never see offsets whose bytes are not there yet. Appends to one log run
+        one at a time. If anything else changed the log while the write was out
+        (truncation, a roll by retention, deletion) the append fails with
+        ``KafkaStorageError`` (retriable) and its bytes are cut off."""
+        while self._appending is not None:
+            await asyncio.shield(self._appending)
+        done = self._appending = asyncio.get_running_loop().create_future()
+        try:
+            segment, base, last, max_timestamp, log_append_time = self._prepare(
+                batch, info, leader_epoch, log_append_time)
+            position, written = await segment.append_async([batch])
+            if segment is not self.segments.active or segment.size != position or \
+                    self._next_offset != base:
+                segment.discard_write(position)
+                raise KafkaStorageError(f"{self.name}: the log changed while appending at "
+                                        f"offset {base}; not appended")
+            segment.appended_async(position, written, info.size, last, max_timestamp,
+                                   info.last_offset_delta + 1)
+            return self._appended(info, leader_epoch, base, last, max_timestamp,
+                                  log_append_time)
+        finally:
+            self._appending = None
+            done.set_result(None)
+
+    def _check_not_appending(self) -> None:
+        if self._appending is not None:
+            # Both would write at the same end position.
+            raise KafkaStorageError(f"{self.name}: an asynchronous append is in progress")
+
+    def _prepare(self, batch, info, leader_epoch: int,
+                 log_append_time: int) -> tuple[LogSegment, int, int, int, int]:
+        """Checks, roll, offsets stamped into ``batch``: what an append does before the
+        write. Returns (segment, base offset, last offset, max timestamp, append time)."""
         size = info.size
         if size > self.config.max_message_bytes:
             raise MessageTooLargeError(
@@ -240,20 +286,23 @@ class Log:
         max_timestamp = log_append_time if log_append_time >= 0 else info.max_timestamp
         segment = self._maybe_roll(size, max_timestamp, base, last)
         stamp_batch(batch, 0, base, leader_epoch, log_append_time)
-        segment.append([batch], size, last, max_timestamp,
-                       record_count=info.last_offset_delta + 1)
+        return segment, base, last, max_timestamp, log_append_time
+
+    def _appended(self, info, leader_epoch: int, base: int, last: int, max_timestamp: int,
+                  log_append_time: int) -> AppendInfo:
         self._next_offset = last + 1
         if leader_epoch > self.leader_epoch_cache.latest_epoch:
             self.leader_epoch_cache.assign(leader_epoch, base)
             self._sync_epochs()
         self._after_append(info.records_count)
         return AppendInfo(base, last, log_append_time, self.log_start_offset, max_timestamp,
-                          last, info.records_count, size)
+                          last, info.records_count, info.size)
 
     def append_as_follower(self, buf) -> AppendInfo | None:
         """Append batches that already carry their offsets (a replica fetch response).
         All of ``buf`` must be whole, valid batches starting at or after the log end; the
         leader epochs they carry go to the epoch cache."""
+        self._check_not_appending()
         length = len(buf)
         if not length:
             return None

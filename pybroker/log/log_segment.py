@@ -23,6 +23,7 @@ import logging
 import mmap
 import os
 import struct
+from typing import NoReturn
 
 from pybroker._native.appender import Appender
 from pybroker._native.records import (
@@ -187,14 +188,58 @@ class LogSegment:
         built over the chunk alone (relative to offset ``entries_base`` and to the chunk's
         first byte); they are shifted to this segment and file position here."""
         position = self.size
+        try:
+            written = self._appender_for_writes().append(buffers, position)
+        except OSError as exc:
+            self._failed_write(position, exc)
+        self._appended(position, written, nbytes, last_offset, max_timestamp,
+                       offset_entries, entries_base, record_count)
+        return position
+
+    async def append_async(self, buffers: list) -> tuple[int, int]:
+        """``append`` (the leader's form) with the write awaited, not blocking the loop.
+        Returns ``(position, bytes written)``; nothing here changes until the caller,
+        having checked nothing else changed the log meanwhile, calls ``appended_async``
+        (or ``discard_write``)."""
+        position = self.size
+        try:
+            written = await self._appender_for_writes().append_async(buffers, position)
+        except OSError as exc:
+            self._failed_write(position, exc)
+        return position, written
+
+    def appended_async(self, position: int, written: int, nbytes: int, last_offset: int,
+                       max_timestamp: int, record_count: int) -> None:
+        """Account for an ``append_async`` write at ``position`` (see ``append``)."""
+        self._appended(position, written, nbytes, last_offset, max_timestamp, None, 0,
+                       record_count)
+
+    def discard_write(self, position: int) -> None:
+        """An asynchronous write at ``position`` is not wanted (the log changed while it
+        was in flight): cut the file back to this segment's size if it lies past it."""
+        if self.fd >= 0 and position >= self.size:
+            os.ftruncate(self.fd, self.size)
+
+    def _appender_for_writes(self) -> Appender:
         if self._appender is None:
             self._appender = Appender(self.fd)
-        try:
-            written = self._appender.append(buffers, position)
-        except OSError as exc:
-            # part of the bytes may be in the file: cut back to the last good batch
+        return self._appender
+
+    @property
+    def writing(self) -> bool:
+        """An asynchronous write to this segment is still in the kernel's hands."""
+        return self._appender is not None and self._appender.writing
+
+    def _failed_write(self, position: int, exc: OSError) -> NoReturn:
+        # part of the bytes may be in the file: cut back to the last good batch (unless
+        # the segment was closed or cut shorter while an asynchronous write was out)
+        if self.fd >= 0 and self.size >= position:
             os.ftruncate(self.fd, position)
-            raise KafkaStorageError(f"{self.path(LOG_SUFFIX)}: append failed: {exc}") from exc
+        raise KafkaStorageError(f"{self.path(LOG_SUFFIX)}: append failed: {exc}") from exc
+
+    def _appended(self, position: int, written: int, nbytes: int, last_offset: int,
+                  max_timestamp: int, offset_entries: bytes | None, entries_base: int,
+                  record_count: int) -> None:
         if written != nbytes:
             raise KafkaStorageError(f"{self.path(LOG_SUFFIX)}: wrote {written} of {nbytes}")
         if position == 0:
@@ -209,7 +254,7 @@ class LogSegment:
                 self._add_index_entry(last_offset, position)
             self._bytes_since_index += nbytes
             self._remember(position, last_offset - record_count + 1, nbytes, last_offset)
-            return position
+            return
         self._forget_recent()
         if offset_entries:
             # per index entry (one per index.interval.bytes), never per batch
@@ -221,7 +266,6 @@ class LogSegment:
                                                    if last else 0)
         else:
             self._bytes_since_index += nbytes
-        return position
 
     def _remember(self, position: int, base_offset: int, size: int, last_offset: int) -> None:
         """Keep where the latest batches are: consumers and followers read at the tail,
