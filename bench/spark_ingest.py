@@ -1,6 +1,6 @@
 """Spark ingest benchmark: the ``pybroker`` data source against its ceiling and the usual way.
 
-    python3 -m bench.spark_ingest [--rows 2000000] [--rounds 3] [--out DIR]
+    python3 -m bench.spark_ingest [--rows 2000000] [--rounds 3] [--out DIR] [--profile]
 
 One run on ``local[2]`` writes the same cached DataFrame (``--rows`` rows of
 ``--key-bytes`` keys and ``--value-bytes`` values; cached and counted before any timing)
@@ -24,7 +24,9 @@ the hottest frames) go to ``--out``.
 Every round is checked, untimed, for completeness: the rows B's tasks saw, and for A and C
 the topic's end offsets, must add up to ``--rows``. A warm-up round of each writer on a
 small slice (untimed) loads the Python workers' modules first. The figure per writer is
-the median rows/s of its rounds; the targets (issue 5) are A >= 70% of B and A >= 5x C.
+the median rows/s of its rounds; the ratios are given both of those medians and round by
+round, and the targets (issue 5: A >= 70% of B, A >= 5x C) are judged on the median of the
+per-round ratios, since load on a shared host drifts between rounds.
 Results go to ``DIR/spark_ingest.json`` and ``DIR/spark_ingest.md``, and the Markdown is
 printed with the exact command, the date and the machine.
 
@@ -477,6 +479,11 @@ def summarise(rounds: list[dict[str, Any]], args: argparse.Namespace, command: s
         rate = {r["writer"]: r["rows_per_s"] for r in rounds if r["round"] == number}
         per_round.append({"round": number, "a_of_b": round(rate["A"] / rate["B"], 3),
                           "a_over_c": round(rate["A"] / rate["C"], 2)})
+    # The verdict goes by the median of the per-round ratios: on a shared host the load
+    # drifts between rounds, and a ratio of medians can pair A's quiet round with B's
+    # busy one; writes seconds apart in one round saw the same machine.
+    paired_b = statistics.median(r["a_of_b"] for r in per_round)
+    paired_c = statistics.median(r["a_over_c"] for r in per_round)
     return {
         "schema": SCHEMA,
         "command": command,
@@ -490,8 +497,9 @@ def summarise(rounds: list[dict[str, Any]], args: argparse.Namespace, command: s
         "writers": writers,
         "ratios": {
             "a_of_b": round(a / b, 3), "a_over_c": round(a / c, 2), "per_round": per_round,
+            "a_of_b_paired": paired_b, "a_over_c_paired": paired_c,
             "target_a_of_b": TARGET_A_OF_B, "target_a_over_c": TARGET_A_OVER_C,
-            "met_a_of_b": a / b >= TARGET_A_OF_B, "met_a_over_c": a / c >= TARGET_A_OVER_C,
+            "met_a_of_b": paired_b >= TARGET_A_OF_B, "met_a_over_c": paired_c >= TARGET_A_OVER_C,
         },
     }
 
@@ -533,11 +541,12 @@ def markdown(result: dict[str, Any]) -> str:
     a_over_c = ", ".join(f"{r['a_over_c']:.2f}x" for r in per_round)
     lines += [
         "",
-        "| ratio | medians | per round | target |",
-        "|---|---:|---|---|",
-        f"| A / B | {ratios['a_of_b']:.1%} | {a_of_b} | "
+        "| ratio | of the medians | per round | median per round | target (on the "
+        "median per round) |",
+        "|---|---:|---|---:|---|",
+        f"| A / B | {ratios['a_of_b']:.1%} | {a_of_b} | {ratios['a_of_b_paired']:.1%} | "
         f">= {ratios['target_a_of_b']:.0%}: {verdict(ratios['met_a_of_b'])} |",
-        f"| A / C | {ratios['a_over_c']:.2f}x | {a_over_c} | "
+        f"| A / C | {ratios['a_over_c']:.2f}x | {a_over_c} | {ratios['a_over_c_paired']:.2f}x | "
         f">= {ratios['target_a_over_c']:.0f}x: {verdict(ratios['met_a_over_c'])} |",
         "",
         "CPU seconds per write (Spark JVM threads, Spark's Python workers, the broker) and "
