@@ -15,7 +15,12 @@ because the machine is shared and noisy:
 
 The load generator is the same code for broker and baseline (blocking sockets, one
 thread per connection; sendall and recv_into release the GIL), so the ratio measures
-the broker, not the client.
+the broker, not the client. What a ratio cannot separate is a slow broker from a
+starved one: the broker's event loop is one thread, the baselines' senders are four, and
+on a loaded machine the scheduler shares CPUs per thread. So the run also reports how
+long the broker's threads sat runnable waiting for a CPU (``broker_cpu_wait_fraction``:
+seconds summed over its threads per second of the run, from /proc schedstat) and the
+load average.
 """
 
 from __future__ import annotations
@@ -128,6 +133,18 @@ class Broker:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def cpu_wait_seconds(self) -> float:
+        """Seconds the broker's threads were runnable but waiting for a CPU (schedstat).
+        On a shared machine this is what separates a slow broker from a starved one."""
+        total = 0
+        for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[1])
+            except OSError:  # a thread that just ended
+                pass
+        return total / 1e9
+
     def create_topic(self, topic: str, partitions: int) -> None:
         body = {"topics": [{"name": topic, "num_partitions": partitions,
                             "replication_factor": 1, "assignments": [], "configs": [
@@ -229,16 +246,18 @@ def measure_produce(broker: Broker, seconds: float) -> dict:
     batch = one_mib_batch()
     broker.create_topic("ingest", CONNECTIONS)
     frames = [produce_frame("ingest", p, batch) for p in range(CONNECTIONS)]
-    cpu0 = broker.cpu_seconds()
+    cpu0, wait0 = broker.cpu_seconds(), broker.cpu_wait_seconds()
     moved, elapsed = _run_connections(broker.port, seconds, produce_work(frames, True))
     broker_cpu = broker.cpu_seconds() - cpu0
+    broker_wait = broker.cpu_wait_seconds() - wait0
     sink, port = _start_process_server(_sink_server)
     try:
         base, base_elapsed = _run_connections(port, seconds, produce_work(frames, False))
     finally:
         sink.kill()
     return {"broker_mb_s": moved / elapsed / 1e6, "loopback_mb_s": base / base_elapsed / 1e6,
-            "broker_cpu_s_per_gb": broker_cpu / (moved / 1e9)}
+            "broker_cpu_s_per_gb": broker_cpu / (moved / 1e9),
+            "broker_cpu_wait_fraction": broker_wait / elapsed}
 
 
 def fetch_work(topic: str, log_end: int, fetch_bytes: int, batch_bytes: int):
@@ -279,18 +298,20 @@ def measure_fetch(broker: Broker, seconds: float, batches_per_partition: int = 6
                 sock.sendall(frame)
                 recv_frame(sock, scratch)
     log_end = batches_per_partition * (BATCH_BYTES // (RECORD_BYTES + 16))
-    cpu0 = broker.cpu_seconds()
+    cpu0, wait0 = broker.cpu_seconds(), broker.cpu_wait_seconds()
     moved, elapsed = _run_connections(broker.port, seconds,
                                       fetch_work("ingest", log_end, 4 * BATCH_BYTES,
                                                  len(batch)))
     broker_cpu = broker.cpu_seconds() - cpu0
+    broker_wait = broker.cpu_wait_seconds() - wait0
     source, port = _start_process_server(_source_server)
     try:
         base, base_elapsed = _run_connections(port, seconds, baseline_fetch_work)
     finally:
         source.kill()
     return {"broker_mb_s": moved / elapsed / 1e6, "loopback_mb_s": base / base_elapsed / 1e6,
-            "broker_cpu_s_per_gb": broker_cpu / (moved / 1e9)}
+            "broker_cpu_s_per_gb": broker_cpu / (moved / 1e9),
+            "broker_cpu_wait_fraction": broker_wait / elapsed}
 
 
 def _echo_server(listener: socket.socket) -> None:
@@ -362,7 +383,7 @@ def machine() -> dict:
                 model = line.split(":", 1)[1].strip()
                 break
     return {"cpus": os.cpu_count(), "cpu": model, "kernel": platform.release(),
-            "python": platform.python_version()}
+            "python": platform.python_version(), "loadavg_1m": os.getloadavg()[0]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -396,6 +417,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, value, base, ratio, target in rows:
         lines.append(f"| {name} | {value} | {base} | "
                      f"{'' if ratio is None else f'{ratio:.2f}'} | {target} |")
+    lines.append("")
+    lines.append(f"The broker's threads waited for a CPU {p['broker_cpu_wait_fraction']:.2f} s "
+                 f"per second of the produce run and {f['broker_cpu_wait_fraction']:.2f} s per "
+                 f"second of the fetch run (load average {result['machine']['loadavg_1m']:.1f} "
+                 f"on {result['machine']['cpus']} CPUs at the start).")
     table = "\n".join(lines)
     result["table"] = table
     print(json.dumps({k: v for k, v in result.items() if k != "table"}, indent=2))
