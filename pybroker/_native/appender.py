@@ -24,7 +24,8 @@ workers, the loop waiting). Now the loop receives and validates the next request
 the kernel copies, and writes to different files run in parallel workers. All entries
 queued in one loop iteration go to the kernel in one ``io_uring_enter`` (a produce
 request to many partitions is one submission). With ``pwritev`` (or more than 1024
-buffers) ``append_async`` writes synchronously, like ``append``.
+buffers, or fewer than ``ASYNC_MIN_BYTES`` bytes) ``append_async`` writes synchronously,
+like ``append``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ log = logging.getLogger("pybroker.log")
 _implementation: str | None = None
 _IOV_MAX = 1024      # more buffers than this: the synchronous path splits them
 _REAP_BATCH = 64     # completions collected per native call
+# Below this many bytes append_async waits on the ring synchronously: the page-cache copy
+# is a few microseconds, and the loop round trip through the eventfd (epoll wake-up,
+# reap, futures) cost more than it saved: one-record produce p50 32 us waiting, 48-59 us
+# through the eventfd (bench.single_node). Above it the copy dominates and overlapping
+# it with the loop's work is what pays.
+ASYNC_MIN_BYTES = 64 * 1024
 
 
 def append_implementation() -> str:
@@ -142,7 +149,8 @@ class Appender:
             raise ValueError("append on a closed Appender")
         while self._in_flight is not None and not self._in_flight.done():
             await asyncio.shield(self._in_flight)
-        if not self._uring or not buffers or len(buffers) > _IOV_MAX:
+        if not self._uring or len(buffers) > _IOV_MAX or \
+                sum(memoryview(b).nbytes for b in buffers) < ASYNC_MIN_BYTES:
             return self.append(buffers, position)
         completions = _Completions.for_running_loop()
         if completions is None:  # this thread cannot have an async ring: go synchronous

@@ -3,6 +3,8 @@ from types import TracebackType
 
 from typing_extensions import Buffer
 
+ASYNC_MIN_BYTES: int
+
 def append_implementation() -> str: ...
 
 class Appender:

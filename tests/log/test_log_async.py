@@ -11,11 +11,19 @@ import asyncio
 
 import pytest
 
+from pybroker._native.appender import ASYNC_MIN_BYTES
 from pybroker._native.records import validate_batch
 from pybroker.errors import KafkaStorageError
 from pybroker.log.log import Log
 from pybroker.log.log_config import LogConfig
 from tests.log.helpers import append, make_batch, read_all
+
+
+def big_batch(tag: int = 0):
+    """Large enough (over ASYNC_MIN_BYTES) for its write to go through the eventfd."""
+    batch = make_batch(count=3, value_size=ASYNC_MIN_BYTES // 2, tag=tag)
+    assert len(batch) > ASYNC_MIN_BYTES
+    return batch
 
 
 async def append_async(log: Log, batch):
@@ -52,11 +60,11 @@ def test_same_bytes_and_offsets_as_append(tmp_path):
 def test_nothing_is_visible_before_the_write_completes(tmp_path):
     async def main():
         log = Log(str(tmp_path / "t-0"))
-        task = asyncio.ensure_future(append_async(log, make_batch()))
+        task = asyncio.ensure_future(append_async(log, big_batch()))
         await asyncio.sleep(0)
         assert log.log_end_offset == 0 and log.segments.active.size == 0
         with pytest.raises(KafkaStorageError):  # a synchronous append would race it
-            append(log, make_batch())
+            append(log, big_batch())
         info = await task
         assert info.base_offset == 0 and log.log_end_offset == 3
         assert log.read(0, 1 << 20).size == info.size
@@ -69,16 +77,16 @@ def test_truncation_during_the_write_fails_the_append_and_cuts_its_bytes(tmp_pat
     async def main():
         log = Log(str(tmp_path / "t-0"))
         for _ in range(3):
-            await append_async(log, make_batch())
+            await append_async(log, big_batch())
         before = read_all(log)
-        task = asyncio.ensure_future(append_async(log, make_batch(tag=9)))
+        task = asyncio.ensure_future(append_async(log, big_batch(tag=9)))
         await asyncio.sleep(0)
         log.truncate_to(3)
         with pytest.raises(KafkaStorageError):
             await task
         assert log.log_end_offset == 3 and read_all(log) == before[:len(before) // 3]
         size = log.segments.active.size
-        info = await append_async(log, make_batch(tag=10))
+        info = await append_async(log, big_batch(tag=10))
         assert info.base_offset == 3 and info.size + size == log.segments.active.size
         log.close()
         reopened = Log(str(tmp_path / "t-0"), clean=False)
@@ -91,14 +99,14 @@ def test_truncation_during_the_write_fails_the_append_and_cuts_its_bytes(tmp_pat
 def test_a_cancelled_append_leaves_the_log_unchanged(tmp_path):
     async def main():
         log = Log(str(tmp_path / "t-0"))
-        await append_async(log, make_batch())
-        task = asyncio.ensure_future(append_async(log, make_batch(tag=5)))
+        await append_async(log, big_batch())
+        task = asyncio.ensure_future(append_async(log, big_batch(tag=5)))
         await asyncio.sleep(0)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         assert log.log_end_offset == 3
-        info = await append_async(log, make_batch(tag=6))  # overwrites the orphaned bytes
+        info = await append_async(log, big_batch(tag=6))  # overwrites the orphaned bytes
         assert info.base_offset == 3
         data = read_all(log)
         log.close()

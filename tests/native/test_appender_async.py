@@ -34,7 +34,7 @@ def test_matches_a_reference_model(kind, loop):
             jobs = []
             for i in rnd.sample(range(4), rnd.randint(1, 4)):
                 position = rnd.randint(0, len(models[i]) + 100)
-                buffers = [os.urandom(rnd.randint(0, 3000)) for _ in range(rnd.randint(1, 3))]
+                buffers = [os.urandom(rnd.choice([rnd.randint(0, 3000), rnd.randint(30000, 70000)])) for _ in range(rnd.randint(1, 3))]
                 data = b"".join(buffers)
                 end = position + len(data)
                 models[i].extend(b"\0" * max(0, end - len(models[i])))
@@ -55,9 +55,9 @@ def test_writes_through_one_appender_keep_their_order():
     async def main():
         with tempfile.TemporaryFile() as f:
             a = Appender(f.fileno(), kind="io_uring")
-            await asyncio.gather(*(a.append_async([bytes([65 + i]) * 5000], 0)
+            await asyncio.gather(*(a.append_async([bytes([65 + i]) * 70000], 0)
                                    for i in range(10)))
-            assert file_bytes(f.fileno()) == b"J" * 5000
+            assert file_bytes(f.fileno()) == b"J" * 70000
 
     asyncio.run(main())
 
@@ -68,7 +68,7 @@ def test_a_cancelled_append_still_lands_before_the_next():
     async def main():
         with tempfile.TemporaryFile() as f:
             a = Appender(f.fileno(), kind="io_uring")
-            task = asyncio.ensure_future(a.append_async([b"first" * 1000], 0))
+            task = asyncio.ensure_future(a.append_async([b"first" * 20000], 0))
             await asyncio.sleep(0)  # queued; submitted on the next loop iteration
             assert a.writing
             with pytest.raises(BlockingIOError):
@@ -76,7 +76,7 @@ def test_a_cancelled_append_still_lands_before_the_next():
             task.cancel()
             assert await a.append_async([b"second"], 0) == 6
             assert not a.writing
-            assert file_bytes(f.fileno()) == b"second" + (b"first" * 1000)[6:]
+            assert file_bytes(f.fileno()) == b"second" + (b"first" * 20000)[6:]
             with pytest.raises(asyncio.CancelledError):
                 await task
 
@@ -107,21 +107,21 @@ def test_errors_and_short_writes(tmp_path):
         import asyncio, os, resource, signal
         from pybroker._native.appender import Appender
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (10000, 10000))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100000, 100000))
         async def main():
             fd = os.open({str(path)!r}, os.O_RDWR | os.O_CREAT)
             a = Appender(fd, kind="io_uring")
-            assert await a.append_async([b"a" * 6000, b"b" * 3000], 0) == 9000
+            assert await a.append_async([b"a" * 60000, b"b" * 30000], 0) == 90000
             try:
-                await a.append_async([b"c" * 500, b"d" * 4000], 9000)
+                await a.append_async([b"c" * 5000, b"d" * 70000], 90000)
             except OSError as e:
                 print(e.errno)
             ro = os.open({str(path)!r}, os.O_RDONLY)
             try:
-                await Appender(ro, kind="io_uring").append_async([b"x"], 0)
+                await Appender(ro, kind="io_uring").append_async([b"x" * 70000], 0)
             except OSError as e:
                 print(e.errno)
         asyncio.run(main())
     """)
     assert out.split() == [str(errno.EFBIG), str(errno.EBADF)]
-    assert path.read_bytes() == b"a" * 6000 + b"b" * 3000 + b"c" * 500 + b"d" * 500
+    assert path.read_bytes() == b"a" * 60000 + b"b" * 30000 + b"c" * 5000 + b"d" * 5000
