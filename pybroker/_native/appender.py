@@ -266,3 +266,12 @@ class _Completions:
                         fut.set_result(results[i])
             if n < _REAP_BATCH:
                 return
+
+
+def _forget_in_child() -> None:
+    """A forked child's native side drops the parent's rings and eventfd (atfork in
+    _uring_build.py); its Python side must forget them too and set up its own."""
+    _Completions._local = threading.local()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

@@ -125,3 +125,25 @@ def test_errors_and_short_writes(tmp_path):
     """)
     assert out.split() == [str(errno.EFBIG), str(errno.EBADF)]
     assert path.read_bytes() == b"a" * 60000 + b"b" * 30000 + b"c" * 5000 + b"d" * 5000
+
+
+def test_a_forked_child_sets_up_its_own_ring(tmp_path):
+    """The child of a process that used append_async gets a ring and eventfd of its own."""
+    async def append(fd, position):
+        return await Appender(fd, kind="io_uring").append_async([b"p" * 70000], position)
+
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        assert asyncio.run(append(fd, 0)) == 70000
+        pid = os.fork()
+        if pid == 0:
+            ok = False
+            try:
+                ok = asyncio.run(append(fd, 70000)) == 70000
+            finally:
+                os._exit(0 if ok else 1)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert asyncio.run(append(fd, 140000)) == 70000
+        assert file_bytes(fd) == b"p" * 210000
+    finally:
+        os.close(fd)
