@@ -71,6 +71,17 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "connection.queued.max.bytes": (int, 16 * _MIB),  # per connection (pybroker only)
     "producer.id.block.size": (int, 1000),
     "producer.id.expiration.ms": (int, 86_400_000),
+    # consumer groups (pybroker.coordinator.CoordinatorConfig reads these)
+    "offsets.topic.num.partitions": (int, 50),
+    "offsets.retention.minutes": (int, 7 * 24 * 60),
+    "offsets.retention.check.interval.ms": (int, 600_000),
+    # Kafka waits 3000 ms to gather a new group's first members; pybroker answers the first
+    # member at once (see CoordinatorConfig.initial_rebalance_delay_ms).
+    "group.initial.rebalance.delay.ms": (int, 0),
+    "group.min.session.timeout.ms": (int, 6000),
+    "group.max.session.timeout.ms": (int, 1_800_000),
+    "group.max.size": (int, 2**31 - 1),
+    "offset.metadata.max.bytes": (int, 4096),
     "stats.file": (str, None),
     "stats.interval.ms": (int, 1000),
     "log.level": (str, "INFO"),

@@ -1,0 +1,56 @@
+"""Group and offsets broker settings from every config source, against real brokers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pybroker.client.connection import BrokerConnection
+from pybroker.config import BrokerConfig
+from pybroker.coordinator import CoordinatorConfig
+from pybroker.coordinator.consumer_protocol import encode_subscription
+from pybroker.errors import ErrorCode
+from tests.conftest import BrokerProcess
+
+JOIN = 11
+
+
+def join_body(group: str, session_timeout_ms: int, member_id: str = "") -> dict:
+    return {"group_id": group, "session_timeout_ms": session_timeout_ms,
+            "rebalance_timeout_ms": 10000, "member_id": member_id, "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": encode_subscription(["t"])}]}
+
+
+def test_group_settings_are_known_with_kafka_defaults() -> None:
+    config = BrokerConfig.load(environ={})
+    assert config["offsets.topic.num.partitions"] == 50
+    assert config["offsets.retention.minutes"] == 7 * 24 * 60
+    assert config["group.max.size"] == 2**31 - 1
+    # the broker defaults are exactly what the coordinator uses when nothing is set
+    assert CoordinatorConfig.from_config(config) == CoordinatorConfig()
+    config = BrokerConfig.load(environ={"PYBROKER_OFFSETS_RETENTION_MINUTES": "5",
+                                        "PYBROKER_GROUP_MAX_SIZE": "3"})
+    assert not config.extra
+    coordinator = CoordinatorConfig.from_config(config)
+    assert coordinator.offsets_retention_ms == 300_000 and coordinator.max_group_size == 3
+
+
+def test_group_settings_from_a_file_and_the_environment(tmp_path: Any) -> None:
+    path = tmp_path / "broker.properties"
+    path.write_text("group.max.session.timeout.ms=20000\n")
+    broker = BrokerProcess(str(tmp_path / "data"), log_path=str(tmp_path / "broker.log"),
+                           extra_args=["--config", str(path)],
+                           env={"PYBROKER_GROUP_MIN_SESSION_TIMEOUT_MS": "8000"})
+    broker.start()
+    try:
+        host, port = broker.bootstrap.split(":")
+        with BrokerConnection(host, int(port)) as conn:
+            too_short = conn.request(JOIN, 5, join_body("settings", 7000))
+            assert too_short["error_code"] == ErrorCode.INVALID_SESSION_TIMEOUT
+            too_long = conn.request(JOIN, 5, join_body("settings", 30000))
+            assert too_long["error_code"] == ErrorCode.INVALID_SESSION_TIMEOUT
+            allowed = conn.request(JOIN, 5, join_body("settings", 10000))
+            assert allowed["error_code"] == ErrorCode.MEMBER_ID_REQUIRED  # i.e. accepted
+    finally:
+        assert broker.stop() == 0
+    assert "ignoring unknown config" not in broker.log_text()
