@@ -3,9 +3,11 @@
 Start-up: open the data dir (``meta.properties`` holds the cluster id and node id), recover
 the logs (``LogManager.load``, logged with its duration), open the topics and restore
 producer state (the clean-shutdown snapshot, or a replay of the log tail after a crash),
-then bind the listener and log ``ready``. Shutdown (SIGTERM/SIGINT): stop accepting, wake
-long-polling fetches, answer the requests already received, snapshot producer state,
-close the LogManager cleanly (it writes the clean-shutdown marker).
+then bind the listener and log ``ready``. Shutdown (SIGTERM/SIGINT): stop accepting, run the
+``on_shutdown_begin`` hooks and wake long-polling fetches (so parked long polls answer now),
+answer the requests already received (at most ``SHUTDOWN_DRAIN_SECONDS``), run the
+``on_stop`` hooks, snapshot producer state, close the LogManager cleanly (it writes the
+clean-shutdown marker).
 
 Dispatch of one frame: header -> handler by API key -> decode -> handle -> encode. A
 request the broker cannot parse (garbage, unknown API key, a version outside what is
@@ -29,6 +31,7 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pybroker.broker import handlers as handler_registry
@@ -52,6 +55,8 @@ SNAPSHOT_FILE = "producer-state.json"
 STATS_FILE = "broker-stats.json"
 SHUTDOWN_DRAIN_SECONDS = 10.0
 
+ShutdownHook = Callable[["Broker"], Awaitable[Any]]
+
 
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
@@ -68,6 +73,7 @@ class Broker:
         self.shutting_down = False
         self.requests = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self._shutdown_begin: list[ShutdownHook] = []
         self._stopped = asyncio.Event()
         self._stats_path = config["stats.file"] or os.path.join(self.data_dir, STATS_FILE)
         self._stats_seq = 0
@@ -157,6 +163,19 @@ class Broker:
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
+    def on_shutdown_begin(self, hook: ShutdownHook) -> None:
+        """Run ``await hook(broker)`` when shutdown starts, before in-flight requests are
+        drained: a component holding long polls (the group coordinator's parked joins)
+        answers them there, or they would hold the drain up to its time limit."""
+        self._shutdown_begin.append(hook)
+
+    async def _run_hooks(self, hooks: list[ShutdownHook]) -> None:
+        for hook in hooks:
+            try:
+                await hook(self)
+            except Exception:
+                log.exception("shutdown hook %s failed", getattr(hook, "__name__", hook))
+
     async def shutdown(self) -> None:
         """Stop accepting, answer in-flight requests, flush and close storage cleanly."""
         self.shutting_down = True
@@ -165,14 +184,11 @@ class Broker:
             task.cancel()
         if self.server is not None:
             self.server.stop_accepting()
+            await self._run_hooks(self._shutdown_begin)
             for partition in self.topics.partitions():
                 partition.wake()  # long-polling fetches answer now
             await self.server.drain(SHUTDOWN_DRAIN_SECONDS)
-        for hook in handler_registry.SHUTDOWN:
-            try:
-                await hook(self)
-            except Exception:
-                log.exception("shutdown hook %s failed", getattr(hook, "__name__", hook))
+        await self._run_hooks(handler_registry.SHUTDOWN)
         if self.logs is not None:
             self._snapshot_producer_state()
             self.logs.close(clean=True)

@@ -145,12 +145,10 @@ class OffsetCommit(NamedTuple):
 class GroupCoordinator:
     def __init__(self, topics: Any = None, config: CoordinatorConfig | None = None,
                  clock: Callable[[], float] = time.time,
-                 partition_exists: Callable[[str, int], bool] | None = None,
-                 stopping: Callable[[], bool] | None = None) -> None:
+                 partition_exists: Callable[[str, int], bool] | None = None) -> None:
         """``topics``: the broker's ``TopicManager`` (None keeps everything in memory, for
-        tests of the protocol alone); ``partition_exists`` vets committed partitions;
-        ``stopping`` says the broker is shutting down (parked long polls are answered)."""
-        self._stopping = stopping
+        tests of the protocol alone); ``partition_exists`` vets committed partitions."""
+        self._closing = False  # shutdown began: long polls are answered, none parks
         self.config = config or CoordinatorConfig()
         self._clock = clock
         self._store = None if topics is None else \
@@ -185,6 +183,11 @@ class GroupCoordinator:
             self._task = None
         self.release_waiters()
 
+    def begin_shutdown(self) -> None:
+        """The broker is stopping: answer the parked long polls and park no more."""
+        self._closing = True
+        self.release_waiters()
+
     def release_waiters(self) -> None:
         """Answer every parked JoinGroup/SyncGroup with NOT_COORDINATOR: this coordinator is
         going away, the clients find it again (after a restart) and rejoin."""
@@ -196,9 +199,6 @@ class GroupCoordinator:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(TICK_S)
-            if self._stopping is not None and self._stopping():
-                self.release_waiters()
-                return
             try:
                 self.poll()
             except Exception:  # a bug in one group must not stop every timer
@@ -310,6 +310,8 @@ class GroupCoordinator:
                          rebalance_timeout_ms: int, protocol_type: str,
                          protocols: list[tuple[str, bytes]],
                          require_known_member_id: bool = True) -> JoinResult:
+        if self._closing:
+            return JoinResult(ErrorCode.NOT_COORDINATOR, member_id)
         now = self.now_ms()
         if rebalance_timeout_ms < 0:  # JoinGroup v0 has none: it was the session timeout
             rebalance_timeout_ms = session_timeout_ms
@@ -563,6 +565,8 @@ class GroupCoordinator:
                          group_instance_id: str | None, protocol_type: str | None,
                          protocol_name: str | None,
                          assignments: dict[str, bytes]) -> SyncResult:
+        if self._closing:
+            return SyncResult(ErrorCode.NOT_COORDINATOR)
         now = self.now_ms()
         group = self.groups.get(group_id)
         if group is None:

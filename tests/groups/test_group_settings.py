@@ -10,6 +10,7 @@ from pybroker.coordinator import CoordinatorConfig
 from pybroker.coordinator.consumer_protocol import encode_subscription
 from pybroker.errors import ErrorCode
 from tests.conftest import BrokerProcess
+from tests.groups.helpers import wait_until
 
 JOIN = 11
 
@@ -54,3 +55,28 @@ def test_group_settings_from_a_file_and_the_environment(tmp_path: Any) -> None:
     finally:
         assert broker.stop() == 0
     assert "ignoring unknown config" not in broker.log_text()
+
+
+def test_sigterm_answers_parked_and_queued_joins_before_the_drain(broker_factory: Any) -> None:
+    """A consumer mid-rebalance does not hold shutdown up: the join parked in the
+    coordinator and the one queued behind it on the same connection are both answered
+    NOT_COORDINATOR at once, so the drain never waits out its 10 s limit."""
+    broker = broker_factory()
+    host, port = broker.bootstrap.split(":")
+    with BrokerConnection(host, int(port)) as first, BrokerConnection(host, int(port)) as late:
+        member = first.request(JOIN, 5, join_body("stopping", 10000))["member_id"]
+        assert first.request(JOIN, 5, join_body("stopping", 10000, member))["error_code"] == 0
+        # a second member: its join parks until the first rejoins, which never happens
+        pending = late.request(JOIN, 5, join_body("stopping", 10000))["member_id"]
+        late.send(JOIN, 5, join_body("stopping", 10000, pending))
+        late.send(JOIN, 5, join_body("stopping", 10000, pending))  # queued behind it
+
+        def preparing() -> bool:
+            described = first.request(15, 5, {"groups": ["stopping"]})["groups"][0]
+            return bool(described["group_state"] == "PreparingRebalance")
+        wait_until(preparing, what="the rebalance to start")
+        assert broker.stop() == 0
+        assert late.receive()[1]["error_code"] == ErrorCode.NOT_COORDINATOR
+        assert late.receive()[1]["error_code"] == ErrorCode.NOT_COORDINATOR
+    text = broker.log_text()
+    assert "still busy at shutdown" not in text, text[-2000:]

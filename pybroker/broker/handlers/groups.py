@@ -12,8 +12,9 @@ always names this broker.
 
 The coordinator is created and loaded by :func:`start_coordinator`, a broker start hook
 (``on_start``), before the listener opens; :func:`stop_coordinator` runs at shutdown. Long
-polls parked in the coordinator are answered as soon as the broker starts shutting down,
-so they do not hold up the drain of in-flight requests.
+polls parked in the coordinator are answered as soon as the broker starts shutting down
+(``Broker.on_shutdown_begin``, before the drain of in-flight requests), and joins or syncs
+handled after that are answered at once, so none holds the drain up.
 """
 
 from __future__ import annotations
@@ -44,11 +45,17 @@ async def start_coordinator(broker: Any) -> GroupCoordinator:
         return known is not None and 0 <= index < len(known.partitions)
 
     coordinator = GroupCoordinator(broker.topics, CoordinatorConfig.from_config(broker.config),
-                                   partition_exists=partition_exists,
-                                   stopping=lambda: bool(getattr(broker, "shutting_down", False)))
+                                   partition_exists=partition_exists)
     setattr(broker, _ATTR, coordinator)
     await coordinator.start()
+    broker.on_shutdown_begin(_release_long_polls)
     return coordinator
+
+
+async def _release_long_polls(broker: Any) -> None:
+    coordinator = getattr(broker, _ATTR, None)
+    if coordinator is not None:
+        coordinator.begin_shutdown()
 
 
 @on_stop
