@@ -11,6 +11,11 @@ so offsets and LogAppendTime are stamped in place and nothing is copied. Batches
 as the producer compressed them (``compression.type=producer``; the broker never
 recompresses). Idempotence: see :mod:`pybroker.broker.producer_state`.
 
+A request's partitions are appended concurrently (``Partition.append_async``): a large
+batch's write is awaited, so the loop serves other connections while the kernel copies
+it, and the writes of one request reach io_uring in one submission. The response is
+built by the Cython ``build_produce_response``.
+
 acks: 0 gets no response (and a failed acks=0 request closes the connection, Kafka's way
 of telling a producer that is not listening), 1 and -1 are answered once appended: on one
 node the ISR is this broker, so all replicas have it (acks=-1 to a topic asking
