@@ -368,6 +368,50 @@ static int pb_check_column(const pb_column *c, int64_t n) {
     return (size_t)c->offsets[n] <= c->data_len ? 0 : -1;
 }
 
+/* Row r's entry lies inside its column. With a row order the columns hold rows of other
+ * batches too: checking them whole would cost a pass over the Arrow batch per encoded
+ * batch, so each row the batch reads is checked instead. */
+static int pb_check_entry(const pb_column *c, int64_t r) {
+    if (c->offsets == NULL) return 0;
+    if (r < 0 || r >= c->length) return -1;
+    int32_t a = c->offsets[r], b = c->offsets[r + 1];
+    return (a < 0 || b < a || (size_t)b > c->data_len) ? -1 : 0;
+}
+
+PB_INLINE int64_t pb_row(const pb_encode_input *in, int32_t i) {
+    return in->rows ? (int64_t)in->rows[i] : (int64_t)i;
+}
+
+static int pb_check_rows(const pb_encode_input *in, const char **why) {
+    for (int32_t i = 0; i < in->count; i++) {
+        int64_t r = in->rows[i];
+        if (r < 0 || (in->timestamps && r >= in->timestamps_length)) {
+            *why = "row number outside the columns";
+            return -1;
+        }
+        if (pb_check_entry(&in->keys, r) || pb_check_entry(&in->values, r)) {
+            *why = "key/value offsets out of order or past the data buffer";
+            return -1;
+        }
+        if (!in->header_offsets) continue;
+        if (r + 1 >= in->header_offsets_length) goto bad_headers;
+        int32_t h0 = in->header_offsets[r], h1 = in->header_offsets[r + 1];
+        if (h0 < 0 || h1 < h0) goto bad_headers;
+        for (int32_t j = h0; j < h1; j++) {
+            if (pb_check_entry(&in->header_keys, j) || pb_check_entry(&in->header_values, j))
+                goto bad_headers;
+            if (!pb_col_valid(&in->header_keys, j)) {
+                *why = "header keys must not be null";
+                return -1;
+            }
+        }
+    }
+    return 0;
+bad_headers:
+    *why = "header offsets out of order or past their columns";
+    return -1;
+}
+
 int64_t pb_encode_records_size(pb_encode_input *in, const char **why) {
     int32_t n = in->count;
     int64_t nheaders = 0;
@@ -375,11 +419,12 @@ int64_t pb_encode_records_size(pb_encode_input *in, const char **why) {
         *why = "a batch needs at least one record";
         return -1;
     }
-    if (pb_check_column(&in->keys, n) || pb_check_column(&in->values, n)) {
+    if (in->rows) {
+        if (pb_check_rows(in, why)) return -1;
+    } else if (pb_check_column(&in->keys, n) || pb_check_column(&in->values, n)) {
         *why = "key/value offsets out of order or past the data buffer";
         return -1;
-    }
-    if (in->header_offsets) {
+    } else if (in->header_offsets) {
         if (in->header_offsets[0] < 0) goto bad_headers;
         for (int32_t i = 0; i < n; i++)
             if (in->header_offsets[i + 1] < in->header_offsets[i]) goto bad_headers;
@@ -393,19 +438,20 @@ int64_t pb_encode_records_size(pb_encode_input *in, const char **why) {
                 return -1;
             }
     }
-    int64_t base_ts = in->timestamps ? in->timestamps[0] : in->default_timestamp;
+    int64_t base_ts = in->timestamps ? in->timestamps[pb_row(in, 0)] : in->default_timestamp;
     int64_t max_ts = base_ts, total = 0;
     for (int32_t i = 0; i < n; i++) {
-        int64_t ts = in->timestamps ? in->timestamps[i] : in->default_timestamp;
+        int64_t r = pb_row(in, i);
+        int64_t ts = in->timestamps ? in->timestamps[r] : in->default_timestamp;
         if (ts > max_ts) max_ts = ts;
         int64_t body = 1 + (int64_t)pb_varlong_size((int64_t)((uint64_t)ts - (uint64_t)base_ts)) +
                        (int64_t)pb_varint_size(i) +
-                       (int64_t)pb_bytes_size(pb_col_len(&in->keys, i)) +
-                       (int64_t)pb_bytes_size(pb_col_len(&in->values, i));
+                       (int64_t)pb_bytes_size(pb_col_len(&in->keys, r)) +
+                       (int64_t)pb_bytes_size(pb_col_len(&in->values, r));
         int32_t h0 = 0, h1 = 0;
         if (in->header_offsets) {
-            h0 = in->header_offsets[i];
-            h1 = in->header_offsets[i + 1];
+            h0 = in->header_offsets[r];
+            h1 = in->header_offsets[r + 1];
         }
         body += (int64_t)pb_varint_size(h1 - h0);
         for (int32_t j = h0; j < h1; j++)
@@ -432,18 +478,19 @@ bad_headers:
 void pb_encode_records(uint8_t *out, const pb_encode_input *in) {
     uint8_t *o = out;
     for (int32_t i = 0; i < in->count; i++) {
-        int64_t ts = in->timestamps ? in->timestamps[i] : in->default_timestamp;
+        int64_t r = pb_row(in, i);
+        int64_t ts = in->timestamps ? in->timestamps[r] : in->default_timestamp;
         int64_t ts_delta = (int64_t)((uint64_t)ts - (uint64_t)in->base_timestamp);
         int32_t h0 = 0, h1 = 0;
         if (in->header_offsets) {
-            h0 = in->header_offsets[i];
-            h1 = in->header_offsets[i + 1];
+            h0 = in->header_offsets[r];
+            h1 = in->header_offsets[r + 1];
         }
         /* Body size first (the length prefix comes before it); recomputed rather than
          * stored to keep the encoder allocation-free. */
         size_t body = 1 + pb_varlong_size(ts_delta) + pb_varint_size(i) +
-                      pb_bytes_size(pb_col_len(&in->keys, i)) +
-                      pb_bytes_size(pb_col_len(&in->values, i)) + pb_varint_size(h1 - h0);
+                      pb_bytes_size(pb_col_len(&in->keys, r)) +
+                      pb_bytes_size(pb_col_len(&in->values, r)) + pb_varint_size(h1 - h0);
         for (int32_t j = h0; j < h1; j++)
             body += pb_bytes_size(pb_col_len(&in->header_keys, j)) +
                     pb_bytes_size(pb_col_len(&in->header_values, j));
@@ -451,8 +498,8 @@ void pb_encode_records(uint8_t *out, const pb_encode_input *in) {
         *o++ = 0;                                /* record attributes: unused */
         o += pb_write_varlong(o, ts_delta);
         o += pb_write_varint(o, i);
-        o = pb_write_col(o, &in->keys, i);
-        o = pb_write_col(o, &in->values, i);
+        o = pb_write_col(o, &in->keys, r);
+        o = pb_write_col(o, &in->values, r);
         o += pb_write_varint(o, h1 - h0);
         for (int32_t j = h0; j < h1; j++) {
             o = pb_write_col(o, &in->header_keys, j);

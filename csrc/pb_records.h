@@ -181,12 +181,20 @@ typedef struct pb_encode_input {
     const int32_t *header_offsets;  /* count + 1 ranges into header_keys/values, or NULL */
     pb_column header_keys;
     pb_column header_values;
+    /* Row order (may be NULL): record i is row rows[i] of the columns, which then may
+     * hold rows of other batches (the producer encodes each partition's rows straight
+     * from one Arrow batch instead of gathering them first). The lengths bound the row
+     * numbers: entries in timestamps and in header_offsets (count + 1 without rows). */
+    const int32_t *rows;
+    int64_t timestamps_length;
+    int64_t header_offsets_length;
     int64_t base_timestamp;         /* set by pb_encode_records_size */
     int64_t max_timestamp;
 } pb_encode_input;
 
-/* Checks the columns (offsets in range and non-decreasing, header keys not null) and
- * returns the encoded size of the records section, or -1 with *why set. */
+/* Checks the columns (offsets in range and non-decreasing, header keys not null; with
+ * rows, each row's entries only) and returns the encoded size of the records section,
+ * or -1 with *why set. */
 int64_t pb_encode_records_size(pb_encode_input *in, const char **why);
 /* Writes the records section (size from pb_encode_records_size) at out. */
 void pb_encode_records(uint8_t *out, const pb_encode_input *in);

@@ -75,6 +75,9 @@ cdef extern from "pb_records.h" nogil:
         const int32_t *header_offsets
         pb_column header_keys
         pb_column header_values
+        const int32_t *rows
+        int64_t timestamps_length
+        int64_t header_offsets_length
         int64_t base_timestamp
         int64_t max_timestamp
 

@@ -103,6 +103,7 @@ def encode_batch_columns(
     timestamps: Buffer | None = None,
     headers: tuple[Buffer, Column, Column] | None = None,
     *,
+    rows: Buffer | None = None,
     base_offset: int = 0,
     producer_id: int = -1,
     producer_epoch: int = -1,

@@ -467,7 +467,7 @@ cdef int _column(_Views views, object spec, int64_t count, pb_column *col) excep
 
 
 def encode_batch_columns(Py_ssize_t count, values, keys=None, timestamps=None, headers=None,
-                         *, int64_t base_offset=0, int64_t producer_id=-1,
+                         *, rows=None, int64_t base_offset=0, int64_t producer_id=-1,
                          int producer_epoch=-1, int32_t base_sequence=-1, int compression=0,
                          bint transactional=False, int32_t partition_leader_epoch=-1):
     """Encode ``count`` records from Arrow-layout columns into one batch (bytes).
@@ -479,7 +479,10 @@ def encode_batch_columns(Py_ssize_t count, values, keys=None, timestamps=None, h
     (8-byte aligned) or None for now. ``headers``: None or ``(list_offsets, key_column,
     value_column)`` as an Arrow list<struct<key, value>>: int32 ``list_offsets``
     (count + 1) select each record's entries of the two binary columns; keys not null.
-    This is the entry point of the Spark writer and the load generator: no per-record
+    ``rows``: None, or an int32 buffer of ``count`` row numbers (4-byte aligned): record i
+    is then row ``rows[i]`` of the columns, which may hold any number of rows (the
+    producer encodes a partition's rows of an Arrow batch without gathering them; each
+    row read is bounds-checked). This is the entry point of the Spark writer and the load generator: no per-record
     Python work.
     """
     cdef _Views views = _Views()
@@ -487,6 +490,7 @@ def encode_batch_columns(Py_ssize_t count, values, keys=None, timestamps=None, h
     cdef Py_buffer *v
     cdef const char *why = NULL
     cdef int64_t size
+    cdef Py_ssize_t needed
     if count < 1 or count > 0x7fffffff:
         raise ValueError("a batch holds 1 .. 2^31-1 records")
     if not 0 <= compression <= 4:
@@ -494,21 +498,32 @@ def encode_batch_columns(Py_ssize_t count, values, keys=None, timestamps=None, h
     inp.count = <int32_t>count
     inp.timestamps = NULL
     inp.header_offsets = NULL
+    inp.rows = NULL
+    inp.timestamps_length = inp.header_offsets_length = 0
     inp.default_timestamp = int(time.time() * 1000)
     try:
-        _column(views, values, count, &inp.values)
-        _column(views, keys, count, &inp.keys)
+        if rows is not None:
+            v = views.get(rows, 4)
+            if v.len < count * 4:
+                raise ValueError("rows buffer shorter than count int32 values")
+            inp.rows = <const int32_t *>v.buf
+        # With rows, the C encoder bounds-checks every row it reads against the columns.
+        needed = 0 if inp.rows != NULL else count
+        _column(views, values, needed, &inp.values)
+        _column(views, keys, needed, &inp.keys)
         if timestamps is not None:
             v = views.get(timestamps, 8)
-            if v.len < count * 8:
+            if v.len < needed * 8:
                 raise ValueError("timestamps buffer shorter than count int64 values")
             inp.timestamps = <const int64_t *>v.buf
+            inp.timestamps_length = v.len // 8
         if headers is not None:
             list_offsets, key_column, value_column = headers
             v = views.get(list_offsets, 4)
-            if v.len < (count + 1) * 4:
+            if v.len < (needed + 1) * 4:
                 raise ValueError("header list offsets shorter than count + 1")
             inp.header_offsets = <const int32_t *>v.buf
+            inp.header_offsets_length = v.len // 4
             _column(views, key_column, 0, &inp.header_keys)
             _column(views, value_column, 0, &inp.header_values)
         else:
