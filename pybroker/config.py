@@ -7,6 +7,9 @@ beats the properties file, which beats the default below. Only known keys are re
 environment, so unrelated ``PYBROKER_*`` variables (build switches) are never mistaken for
 settings; unknown keys in a file are kept and logged, as Kafka does.
 
+``BrokerConfig.explicit`` remembers the keys some source set (even to their default value),
+so DescribeConfigs and CreateTopics can tell STATIC_BROKER_CONFIG from DEFAULT_CONFIG.
+
 Broker defaults that are also topic configs (``log.retention.ms`` -> ``retention.ms``) are
 mapped by :meth:`BrokerConfig.topic_defaults`; a topic's own overrides sit on top of them.
 """
@@ -101,6 +104,9 @@ _TOPIC_DEFAULT_KEYS = {
     "log.flush.interval.ms": "flush.ms",
 }
 
+# most precise first: the first one set gives retention.ms
+_RETENTION_KEYS = ("log.retention.ms", "log.retention.minutes", "log.retention.hours")
+
 ENV_PREFIX = "PYBROKER_"
 
 
@@ -135,8 +141,11 @@ class BrokerConfig:
     """The merged, typed settings of one broker process. Read-only after construction."""
 
     def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        """``values``: the settings given explicitly (by a file, the environment or flags);
+        every other known key takes its default."""
         self._values: dict[str, Any] = {k: default for k, (_, default) in SCHEMA.items()}
         self.extra: dict[str, str] = {}
+        self.explicit: frozenset[str] = frozenset(k for k in values or () if k in SCHEMA)
         for key, value in (values or {}).items():
             self._set(key, value)
 
@@ -169,6 +178,10 @@ class BrokerConfig:
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
 
+    def is_set(self, key: str) -> bool:
+        """Whether a source set ``key`` (its value may equal the default)."""
+        return key in self.explicit
+
     # derived settings ------------------------------------------------------------------
 
     @property
@@ -200,8 +213,7 @@ class BrokerConfig:
 
     @property
     def retention_ms(self) -> int:
-        for key, scale in (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
-                           ("log.retention.hours", 3_600_000)):
+        for key, scale in zip(_RETENTION_KEYS, (1, 60_000, 3_600_000), strict=True):
             value = self._values[key]
             if value is not None:
                 return value * scale if value >= 0 else -1
@@ -219,6 +231,15 @@ class BrokerConfig:
         out["retention.ms"] = self.retention_ms
         out["segment.ms"] = self.segment_ms
         return out
+
+    def topic_defaults_set(self) -> frozenset[str]:
+        """The topic keys whose broker-wide default was set explicitly (not Kafka's)."""
+        keys = {topic_key for key, topic_key in _TOPIC_DEFAULT_KEYS.items() if self.is_set(key)}
+        for topic_key, broker_keys in (("retention.ms", _RETENTION_KEYS),
+                                       ("segment.ms", ("log.roll.ms", "log.roll.hours"))):
+            if any(self.is_set(k) for k in broker_keys):
+                keys.add(topic_key)
+        return frozenset(keys)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._values)

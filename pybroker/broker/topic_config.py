@@ -10,7 +10,7 @@ overrides; its effective config is Kafka's default < broker default
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from pybroker.errors import InvalidConfigError
@@ -97,10 +97,13 @@ SOURCE_BROKER = 4  # STATIC_BROKER_CONFIG (server.properties, environment, flags
 SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
 
 
-def describe(broker_defaults: Mapping[str, Any],
-             overrides: Mapping[str, str]) -> list[tuple[str, str, int]]:
-    """(key, effective value, config_source) of every topic config, sorted by key."""
+def describe(broker_defaults: Mapping[str, Any], overrides: Mapping[str, str],
+             broker_set: Collection[str]) -> list[tuple[str, str, int]]:
+    """(key, effective value, config_source) of every topic config, sorted by key.
+    ``broker_set``: the topic keys whose broker default a file, the environment or a flag
+    set (``BrokerConfig.topic_defaults_set``); the others are DEFAULT_CONFIG, as
+    DescribeConfigs reports them."""
     merged = effective(broker_defaults, overrides)
     return [(key, merged[key], SOURCE_TOPIC if key in overrides else
-             SOURCE_BROKER if key in broker_defaults else SOURCE_DEFAULT)
+             SOURCE_BROKER if key in broker_set else SOURCE_DEFAULT)
             for key in sorted(merged)]

@@ -74,6 +74,7 @@ class TopicManager:
         self._by_id: dict[uuid.UUID, Topic] = {}
         self._stored: dict[str, tuple[Topic, int]] = {}
         self.broker_defaults = config.topic_defaults()
+        self.broker_defaults_set = config.topic_defaults_set()
 
     # queries --------------------------------------------------------------------------
 
@@ -97,6 +98,10 @@ class TopicManager:
 
     def effective_config(self, topic: Topic) -> dict[str, str]:
         return topic_config.effective(self.broker_defaults, topic.overrides)
+
+    def describe_config(self, overrides: dict[str, str]) -> list[tuple[str, str, int]]:
+        """(key, effective value, config_source) of every topic config."""
+        return topic_config.describe(self.broker_defaults, overrides, self.broker_defaults_set)
 
     def log_config(self, overrides: dict[str, str]) -> LogConfig:
         return topic_config.log_config(self.broker_defaults, overrides)

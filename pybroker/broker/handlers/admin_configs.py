@@ -115,16 +115,9 @@ _LOGGER_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL",
 
 
 def _broker_key_is_set(ctx: RequestContext, key: str) -> bool:
-    """Whether the broker's own settings give ``key`` a value of their own.
-
-    BrokerConfig keeps merged values only, so "set" means "differs from the default";
-    a key set explicitly to its default value is reported as DEFAULT_CONFIG.
-    """
-    schema = broker_config.SCHEMA.get(key)
-    if schema is None:
-        return False
-    value = ctx.broker.config.get(key)
-    return value is not None and value != schema[1]
+    """Whether a properties file, the environment or a flag set ``key`` (even to its
+    default value); CreateTopics reports topic configs by the same rule."""
+    return bool(ctx.broker.config.is_set(key))
 
 
 def _default_synonym(key: str, broker_keys: tuple[str, ...]) -> dict[str, Any]:

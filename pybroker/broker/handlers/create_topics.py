@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from pybroker.broker import topic_config
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.errors import ErrorCode, InvalidRequestError, KafkaError
@@ -60,8 +59,7 @@ def _create(ctx: RequestContext, item: dict, validate_only: bool) -> dict[str, A
         "error_message": None, "num_partitions": partitions, "replication_factor": 1,
         "configs": [{"name": key, "value": value, "read_only": False, "config_source": source,
                      "is_sensitive": False}
-                    for key, value, source in topic_config.describe(topics.broker_defaults,
-                                                                    overrides)],
+                    for key, value, source in topics.describe_config(overrides)],
     }
 
 
