@@ -6,6 +6,7 @@ partition's leader directly. Metadata is refreshed when a response says leadersh
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -36,7 +37,11 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
 
 
 class Cluster:
-    """Metadata plus a connection per broker. Thread safety: one thread."""
+    """Metadata plus a connection per broker.
+
+    Thread safety: control requests (metadata, producer ids) are serialized by a lock, so
+    a bulk producer's caller (topic metadata) and its sender thread (refresh on retry)
+    may both make them; each data connection belongs to one thread."""
 
     def __init__(self, bootstrap: str, client_id: str = "pybroker-client",
                  timeout: float = 30.0) -> None:
@@ -47,6 +52,7 @@ class Cluster:
         self.topics: dict[str, TopicMetadata] = {}
         self._connections: dict[int, BrokerConnection] = {}
         self._any: BrokerConnection | None = None
+        self._control_lock = threading.Lock()
 
     def close(self) -> None:
         for conn in self._connections.values():
@@ -61,6 +67,11 @@ class Cluster:
         """A request on the control connection, kept apart from the data connections so
         a metadata answer never queues behind pipelined produce or fetch requests.
         Reconnects (to any known broker or bootstrap server) when the connection broke."""
+        with self._control_lock:
+            return self._control_request_locked(api_key, api_version, body, attempts)
+
+    def _control_request_locked(self, api_key: int, api_version: int, body: dict,
+                                attempts: int) -> dict:
         last: Exception | None = None
         for attempt in range(attempts):
             if self._any is None:

@@ -45,6 +45,10 @@ class BrokerConnection:
     def close(self) -> None:
         self._sock.close()
 
+    def fileno(self) -> int:
+        """The socket's descriptor, for a poll on responses (the bulk producer's sender)."""
+        return self._sock.fileno()
+
     def __enter__(self) -> BrokerConnection:
         return self
 

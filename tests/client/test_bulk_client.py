@@ -9,6 +9,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.partitioner.default import murmur2
 
 from pybroker.client import BulkProducer, Cluster, Fetcher
+from pybroker.errors import ErrorCode, KafkaError
 
 
 def create_topic(bootstrap, name, partitions):
@@ -93,3 +94,19 @@ def test_retries_after_broker_restart_do_not_duplicate(broker):
     producer.close()
     messages = read_all(broker.bootstrap, topic, 2, 50_000)
     assert sorted(m.value() for m in messages) == sorted(values.to_pylist())
+
+
+def test_sender_thread_error_is_raised_in_the_caller(module_broker):
+    """A non-retriable error met by the sender thread surfaces in flush(); close() ends."""
+    topic = "bulk-too-large"
+    admin = AdminClient({"bootstrap.servers": module_broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"max.message.bytes": "2000"})]
+                        )[topic].result(30)
+    values = pa.array([b"x" * 100 for _ in range(2000)])
+    producer = BulkProducer(module_broker.bootstrap, batch_bytes=64 << 10)
+    with pytest.raises(KafkaError) as raised:
+        producer.send_arrow(topic, values)  # the error may come back here already
+        producer.flush()
+    assert raised.value.code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE)
+    producer.close()
+    assert not producer._sender.is_alive()
