@@ -184,6 +184,7 @@ class Broker:
             task.cancel()
         if self.server is not None:
             self.server.stop_accepting()
+            self.topics.stopping = True  # a topic being created: its other logs come at start
             await self._run_hooks(self._shutdown_begin)
             for partition in self.topics.partitions():
                 partition.wake()  # long-polling fetches answer now

@@ -8,14 +8,26 @@ The logs themselves are the LogManager's (``<data_dir>/<topic>-<partition>``).
 Effective topic config = Kafka's default < broker default (``BrokerConfig.topic_defaults``)
 < topic override; see :mod:`pybroker.broker.topic_config`.
 
+Creating many partitions: each new log costs file creation and a directory fsync (several
+ms on a real disk; 5000 partitions took 10-20 s), so CreateTopics and CreatePartitions grow
+a topic with :meth:`TopicManager.create_async` / :meth:`add_partitions_async`, which give
+the event loop back every ``GROW_SLICE_S``: other clients are served meanwhile and see the
+topic's partitions appear, as they see Kafka's partitions get leaders one by one. The
+declared count (``partition_count``) is what ``topics.json`` holds and what requests are
+checked against while the logs are being created; a broker stopped in the middle creates
+the rest at its next start. A request may not make a topic larger than
+``MAX_PARTITIONS_PER_TOPIC`` (INVALID_PARTITIONS).
+
 Not thread-safe: used from the event loop thread only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +50,11 @@ log = logging.getLogger("pybroker.topics")
 FILE_NAME = "topics.json"
 MAX_NAME_LENGTH = 249
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+# Kafka has no built-in limit; a create policy would answer POLICY_VIOLATION. Ten thousand
+# partitions of one topic is far beyond what one node serves well, and a typo (1e6) would
+# otherwise create a million directories before anyone could stop it.
+MAX_PARTITIONS_PER_TOPIC = 10_000
+GROW_SLICE_S = 0.005  # longest the event loop is held while creating partition logs
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -51,6 +68,13 @@ def validate_topic_name(name: str | None) -> None:
     if not _LEGAL_NAME.fullmatch(name):
         raise InvalidTopicError(f"Topic name \"{name}\" is illegal, it contains a character "
                                 "other than ASCII alphanumerics, '.', '_' and '-'")
+
+
+def check_partition_limit(partitions: int) -> None:
+    if partitions > MAX_PARTITIONS_PER_TOPIC:
+        raise InvalidPartitionsError(
+            f"Number of partitions {partitions} is larger than the limit of "
+            f"{MAX_PARTITIONS_PER_TOPIC} partitions per topic on this broker.")
 
 
 @dataclass
@@ -75,6 +99,9 @@ class TopicManager:
         self._stored: dict[str, tuple[Topic, int]] = {}
         self.broker_defaults = config.topic_defaults()
         self.broker_defaults_set = config.topic_defaults_set()
+        # topics whose logs are being created: name -> partition count declared
+        self._growing: dict[str, int] = {}
+        self.stopping = False  # broker shutdown: growing topics stop, the next start ends them
 
     # queries --------------------------------------------------------------------------
 
@@ -95,6 +122,10 @@ class TopicManager:
 
     def partitions(self) -> list[Partition]:
         return [p for t in self._topics.values() for p in t.partitions]
+
+    def partition_count(self, topic: Topic) -> int:
+        """Partitions declared, including those whose logs are still being created."""
+        return self._growing.get(topic.name, len(topic.partitions))
 
     def effective_config(self, topic: Topic) -> dict[str, str]:
         return topic_config.effective(self.broker_defaults, topic.overrides)
@@ -139,12 +170,11 @@ class TopicManager:
             partition.log.high_watermark = partition.log.log_end_offset
         self._stored = {}
 
-    def _save(self, growing: Topic | None = None, partitions: int = 0) -> None:
-        """Write ``topics.json``; ``growing`` is saved with ``partitions`` partitions
-        (before its new logs exist, so a crash never leaves a log no topic owns)."""
+    def _save(self) -> None:
+        """Write ``topics.json`` with the declared partition counts (saved before new logs
+        exist, so a crash never leaves a log no topic owns)."""
         write_json(self._path, {"version": 1, "topics": {
-            t.name: {"id": str(t.topic_id),
-                     "partitions": partitions if t is growing else len(t.partitions),
+            t.name: {"id": str(t.topic_id), "partitions": self.partition_count(t),
                      "configs": t.overrides} for t in self._topics.values()}})
 
     def _add(self, topic: Topic, partitions: int) -> None:
@@ -155,8 +185,32 @@ class TopicManager:
     def _grow(self, topic: Topic, partitions: int) -> None:
         config = self.log_config(topic.overrides)
         for index in range(len(topic.partitions), partitions):
-            plog = self.logs.get_or_create(topic.name, index, config)
-            topic.partitions.append(Partition(topic.name, index, plog, config))
+            self._add_partition(topic, index, config)
+
+    def _add_partition(self, topic: Topic, index: int, config: LogConfig) -> None:
+        plog = self.logs.get_or_create(topic.name, index, config)
+        topic.partitions.append(Partition(topic.name, index, plog, config))
+
+    def _declare(self, topic: Topic, partitions: int) -> None:
+        """Record that ``topic`` has ``partitions`` partitions, durably, before their logs."""
+        self._topics[topic.name] = topic
+        self._by_id[topic.topic_id] = topic
+        self._growing[topic.name] = partitions
+        self._save()
+
+    async def _grow_async(self, topic: Topic) -> None:
+        """Create the declared logs of ``topic``, yielding to the loop every GROW_SLICE_S.
+        Two requests growing one topic share the work: each step adds the next index."""
+        config = self.log_config(topic.overrides)
+        resumed = time.monotonic()
+        while (not self.stopping and self._topics.get(topic.name) is topic
+               and len(topic.partitions) < self._growing.get(topic.name, 0)):
+            self._add_partition(topic, len(topic.partitions), config)
+            if time.monotonic() - resumed >= GROW_SLICE_S:
+                await asyncio.sleep(0)
+                resumed = time.monotonic()
+        if not self.stopping and len(topic.partitions) >= self._growing.get(topic.name, 0):
+            self._growing.pop(topic.name, None)
 
     # changes --------------------------------------------------------------------------
 
@@ -170,6 +224,7 @@ class TopicManager:
             partitions = self.config["num.partitions"]
         if partitions <= 0:
             raise InvalidPartitionsError("Number of partitions must be larger than 0.")
+        check_partition_limit(partitions)
         if replication_factor == -1:
             replication_factor = self.config["default.replication.factor"]
         if replication_factor != 1:
@@ -182,16 +237,32 @@ class TopicManager:
 
     def create(self, name: str, partitions: int = -1, replication_factor: int = -1,
                configs: dict[str, str | None] | None = None) -> Topic:
+        """Create a topic and all its logs at once (auto-creation, internal topics)."""
+        topic = self._new_topic(name, partitions, replication_factor, configs)
+        self._grow(topic, self._growing.pop(name))
+        self._log_created(topic)
+        return topic
+
+    async def create_async(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                           configs: dict[str, str | None] | None = None) -> Topic:
+        """Create a topic, its logs a slice at a time (CreateTopics)."""
+        topic = self._new_topic(name, partitions, replication_factor, configs)
+        await self._grow_async(topic)
+        self._log_created(topic)
+        return topic
+
+    def _new_topic(self, name: str, partitions: int, replication_factor: int,
+                   configs: dict[str, str | None] | None) -> Topic:
         partitions, overrides = self.check_new(name, partitions, replication_factor,
                                                configs or {})
         topic = Topic(name, uuid.uuid4(), overrides)
-        self._topics[name] = topic
-        self._by_id[topic.topic_id] = topic
-        self._save(topic, partitions)
-        self._grow(topic, partitions)
-        log.info("created topic %s with %d partitions, id %s%s", name, partitions,
-                 topic.topic_id, f", configs {overrides}" if overrides else "")
+        self._declare(topic, partitions)
         return topic
+
+    def _log_created(self, topic: Topic) -> None:
+        log.info("created topic %s with %d partitions, id %s%s", topic.name,
+                 self.partition_count(topic), topic.topic_id,
+                 f", configs {topic.overrides}" if topic.overrides else "")
 
     def auto_create(self, name: str) -> Topic | None:
         """Create ``name`` with the defaults if auto.create.topics.enable, else None."""
@@ -200,15 +271,27 @@ class TopicManager:
         return self.create(name)
 
     def add_partitions(self, name: str, total: int) -> Topic:
+        topic = self._check_growth(name, total)
+        self._declare(topic, total)
+        self._grow(topic, self._growing.pop(name))
+        return topic
+
+    async def add_partitions_async(self, name: str, total: int) -> Topic:
+        """Grow a topic to ``total`` partitions, a slice at a time (CreatePartitions)."""
+        topic = self._check_growth(name, total)
+        self._declare(topic, total)
+        await self._grow_async(topic)
+        return topic
+
+    def _check_growth(self, name: str, total: int) -> Topic:
         topic = self._topics.get(name)
         if topic is None:
             raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
-        if total <= len(topic.partitions):
+        current = self.partition_count(topic)
+        if total <= current:
             raise InvalidPartitionsError(
-                f"Topic currently has {len(topic.partitions)} partitions, {total} would not "
-                "be an increase.")
-        self._save(topic, total)
-        self._grow(topic, total)
+                f"Topic currently has {current} partitions, {total} would not be an increase.")
+        check_partition_limit(total)
         return topic
 
     def alter_configs(self, name: str, overrides: dict[str, str]) -> Topic:

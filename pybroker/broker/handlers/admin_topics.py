@@ -7,13 +7,15 @@ v6) UNKNOWN_TOPIC_ID. Deleting a topic removes its logs and its persisted config
 (``TopicManager.delete``); with ``delete.topic.enable=false`` every topic gets
 TOPIC_DELETION_DISABLED.
 
-CreatePartitions only grows a topic: a count at or below the current one is
-INVALID_PARTITIONS. Manual assignments must name one replica per new partition, this
+CreatePartitions only grows a topic: a count at or below the current one (the declared one,
+while a topic is still being created) is INVALID_PARTITIONS, and so is one above
+``MAX_PARTITIONS_PER_TOPIC`` (10,000). Manual assignments must name one replica per new partition, this
 broker (a single node has nothing else to place them on); anything else is
 INVALID_REPLICA_ASSIGNMENT. ``validate_only`` runs every check and changes nothing.
 
-Both are synchronous here: the change is durable (``topics.json`` replaced and fsynced)
-before the answer, so ``timeout_ms`` never expires.
+The change is durable (``topics.json`` replaced and fsynced) before the answer, so
+``timeout_ms`` never expires; new partition logs are created a slice at a time
+(``TopicManager.add_partitions_async``), other clients being served in between.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
+from pybroker.broker.topic_manager import check_partition_limit
 from pybroker.errors import (
     ErrorCode,
     InvalidPartitionsError,
@@ -99,7 +102,7 @@ def check_new_partitions(ctx: RequestContext, name: str, count: int,
     topic = ctx.broker.topics.get(name)
     if topic is None:
         raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
-    current = len(topic.partitions)
+    current = ctx.broker.topics.partition_count(topic)
     if count < current:
         raise InvalidPartitionsError(f"The topic {name} currently has {current} partition(s); "
                                      f"{count} would not be an increase.")
@@ -107,6 +110,7 @@ def check_new_partitions(ctx: RequestContext, name: str, count: int,
         raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
     if assignments is not None:
         _check_assignments(ctx.broker.broker_id, count - current, assignments)
+    check_partition_limit(count)
 
 
 def _check_assignments(broker_id: int, added: int, assignments: list[dict]) -> None:
@@ -128,8 +132,8 @@ def _check_assignments(broker_id: int, added: int, assignments: list[dict]) -> N
                              ErrorCode.INVALID_REPLICA_ASSIGNMENT)
 
 
-def _create_partitions_one(ctx: RequestContext, item: dict, duplicated: bool,
-                           validate_only: bool) -> dict[str, Any]:
+async def _create_partitions_one(ctx: RequestContext, item: dict, duplicated: bool,
+                                 validate_only: bool) -> dict[str, Any]:
     name = item["name"]
     if duplicated:
         return {"name": name, "error_code": ErrorCode.INVALID_REQUEST,
@@ -137,7 +141,7 @@ def _create_partitions_one(ctx: RequestContext, item: dict, duplicated: bool,
     try:
         check_new_partitions(ctx, name, item["count"], item["assignments"])
         if not validate_only:
-            ctx.broker.topics.add_partitions(name, item["count"])
+            await ctx.broker.topics.add_partitions_async(name, item["count"])
     except KafkaError as exc:
         return {"name": name, **error_fields(exc)}
     return {"name": name, **_ok()}
@@ -148,6 +152,6 @@ async def create_partitions(ctx: RequestContext, request: dict) -> dict:
     items = request.get("topics") or []
     seen = Counter(item.get("name") for item in items)
     validate_only = bool(request.get("validate_only"))
-    results = [_create_partitions_one(ctx, item, seen[item.get("name")] > 1, validate_only)
-               for item in items]
+    results = [await _create_partitions_one(ctx, item, seen[item.get("name")] > 1,
+                                            validate_only) for item in items]
     return {"throttle_time_ms": 0, "results": results}

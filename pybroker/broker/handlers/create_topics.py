@@ -2,10 +2,13 @@
 
 Per topic, as Kafka answers: an illegal name INVALID_TOPIC_EXCEPTION, an existing one
 TOPIC_ALREADY_EXISTS, a name twice in one request INVALID_REQUEST, partitions <= 0
-INVALID_PARTITIONS, a replication factor other than 1 (this is one node)
+INVALID_PARTITIONS (so are more than ``MAX_PARTITIONS_PER_TOPIC``, 10,000), a replication
+factor other than 1 (this is one node)
 INVALID_REPLICATION_FACTOR, manual assignments naming other brokers
 INVALID_REPLICA_ASSIGNMENT, a bad config INVALID_CONFIG. -1 partitions or replication
-factor (v4+) take the broker defaults. v5+ answers the effective configs.
+factor (v4+) take the broker defaults. v5+ answers the effective configs. Partition logs
+are created a slice at a time (``TopicManager.create_async``), so other clients are served
+while a large topic is created.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def _from_assignments(item: dict, broker_id: int) -> tuple[int, int]:
     return len(indexes), 1
 
 
-def _create(ctx: RequestContext, item: dict, validate_only: bool) -> dict[str, Any]:
+async def _create(ctx: RequestContext, item: dict, validate_only: bool) -> dict[str, Any]:
     topics = ctx.broker.topics
     name = item["name"]
     partitions, replication = item["num_partitions"], item["replication_factor"]
@@ -52,8 +55,9 @@ def _create(ctx: RequestContext, item: dict, validate_only: bool) -> dict[str, A
         partitions, overrides = topics.check_new(name, partitions, replication, configs)
         topic_id = ZERO_UUID
     else:
-        topic = topics.create(name, partitions, replication, configs)
-        overrides, topic_id, partitions = topic.overrides, topic.topic_id, len(topic.partitions)
+        topic = await topics.create_async(name, partitions, replication, configs)
+        overrides, topic_id, partitions = topic.overrides, topic.topic_id, \
+            topics.partition_count(topic)
     return {
         "name": name, "topic_id": topic_id, "error_code": ErrorCode.NONE,
         "error_message": None, "num_partitions": partitions, "replication_factor": 1,
@@ -74,7 +78,7 @@ async def create_topics(ctx: RequestContext, request: dict) -> dict:
                 raise InvalidRequestError(f"Create topics request from client "
                                           f"`{ctx.client_id}` contains multiple entries for "
                                           f"the following topics: {item['name']}")
-            results.append(_create(ctx, item, request.get("validate_only", False)))
+            results.append(await _create(ctx, item, request.get("validate_only", False)))
         except KafkaError as exc:
             results.append({"name": item["name"], "topic_id": ZERO_UUID, "error_code": exc.code,
                             "error_message": str(exc), "num_partitions": -1,
