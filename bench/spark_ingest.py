@@ -62,19 +62,27 @@ WRITERS = {"A": "pybroker", "B": "arrow-count (ceiling)", "C": "confluent foreac
 TARGET_A_OF_B, TARGET_A_OVER_C = 0.70, 5.0
 READY = re.compile(r"ready: listening on (\S+):(\d+)")
 WARMUP_ROWS = 20_000
-# Frames of the writer's steps in a Spark Python worker, for --profile: (label, a
-# substring of the folded frame). Shares are inclusive, of the writer's samples.
+# Frames of the writer's steps in a Spark Python worker, for --profile: (label, the
+# substrings a folded stack must all hold). Shares are inclusive, of the samples of the
+# writer's thread (the task's) and of the bulk producer's sender thread.
 WRITER_FRAME = "_write_batches ("
 PROFILE_STEPS = [
-    ("Arrow batches read from the JVM", "ArrowStreamSerializer.load_stream"),
-    ("BulkProducer.send_arrow", "BulkProducer.send_arrow ("),
-    ("- murmur2 partitioning (partition_rows)", "partition_rows"),
-    ("- gather rows by partition (pyarrow take)", "compute.py:"),
-    ("- native batch encoding (_encode)", "BulkProducer._encode ("),
-    ("- sending Produce requests (sendmsg, and poll while the socket is full)",
-     "BrokerConnection.send_parts ("),
-    ("- waiting for and decoding responses (_receive_one)", "_receive_one ("),
-    ("BulkProducer.flush (the last acknowledgements)", "BulkProducer.flush ("),
+    ("Arrow batches read from the JVM", ("ArrowStreamSerializer.load_stream",)),
+    ("BulkProducer.send_arrow", ("BulkProducer.send_arrow (",)),
+    ("- murmur2 partitioning (partition_rows)", ("partition_rows",)),
+    ("- gather rows by partition (pyarrow take)", ("compute.py:",)),
+    ("- native batch encoding (encode_batch_columns)", ("encode_batch_columns",)),
+    ("- waiting for the sender (back-pressure)", ("BulkProducer._encode (", "Condition.wait")),
+    ("- waking the sender", ("BulkProducer._wake (",)),
+    ("BulkProducer.flush (the last acknowledgements)", ("BulkProducer.flush (",)),
+]
+SENDER_FRAME = "BulkProducer._run_sender ("
+SENDER_STEPS = [
+    ("sending Produce requests (sendmsg, and poll while the socket is full)",
+     ("BrokerConnection.send_parts (",)),
+    ("polling for acknowledgements and new batches", ("_wait_and_receive (", "poll")),
+    ("reading and decoding responses (_receive_one)", ("_receive_one (",)),
+    ("retries (sleep, metadata refresh)", ("BulkProducer._retry (",)),
 ]
 
 
@@ -317,7 +325,7 @@ def python_workers(jvm_pid: int) -> list[int]:
 
 def profile_markdown(folded: str, command: str) -> str:
     totals: dict[str, int] = {}
-    samples = writer = gc = 0
+    samples = writer = sender = gc = 0
     with open(folded) as f:
         for line in f:
             stack, _, count = line.rstrip("\n").rpartition(" ")
@@ -325,11 +333,16 @@ def profile_markdown(folded: str, command: str) -> str:
                 continue
             samples += int(count)
             gc += int(count) if "gc_collect_main" in stack else 0
-            if WRITER_FRAME not in stack:
+            if WRITER_FRAME in stack:
+                writer += int(count)
+                steps = PROFILE_STEPS
+            elif SENDER_FRAME in stack:
+                sender += int(count)
+                steps = SENDER_STEPS
+            else:
                 continue
-            writer += int(count)
-            for label, needle in PROFILE_STEPS:
-                if needle in stack:
+            for label, needles in steps:
+                if all(n in stack for n in needles):
                     totals[label] = totals.get(label, 0) + int(count)
     lines = ["# Where an A (pybroker) write spends the Spark Python workers' time", "",
              f"py-spy record --native on every `pyspark.worker` during one untimed A write "
@@ -340,6 +353,11 @@ def profile_markdown(folded: str, command: str) -> str:
              "| step (inclusive) | share of the writer's samples |", "|---|---:|"]
     for label, _ in PROFILE_STEPS:
         lines.append(f"| {label} | {totals.get(label, 0) / max(1, writer):.1%} |")
+    lines += ["", f"The bulk producer's sender thread (`{SENDER_FRAME.strip(' (')}`): {sender} "
+              "samples.", "", "| sender step (inclusive) | share of the sender's samples |",
+              "|---|---:|"]
+    for label, _ in SENDER_STEPS:
+        lines.append(f"| {label} | {totals.get(label, 0) / max(1, sender):.1%} |")
     with open(folded) as f:
         top = subprocess.run([sys.executable, os.path.join(ROOT, "perf", "perfkit.py"), "top",
                               "25"], stdin=f, capture_output=True, text=True, check=True)
