@@ -3,6 +3,7 @@ limit per topic answers INVALID_PARTITIONS. Real broker process, raw protocol cl
 
 from __future__ import annotations
 
+import signal
 import threading
 import uuid
 from typing import Any
@@ -83,3 +84,18 @@ def test_partition_limit_per_topic(broker: Any) -> None:
         assert grown["results"][0]["error_code"] == ErrorCode.INVALID_PARTITIONS
         assert "limit of" in grown["results"][0]["error_message"]
         assert partitions_of(client, name) == 2
+
+
+def test_a_broker_stopped_mid_creation_ends_it_at_the_next_start(broker: Any) -> None:
+    big = unique("interrupted")
+    with WireClient(broker.bootstrap) as admin, WireClient(broker.bootstrap) as client:
+        admin.send(CREATE_TOPICS, 7, create_body(big, BIG))
+        while partitions_of(client, big) == 0:
+            pass  # the topic exists: its logs are being created
+        broker.proc.send_signal(signal.SIGTERM)
+        answer = admin.receive(CREATE_TOPICS, 7)["topics"][0]  # answered, not held up
+        assert answer["error_code"] == ErrorCode.NONE and answer["num_partitions"] == BIG
+    assert broker.stop() == 0
+    broker.start()
+    with WireClient(broker.bootstrap) as client:
+        assert partitions_of(client, big) == BIG
