@@ -186,9 +186,13 @@ class TopicManager:
         config = self.log_config(topic.overrides)
         for index in range(len(topic.partitions), partitions):
             self._add_partition(topic, index, config)
+        self.logs.sync_data_dir()
 
     def _add_partition(self, topic: Topic, index: int, config: LogConfig) -> None:
-        plog = self.logs.get_or_create(topic.name, index, config)
+        # One directory fsync per batch of partitions, not per partition: topics.json
+        # already holds the partition count, and a log lost before the sync is created
+        # again at the next start.
+        plog = self.logs.get_or_create(topic.name, index, config, sync_dir=False)
         topic.partitions.append(Partition(topic.name, index, plog, config))
 
     def _declare(self, topic: Topic, partitions: int) -> None:
@@ -207,8 +211,10 @@ class TopicManager:
                and len(topic.partitions) < self._growing.get(topic.name, 0)):
             self._add_partition(topic, len(topic.partitions), config)
             if time.monotonic() - resumed >= GROW_SLICE_S:
+                self.logs.sync_data_dir()
                 await asyncio.sleep(0)
                 resumed = time.monotonic()
+        self.logs.sync_data_dir()
         if not self.stopping and len(topic.partitions) >= self._growing.get(topic.name, 0):
             self._growing.pop(topic.name, None)
 

@@ -115,9 +115,11 @@ class LogManager:
     def get(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
 
-    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None,
+                      sync_dir: bool = True) -> Log:
         """The log of ``topic``/``partition``, created empty if new; a given ``config``
-        replaces the settings of an existing log."""
+        replaces the settings of an existing log. ``sync_dir=False`` leaves the data
+        directory's fsync to the caller (``sync_data_dir``), for creating many at once."""
         found = self._logs.get((topic, partition))
         if found is not None:
             if config is not None and config != found.config:
@@ -127,10 +129,15 @@ class LogManager:
             raise InvalidTopicError(f"illegal topic or partition {topic!r}/{partition}")
         path = self._path(f"{topic}-{partition}")
         created = Log(path, config or LogConfig(), clock=self._clock, flusher=self._flusher)
-        fsync_dir(self.data_dir)
+        if sync_dir:
+            fsync_dir(self.data_dir)
         self._logs[(topic, partition)] = created
         log.info("created log %s", path)
         return created
+
+    def sync_data_dir(self) -> None:
+        """Make the creation of partition directories durable (after sync_dir=False)."""
+        fsync_dir(self.data_dir)
 
     def delete(self, topic: str, partition: int) -> bool:
         """Remove a partition: renamed at once, files removed after the delete delay."""

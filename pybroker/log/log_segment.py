@@ -58,7 +58,7 @@ class LogSegment:
                  "index_interval_bytes", "max_timestamp", "offset_of_max_timestamp",
                  "next_offset", "created", "deleted", "_missing_indexes",
                  "_rolling_timestamp", "_bytes_since_index", "_appender", "_view",
-                 "_recent", "_recent_lasts")
+                 "_recent", "_recent_lasts", "_touched")
 
     def __init__(self, directory: str, base_offset: int, index_interval_bytes: int,
                  max_index_size: int | None, created: float, create: bool = False) -> None:
@@ -95,6 +95,9 @@ class LogSegment:
         self._view: mmap.mmap | None = None
         self._recent: list[tuple[int, int, int]] = []  # (position, base offset, size)
         self._recent_lasts: list[int] = []              # their last offsets, for bisect
+        # Written, truncated or recovered since opening: until then an empty segment has
+        # nothing to make durable (a clean stop of idle partitions syncs nothing).
+        self._touched = False
 
     def path(self, suffix: str) -> str:
         return os.path.join(self.directory, file_name(self.base_offset, suffix))
@@ -127,6 +130,7 @@ class LogSegment:
         rebuild both indexes from the scan; returns the number of bytes cut. One native
         call over the whole file: no Python work per batch (Kafka's ``recover``)."""
         self._missing_indexes = []
+        self._touched = True
         scan = self._scan(0, self.size, populate=True)
         truncated = self.size - scan.valid_end
         if truncated:
@@ -248,6 +252,7 @@ class LogSegment:
             self.max_timestamp = max_timestamp
             self.offset_of_max_timestamp = last_offset
         self.size = position + nbytes
+        self._touched = True
         self.next_offset = last_offset + 1
         if offset_entries is None:
             if self._bytes_since_index > self.index_interval_bytes:
@@ -402,9 +407,12 @@ class LogSegment:
         self._view = None
         os.ftruncate(self.fd, size)
         self.size = size
+        self._touched = True
 
     def flush(self) -> None:
         """Make the log and the index entries durable (fdatasync, msync)."""
+        if not self._touched and self.size == 0:
+            return  # never written since opened: three fdatasyncs would sync nothing
         os.fdatasync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
