@@ -140,7 +140,7 @@ class Partition:
 
     def restore_producers(self, snapshot: dict[str, Any] | None) -> None:
         """Load a snapshot if the log still covers it, then replay the batches after it."""
-        from pybroker._native.records import read_batch_header
+        from pybroker._native.records import HEADER_SIZE, read_batch_header
 
         end = self.log.log_end_offset
         start = self.log.log_start_offset
@@ -158,7 +158,7 @@ class Partition:
             for region in result.regions:
                 data = os.pread(region.fd, region.length, region.position)
                 position = 0
-                while position + 61 <= len(data):
+                while position + HEADER_SIZE <= len(data):
                     info = read_batch_header(data, position)
                     if info.size > len(data) - position:
                         break

@@ -275,7 +275,7 @@ class OffsetStore:
 
 def read_log(partition_log: Any) -> Iterator[list[Any]]:
     """The records of every data batch of a log, from its start to its end."""
-    from pybroker._native.records import decode_records, read_batch_header
+    from pybroker._native.records import HEADER_SIZE, decode_records, read_batch_header
 
     offset = partition_log.log_start_offset
     end = partition_log.log_end_offset
@@ -283,7 +283,7 @@ def read_log(partition_log: Any) -> Iterator[list[Any]]:
         result = partition_log.read(offset, _LOAD_READ_BYTES)
         data = b"".join(os.pread(r.fd, r.length, r.position) for r in result.regions)
         position, next_offset = 0, offset
-        while position + 61 <= len(data):  # 61 = record batch v2 header size
+        while position + HEADER_SIZE <= len(data):
             info = read_batch_header(data, position)
             if position + info.size > len(data):
                 break

@@ -21,10 +21,9 @@ import os
 import struct
 import sys
 
-from pybroker._native.records import read_batch_header, scan_log
+from pybroker._native.records import HEADER_SIZE, read_batch_header, scan_log
 
 _CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-_HEADER_SIZE = 61
 
 
 def _base_offset(path: str) -> int:
@@ -52,7 +51,7 @@ def dump_log(path: str, out) -> bool:
             print(f"OK: {scan.batch_count} batches, offsets {base}..{scan.next_offset - 1}",
                   file=out)
             return True
-        if size - position >= _HEADER_SIZE:
+        if size - position >= HEADER_SIZE:
             info = read_batch_header(buf, position)
             print(_batch_line(position, info, "INVALID"), file=out)
         print(f"CORRUPT at position {scan.valid_end}: {scan.error} "

@@ -29,7 +29,7 @@ import asyncio
 import logging
 from typing import Any
 
-from pybroker._native.records import read_batch_header, validate_batch
+from pybroker._native.records import HEADER_SIZE, read_batch_header, validate_batch
 from pybroker._native.wire import build_produce_response, parse_produce
 from pybroker.broker.handlers import Encoded, handler
 from pybroker.broker.request import RequestContext
@@ -45,9 +45,6 @@ from pybroker.errors import (
 from pybroker.net.connection import CloseConnection
 
 log = logging.getLogger("pybroker.produce")
-
-BATCH_HEADER_SIZE = 61
-
 
 # A partition's answer: (index, error_code, base_offset, log_append_time_ms,
 # log_start_offset, error_message), what build_produce_response encodes.
@@ -73,7 +70,7 @@ async def _append(ctx: RequestContext, topic: str, index: int, records: Any,
         raise MessageTooLargeError(
             f"The batch is {len(records)} bytes, larger than max.message.bytes "
             f"{partition.config.max_message_bytes}")
-    if len(records) < BATCH_HEADER_SIZE:
+    if len(records) < HEADER_SIZE:
         raise CorruptRecordError(f"{len(records)} bytes are not a record batch")
     if read_batch_header(records).size != len(records):
         raise CorruptRecordError("Produce requests must have exactly one record batch per "
