@@ -145,9 +145,7 @@ class LogSegment:
                                         else self.base_offset)
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
                                      final=True)
-        last = self.offset_index.entries
-        self._bytes_since_index = self.size - (self.offset_index.entry(last - 1)[1]
-                                               if last else 0)
+        self._bytes_since_index = self._bytes_after_last_entry()
         return truncated
 
     def _scan(self, start: int, end: int, populate: bool = False):
@@ -266,9 +264,7 @@ class LogSegment:
             for relative, pos in _OFFSET_ENTRY.iter_unpack(offset_entries):
                 if not self.offset_index.is_full:
                     self._add_index_entry(entries_base + relative, position + pos)
-            last = self.offset_index.entries
-            self._bytes_since_index = self.size - (self.offset_index.entry(last - 1)[1]
-                                                   if last else 0)
+            self._bytes_since_index = self._bytes_after_last_entry()
         else:
             self._bytes_since_index += nbytes
 
@@ -283,6 +279,11 @@ class LogSegment:
     def _forget_recent(self) -> None:
         self._recent.clear()
         self._recent_lasts.clear()
+
+    def _bytes_after_last_entry(self) -> int:
+        """Bytes written after the position of the last offset index entry."""
+        entries = self.offset_index.entries
+        return self.size - (self.offset_index.entry(entries - 1)[1] if entries else 0)
 
     def _add_index_entry(self, offset: int, position: int) -> None:
         self.offset_index.append(offset, position)
