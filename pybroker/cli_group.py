@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from pybroker.cli_clients import add_bootstrap
-from pybroker.cli_topic import _report
+from pybroker.cli_topic import _admin, _report
 
 _TIMEOUT = 30.0
 
@@ -72,12 +72,6 @@ def _error_text(error: Any) -> str:
     if hasattr(err, "name") and hasattr(err, "str"):
         return f"{err.name()}: {err.str()}"
     return str(err)
-
-
-def _admin(args: argparse.Namespace) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": args.bootstrap})
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> None:
