@@ -41,6 +41,7 @@ from pybroker.broker.request import Encoded, RequestContext
 from pybroker.broker.topic_manager import TopicManager
 from pybroker.config import BrokerConfig
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.log.checkpoints import replace_file
 from pybroker.net.connection import CloseConnection, Connection
 from pybroker.net.protocol import codec
 from pybroker.net.protocol.codec import parse_request_header
@@ -127,12 +128,7 @@ class Broker:
             props = read_properties(path)
         cluster_id = self.config["cluster.id"] or props.get("cluster.id") or _new_cluster_id()
         if props.get("cluster.id") != cluster_id or props.get("node.id") != str(self.broker_id):
-            tmp = path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(f"version=1\ncluster.id={cluster_id}\nnode.id={self.broker_id}\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            replace_file(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.broker_id}\n")
         return cluster_id
 
     async def _every(self, interval_ms: int, fn: Any) -> None:

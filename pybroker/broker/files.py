@@ -3,27 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
+
+from pybroker.log.checkpoints import replace_file
 
 
 def write_json(path: str, data: Any, durable: bool = True) -> None:
-    """Replace ``path`` atomically: write a temp file, rename it over. ``durable`` also
-    fsyncs the file and its directory (metadata yes; the once-a-second stats file no)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, separators=(",", ":"), sort_keys=True)
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-    if not durable:
-        return
-    dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Replace ``path`` atomically; ``durable`` also fsyncs the file and its directory
+    (metadata yes; the once-a-second stats file no)."""
+    replace_file(path, json.dumps(data, separators=(",", ":"), sort_keys=True), durable)
 
 
 def read_json(path: str, default: Any = None) -> Any:

@@ -38,7 +38,13 @@ LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
 def write_checkpoint(path: str, entries: Iterable[Sequence[object]],
                      durable: bool = True) -> None:
     rows = [" ".join(str(field) for field in entry) for entry in entries]
-    text = "\n".join([str(VERSION), str(len(rows)), *rows]) + "\n"
+    replace_file(path, "\n".join([str(VERSION), str(len(rows)), *rows]) + "\n", durable)
+
+
+def replace_file(path: str, text: str, durable: bool = True) -> None:
+    """Replace ``path`` with ``text`` atomically: write ``<path>.tmp``, rename it over.
+    ``durable`` also fsyncs the file before the rename and the directory after it, so a
+    crash leaves the old or the new file, never a torn one."""
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
