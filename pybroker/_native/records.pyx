@@ -545,6 +545,10 @@ cdef bytes _encode(pb_encode_input *inp, int64_t size, int64_t base_offset,
     cdef bytes out
     cdef bytes records
     cdef uint8_t *o
+    cdef PyThreadState *state
+    # A big batch is copied and checksummed without the GIL (the same threshold as the
+    # validator's): the bulk producer's sender thread reads acks and sends meanwhile.
+    cdef bint release = size >= RECORDS_GIL_THRESHOLD
     h.base_offset = base_offset
     h.partition_leader_epoch = partition_leader_epoch
     h.attributes = compression | (PB_ATTR_TRANSACTIONAL if transactional else 0)
@@ -558,15 +562,21 @@ cdef bytes _encode(pb_encode_input *inp, int64_t size, int64_t base_offset,
     if compression == 0:
         out = PyBytes_FromStringAndSize(NULL, PB_BATCH_HEADER_SIZE + size)
         o = <uint8_t *>PyBytes_AS_STRING(out)
+        state = _crc.release_gil_if(release)
         pb_encode_records(o + PB_BATCH_HEADER_SIZE, inp)
+        _crc.reacquire_gil(state)
     else:
         records = PyBytes_FromStringAndSize(NULL, size)
+        state = _crc.release_gil_if(release)
         pb_encode_records(<uint8_t *>PyBytes_AS_STRING(records), inp)
+        _crc.reacquire_gil(state)
         compressed = _compression.compress(compression, records)
         out = PyBytes_FromStringAndSize(NULL, PB_BATCH_HEADER_SIZE + len(compressed))
         o = <uint8_t *>PyBytes_AS_STRING(out)
         memcpy(o + PB_BATCH_HEADER_SIZE, PyBytes_AS_STRING(compressed), len(compressed))
+    state = _crc.release_gil_if(release)
     pb_finish_batch(o, <size_t>len(out), &h)
+    _crc.reacquire_gil(state)
     return out
 
 

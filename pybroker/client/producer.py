@@ -90,8 +90,8 @@ def _binary_column(array) -> tuple:
 
 
 def _timestamps_buffer(array) -> memoryview:
-    """The int64 values of an Arrow int64 array (nulls are not expected: Spark's
-    timestamp column is not nullable in the Kafka schema)."""
+    """The int64 values buffer of an Arrow int64 array, as the encoder reads it (a null
+    timestamp is sent as whatever its slot holds)."""
     off = array.offset
     return memoryview(array.buffers()[1])[8 * off: 8 * (off + len(array))]
 
