@@ -94,6 +94,3 @@ class Reader:
         if n > len(self.buf) - self.pos:
             raise CorruptRecordError(f"array of {n} in {len(self.buf) - self.pos} bytes")
         return [item() for _ in range(max(n, 0))]
-
-    def at_end(self) -> bool:
-        return self.pos >= len(self.buf)

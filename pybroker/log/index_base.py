@@ -107,10 +107,6 @@ class IndexBase:
             os.close(fd)
 
     @property
-    def max_entries(self) -> int:
-        return self._capacity
-
-    @property
     def is_full(self) -> bool:
         return self.entries >= self._capacity
 

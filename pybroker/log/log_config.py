@@ -107,10 +107,6 @@ class LogConfig:
     def to_properties(self) -> dict[str, Any]:
         return {key: getattr(self, attribute) for key, (attribute, _) in _SCHEMA.items()}
 
-    def updated(self, props: Mapping[str, Any]) -> LogConfig:
-        """This config with ``props`` (Kafka keys) laid over it."""
-        return LogConfig.from_properties({**self.to_properties(), **props})
-
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
@@ -119,10 +115,6 @@ class LogConfig:
     def deletes(self) -> bool:
         """Retention deletes old segments (``cleanup.policy`` includes ``delete``)."""
         return "delete" in self.cleanup_policy.split(",")
-
-    @property
-    def flushes_by_count(self) -> bool:
-        return self.flush_messages != _NEVER
 
     @property
     def flushes_by_time(self) -> bool:
