@@ -342,7 +342,7 @@ class BulkProducer:
             if self._incoming and not full:
                 timeout = 0  # handed over after this round's pick-up, before the flag
         ready = poller.poll(timeout)
-        if not ready and fds:
+        if not ready and fds and timeout:
             for broker_id in fds.values():
                 self._connection_lost(broker_id, TimeoutError("no response in time"), [])
         for fd, _ in ready:
