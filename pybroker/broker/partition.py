@@ -33,14 +33,12 @@ class AppendResult(NamedTuple):
 
 
 class Partition:
-    __slots__ = ("topic", "index", "log", "config", "producers", "deleted", "_waiters",
-                 "_append_lock")
+    __slots__ = ("topic", "index", "log", "producers", "deleted", "_waiters", "_append_lock")
 
-    def __init__(self, topic: str, index: int, log: Any, config: LogConfig) -> None:
+    def __init__(self, topic: str, index: int, log: Any) -> None:
         self.topic = topic
         self.index = index
         self.log = log
-        self.config = config
         self.producers = ProducerStateTable()
         self.deleted = False  # set when its topic is deleted; a waiting fetch drops it
         self._waiters: list[asyncio.Future[None]] = []
@@ -48,6 +46,11 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
+
+    @property
+    def config(self) -> LogConfig:
+        """The topic's settings: the log's, which AlterConfigs replaces."""
+        return self.log.config
 
     @property
     def high_watermark(self) -> int:

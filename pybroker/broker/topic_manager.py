@@ -193,7 +193,7 @@ class TopicManager:
         # already holds the partition count, and a log lost before the sync is created
         # again at the next start.
         plog = self.logs.get_or_create(topic.name, index, config, sync_dir=False)
-        topic.partitions.append(Partition(topic.name, index, plog, config))
+        topic.partitions.append(Partition(topic.name, index, plog))
 
     def _declare(self, topic: Topic, partitions: int) -> None:
         """Record that ``topic`` has ``partitions`` partitions, durably, before their logs."""
@@ -310,7 +310,6 @@ class TopicManager:
         topic.overrides = overrides
         self._save()
         for partition in topic.partitions:
-            partition.config = config
             partition.log.update_config(config)
         return topic
 
