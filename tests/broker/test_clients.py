@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
-import uuid
 
 import pytest
 from confluent_kafka import (
@@ -23,12 +22,10 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.admin.clients import unique
+
 TIMEOUT = 30.0
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1,

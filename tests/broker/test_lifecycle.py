@@ -5,21 +5,17 @@ from __future__ import annotations
 import os
 import signal
 import time
-import uuid
 
 import pytest
 
 from pybroker._native.records import encode_batch
 from pybroker.config import BrokerConfig, parse_address
 from pybroker.errors import ErrorCode
+from tests.admin.clients import unique
 from tests.broker.wire_client import WireClient, decode_all, fetch_body, produce_body
 from tests.conftest import BrokerProcess
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, CREATE_TOPICS = 0, 1, 2, 3, 19
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def create(client: WireClient, name: str, partitions: int = 1,

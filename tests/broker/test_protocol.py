@@ -13,14 +13,11 @@ import pytest
 
 from pybroker._native.records import encode_batch
 from pybroker.errors import ErrorCode
+from tests.admin.clients import unique
 from tests.broker.wire_client import WireClient, decode_all, fetch_body, produce_body
 
 API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS = 18, 3, 0, 1, 2
 CREATE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 19, 22, 60
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture(scope="module")

@@ -5,20 +5,16 @@ from __future__ import annotations
 
 import signal
 import threading
-import uuid
 from typing import Any
 
 from pybroker._native.records import encode_batch
 from pybroker.broker.topic_manager import MAX_PARTITIONS_PER_TOPIC
 from pybroker.errors import ErrorCode
+from tests.admin.clients import unique
 from tests.broker.wire_client import WireClient, fetch_body, produce_body
 
 PRODUCE, FETCH, METADATA, CREATE_TOPICS, CREATE_PARTITIONS = 0, 1, 3, 19, 37
 BIG = 2000
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def create_body(name: str, partitions: int) -> dict:
