@@ -46,7 +46,7 @@ def test_keyed_rows_land_on_the_java_partition(module_broker, compression):
                       batch_bytes=64 << 10) as producer:
         producer.send_arrow(topic, values, keys, timestamps, headers)
         stats = producer.flush()
-    assert stats.records == n and stats.batches > 6
+    assert stats.records == n and stats.batches > 6 and stats.retries == 0
     messages = read_all(module_broker.bootstrap, topic, 6, n)
     assert len(messages) == n
     by_value = {m.value(): m for m in messages}
