@@ -20,20 +20,11 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.admin.clients import unique
+from tests.admin.clients import create_topic, unique
 
 TIMEOUT = 30.0
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1,
-                 config: dict[str, str] | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
-    futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})])
-    futures[name].result(TIMEOUT)
 
 
 def sample(i: int) -> dict:
