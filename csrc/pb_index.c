@@ -5,6 +5,7 @@ enum pb_index_kind {
     PB_INDEX_OFFSET,          /* offset index, keyed by relative offset */
     PB_INDEX_TIME,            /* time index, keyed by timestamp */
     PB_INDEX_TIME_BY_OFFSET,  /* time index, keyed by its relative offset column */
+    PB_INDEX_OFFSET_BY_POSITION, /* offset index, keyed by its file position column */
 };
 
 /* The key of slot i. `kind` is a compile-time constant at every call site, so gcc
@@ -13,6 +14,8 @@ static inline int64_t pb_index_key(const uint8_t *buf, size_t i, enum pb_index_k
 {
     if (kind == PB_INDEX_OFFSET)
         return pb_load_be32(buf + i * PB_OFFSET_ENTRY_SIZE);
+    if (kind == PB_INDEX_OFFSET_BY_POSITION)
+        return pb_load_be32(buf + i * PB_OFFSET_ENTRY_SIZE + 4);
     if (kind == PB_INDEX_TIME_BY_OFFSET)
         return pb_load_be32(buf + i * PB_TIME_ENTRY_SIZE + 8);
     return (int64_t)pb_load_be64(buf + i * PB_TIME_ENTRY_SIZE);
@@ -37,7 +40,8 @@ static inline size_t pb_index_search(const uint8_t *buf, size_t lo, size_t hi, i
 static inline size_t pb_index_lower_bound(const uint8_t *buf, size_t entries, int64_t target,
                                           enum pb_index_kind kind)
 {
-    size_t entry_size = kind == PB_INDEX_OFFSET ? PB_OFFSET_ENTRY_SIZE : PB_TIME_ENTRY_SIZE;
+    size_t entry_size = kind == PB_INDEX_OFFSET || kind == PB_INDEX_OFFSET_BY_POSITION
+                        ? PB_OFFSET_ENTRY_SIZE : PB_TIME_ENTRY_SIZE;
     size_t warm = PB_INDEX_WARM_BYTES / entry_size;
     size_t hot;
 
@@ -75,6 +79,11 @@ ptrdiff_t pb_offset_index_floor(const uint8_t *buf, size_t entries, int64_t targ
 ptrdiff_t pb_time_index_floor(const uint8_t *buf, size_t entries, int64_t target)
 {
     return pb_index_floor(buf, entries, target, PB_INDEX_TIME);
+}
+
+ptrdiff_t pb_offset_index_position_floor(const uint8_t *buf, size_t entries, int64_t target)
+{
+    return pb_index_floor(buf, entries, target, PB_INDEX_OFFSET_BY_POSITION);
 }
 
 size_t pb_offset_index_ceiling(const uint8_t *buf, size_t entries, int64_t target)

@@ -26,6 +26,9 @@
  * index is empty or target precedes the first entry. */
 ptrdiff_t pb_offset_index_floor(const uint8_t *buf, size_t entries, int64_t target);
 ptrdiff_t pb_time_index_floor(const uint8_t *buf, size_t entries, int64_t target);
+/* The same over the offset index's position column (positions grow with the offsets):
+ * the last indexed batch boundary at or before a file position. */
+ptrdiff_t pb_offset_index_position_floor(const uint8_t *buf, size_t entries, int64_t target);
 
 /* Slot of the first entry whose key >= target; `entries` when there is none. */
 size_t pb_offset_index_ceiling(const uint8_t *buf, size_t entries, int64_t target);

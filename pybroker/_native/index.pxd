@@ -6,6 +6,8 @@ cdef extern from "pb_index.h" nogil:
 
     ptrdiff_t pb_offset_index_floor(const unsigned char *buf, size_t entries, long long target)
     ptrdiff_t pb_time_index_floor(const unsigned char *buf, size_t entries, long long target)
+    ptrdiff_t pb_offset_index_position_floor(const unsigned char *buf, size_t entries,
+                                             long long target)
     size_t pb_offset_index_ceiling(const unsigned char *buf, size_t entries, long long target)
     size_t pb_time_index_ceiling(const unsigned char *buf, size_t entries, long long target)
     size_t pb_time_index_offset_ceiling(const unsigned char *buf, size_t entries,

