@@ -199,7 +199,7 @@ class BulkProducer:
         sticky = next(self._sticky) % meta.partitions
         if partition is not None or keys is None or keys.null_count == n:
             target = sticky if partition is None else partition
-            row_order = np.arange(n, dtype=np.int32).data
+            row_order: memoryview | bytearray = np.arange(n, dtype=np.int32).data
             groups = [(target, 0, n)]
         else:
             key_column = _binary_column(keys)
@@ -335,6 +335,7 @@ class BulkProducer:
                 fd = self.cluster.connection(broker_id).fileno()
                 fds[fd] = broker_id
                 poller.register(fd, select.POLLIN)
+        timeout: float | None
         if fds:
             timeout = self.cluster.timeout * 1000
         else:  # batches left unsent with nothing in flight (a send failed): go again
@@ -364,7 +365,7 @@ class BulkProducer:
         """Build one request per leader from the queue, one batch per partition each."""
         while self._queue:
             per_leader: dict[int, dict[tuple[str, int], PendingBatch]] = {}
-            deferred = collections.deque()
+            deferred: collections.deque[PendingBatch] = collections.deque()
             while self._queue:
                 batch = self._queue.popleft()
                 leader = self.cluster.topic(batch.topic).leaders[batch.partition]

@@ -10,13 +10,14 @@ producer settings prefixed ``kafka.`` (``kafka.acks``, ``kafka.compression.type`
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 EARLIEST, LATEST = -2, -1
 
 
-def _get(options: dict, *names: str, default=None):
+def _get(options: Mapping[str, str], *names: str, default=None):
     lowered = {k.lower(): v for k, v in options.items()}
     for name in names:
         if name.lower() in lowered:
@@ -38,7 +39,7 @@ class WriteOptions:
     batch_bytes: int
 
     @classmethod
-    def parse(cls, options: dict) -> WriteOptions:
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
         acks = str(_get(options, "kafka.acks", "acks", default="all"))
         idempotent = _bool(_get(options, "kafka.enable.idempotence", default="true"))
         return cls(
@@ -63,7 +64,7 @@ class ReadOptions:
     max_rows_per_partition: int       # batch reads split larger ranges across tasks
 
     @classmethod
-    def parse(cls, options: dict, streaming: bool) -> ReadOptions:
+    def parse(cls, options: Mapping[str, str], streaming: bool) -> ReadOptions:
         topics = _get(options, "subscribe", "topic")
         if not topics:
             raise ValueError("option 'subscribe' (comma-separated topics) is required")

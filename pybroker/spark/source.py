@@ -126,8 +126,10 @@ def _write_batches(options: WriteOptions, iterator) -> PybrokerCommitMessage:
                     continue
                 for p in pc.unique(partitions).to_pylist():
                     rows = pc.equal(partitions, p) if p is not None else pc.is_null(partitions)
-                    producer.send_arrow(topic, *(None if c is None else c.filter(rows)
-                                                 for c in cols), partition=p)
+                    values_p, keys_p, timestamps_p, headers_p = (
+                        None if c is None else c.filter(rows) for c in cols)
+                    producer.send_arrow(topic, values_p, keys_p, timestamps_p, headers_p,
+                                        partition=p)
         stats = producer.flush()
     return PybrokerCommitMessage(stats.records, stats.bytes, stats.batches, stats.requests,
                                  stats.retries)
@@ -234,7 +236,8 @@ class PybrokerReader(DataSourceReader):
                                              min(s + step, end)))
         return parts
 
-    def read(self, partition: OffsetRange):
+    def read(self, partition: InputPartition):
+        assert isinstance(partition, OffsetRange)  # ours: made by partitions() above
         return _read_range(partition)
 
 
@@ -294,7 +297,8 @@ class PybrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                              stop))
         return parts
 
-    def read(self, partition: OffsetRange):
+    def read(self, partition: InputPartition):
+        assert isinstance(partition, OffsetRange)  # ours: made by partitions() above
         return _read_range(partition)
 
     def commit(self, end: dict) -> None:
