@@ -48,11 +48,12 @@ def _discard(listener: socket.socket) -> None:
         pass
 
 
-def _receiver() -> tuple[mp.Process, int]:
+def start_process_server(target) -> tuple[mp.Process, int]:
+    """A forked process serving ``target(listener)`` on a free loopback port."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
-    proc = mp.get_context("fork").Process(target=_discard, args=(listener,), daemon=True)
+    listener.listen(16)
+    proc = mp.get_context("fork").Process(target=target, args=(listener,), daemon=True)
     proc.start()
     port = listener.getsockname()[1]
     listener.close()
@@ -60,7 +61,7 @@ def _receiver() -> tuple[mp.Process, int]:
 
 
 def loopback_gbps(seconds: float) -> float:
-    proc, port = _receiver()
+    proc, port = start_process_server(_discard)
     payload = os.urandom(CHUNK)
     with socket.create_connection(("127.0.0.1", port)) as sock:
         moved, started = 0, time.monotonic()
@@ -80,7 +81,7 @@ def sendfile_gbps(seconds: float, directory: str) -> float:
         for _ in range(size // CHUNK):
             f.write(block)
         f.flush()
-        proc, port = _receiver()
+        proc, port = start_process_server(_discard)
         with socket.create_connection(("127.0.0.1", port)) as sock:
             moved, offset, started = 0, 0, time.monotonic()
             while time.monotonic() - started < seconds:

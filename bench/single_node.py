@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import platform
 import shutil
@@ -40,6 +39,7 @@ import tempfile
 import threading
 import time
 
+from bench.limits import start_process_server
 from pybroker._native.records import encode_batch
 from pybroker.net.protocol import codec
 
@@ -231,17 +231,6 @@ def _source_server(listener: socket.socket) -> None:
         threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
 
-def _start_process_server(target) -> tuple[mp.Process, int]:
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    proc = mp.get_context("fork").Process(target=target, args=(listener,), daemon=True)
-    proc.start()
-    port = listener.getsockname()[1]
-    listener.close()
-    return proc, port
-
-
 def measure_produce(broker: Broker, seconds: float) -> dict:
     batch = one_mib_batch()
     broker.create_topic("ingest", CONNECTIONS)
@@ -250,7 +239,7 @@ def measure_produce(broker: Broker, seconds: float) -> dict:
     moved, elapsed = _run_connections(broker.port, seconds, produce_work(frames, True))
     broker_cpu = broker.cpu_seconds() - cpu0
     broker_wait = broker.cpu_wait_seconds() - wait0
-    sink, port = _start_process_server(_sink_server)
+    sink, port = start_process_server(_sink_server)
     try:
         base, base_elapsed = _run_connections(port, seconds, produce_work(frames, False))
     finally:
@@ -304,7 +293,7 @@ def measure_fetch(broker: Broker, seconds: float, batches_per_partition: int = 6
                                                  len(batch)))
     broker_cpu = broker.cpu_seconds() - cpu0
     broker_wait = broker.cpu_wait_seconds() - wait0
-    source, port = _start_process_server(_source_server)
+    source, port = start_process_server(_source_server)
     try:
         base, base_elapsed = _run_connections(port, seconds, baseline_fetch_work)
     finally:
@@ -353,7 +342,7 @@ def measure_latency(broker: Broker, count: int = 20000) -> dict:
     broker.create_topic("latency", 1)
     frame = produce_frame("latency", 0, encode_batch([b"x" * 100]))
     broker_us = round_trips(broker.port, frame, count, True)
-    echo, port = _start_process_server(_echo_server)
+    echo, port = start_process_server(_echo_server)
     try:
         wait_port(port)
         echo_us = round_trips(port, frame, count, False)
