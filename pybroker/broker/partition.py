@@ -13,7 +13,6 @@ Not thread-safe: used from the event loop thread only.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from typing import Any, NamedTuple
 
@@ -143,8 +142,6 @@ class Partition:
 
     def restore_producers(self, snapshot: dict[str, Any] | None) -> None:
         """Load a snapshot if the log still covers it, then replay the batches after it."""
-        from pybroker._native.records import HEADER_SIZE, read_batch_header
-
         end = self.log.log_end_offset
         start = self.log.log_start_offset
         if snapshot is not None and start <= snapshot["offset"] <= end:
@@ -153,24 +150,8 @@ class Partition:
         else:
             self.producers = ProducerStateTable()
             start = max(start, self._tail_start(end))
-        offset = start
-        while offset < end:
-            result = self.log.read(offset, 4 * 1024 * 1024, max_offset=None, min_one=True)
-            if not result.regions:
-                break
-            for region in result.regions:
-                data = os.pread(region.fd, region.length, region.position)
-                position = 0
-                while position + HEADER_SIZE <= len(data):
-                    info = read_batch_header(data, position)
-                    if info.size > len(data) - position:
-                        break
-                    if info.last_offset >= offset:
-                        self.producers.replay(info, info.base_offset)
-                    offset = info.last_offset + 1
-                    position += info.size
-            if offset <= result.first_offset:
-                break  # no progress: a torn tail the log will not read past
+        for info, _ in self.log.batches(start):
+            self.producers.replay(info, info.base_offset)
 
     def _tail_start(self, end: int) -> int:
         """An offset about ``_TAIL_SCAN_BYTES`` before the end, for a replay without snapshot."""

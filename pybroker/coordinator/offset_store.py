@@ -26,7 +26,6 @@ reading back happens once, at broker start, and is the only Python loop over rec
 from __future__ import annotations
 
 import logging
-import os
 import struct
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -275,27 +274,13 @@ class OffsetStore:
 
 def read_log(partition_log: Any) -> Iterator[list[Any]]:
     """The records of every data batch of a log, from its start to its end."""
-    from pybroker._native.records import HEADER_SIZE, decode_records, read_batch_header
+    from pybroker._native.records import decode_records
 
-    offset = partition_log.log_start_offset
-    end = partition_log.log_end_offset
-    while offset < end:
-        result = partition_log.read(offset, _LOAD_READ_BYTES)
-        data = b"".join(os.pread(r.fd, r.length, r.position) for r in result.regions)
-        position, next_offset = 0, offset
-        while position + HEADER_SIZE <= len(data):
-            info = read_batch_header(data, position)
-            if position + info.size > len(data):
-                break
-            if not info.is_control and not info.is_transactional:
-                batch = decode_records(memoryview(data)[position:position + info.size])
-                if info.base_offset < offset:  # the log starts inside this batch
-                    batch = [r for r in batch if r.offset >= offset]
-                yield batch
-            next_offset = info.base_offset + info.last_offset_delta + 1
-            position += info.size
-        if next_offset <= offset:
-            log.warning("%s: no progress reading at offset %d, stopping the load",
-                        OFFSETS_TOPIC, offset)
-            return
-        offset = next_offset
+    start = partition_log.log_start_offset
+    for info, data in partition_log.batches(start, _LOAD_READ_BYTES):
+        if info.is_control or info.is_transactional:
+            continue
+        batch = decode_records(data)
+        if info.base_offset < start:  # the log starts inside this batch
+            batch = [r for r in batch if r.offset >= start]
+        yield batch
