@@ -202,7 +202,12 @@ def test_torn_batch_is_corrupt_message(server, client):
 def test_request_over_socket_request_max_bytes_closes_only_that_connection(server, client):
     name = _topic(server)
     with WireClient(server.bootstrap) as big:
-        big.send(PRODUCE, 9, produce_body(name, 0, encode_batch([b"x" * 1_100_000])))
+        try:
+            big.send(PRODUCE, 9, produce_body(name, 0, encode_batch([b"x" * 1_100_000])))
+        except (ConnectionResetError, BrokenPipeError):
+            # The broker closes as soon as it reads the size prefix; the rest of the
+            # frame may still be in flight, so the close can surface while sending.
+            pass
         assert big.closed_by_peer()
     assert "socket.request.max.bytes" in server.log_text()
 
