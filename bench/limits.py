@@ -8,7 +8,11 @@
   receiver that discards (the fetch path's ceiling);
 - sequential write: 1 MiB write() calls growing a file in the data directory's
   filesystem (page cache, no fsync, data kept as a log keeps it), the append path's
-  ceiling.
+  ceiling;
+- ingest: 4 connections of 1 MiB sends into a process with a thread per connection that
+  either discards what it receives or appends it to a growing file per connection. The
+  second is what any broker must at least do (receive, then write to the page cache) with
+  nothing else; its ratio to the first bounds a produce-ingest ratio on this machine.
 
 Figures are GB/s (1e9 bytes per second). The box is shared and noisy: a benchmark report
 quotes the limits measured in the same run as its own figures.
@@ -23,7 +27,9 @@ import os
 import socket
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 CHUNK = 1 << 20
 
@@ -108,6 +114,48 @@ def write_gbps(seconds: float, directory: str) -> float:
     return moved / elapsed / 1e9
 
 
+def _receive_into_files(listener: socket.socket, directory: str | None) -> None:
+    """Each connection's thread receives into one buffer and, when ``directory`` is set,
+    appends what it received to a growing file of its own (recv_into and write release
+    the GIL, so the threads copy in parallel as native code would)."""
+    def receive(conn: socket.socket) -> None:
+        scratch = memoryview(bytearray(CHUNK))
+        file = tempfile.TemporaryFile(dir=directory) if directory else None
+        with conn:
+            while n := conn.recv_into(scratch):
+                if file is not None:
+                    os.write(file.fileno(), scratch[:n])
+        if file is not None:
+            file.close()
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=receive, args=(conn,), daemon=True).start()
+
+
+def ingest_gbps(seconds: float, directory: str | None, connections: int = 4) -> float:
+    """4 senders of 1 MiB blocks into a receiver that discards (``directory`` None) or
+    appends to a growing file per connection in ``directory``."""
+    proc, port = start_process_server(lambda listener: _receive_into_files(listener, directory))
+    payload = os.urandom(CHUNK)
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(connections)]
+    started = time.monotonic()
+
+    def send(sock: socket.socket) -> int:
+        moved = 0
+        with sock:
+            while time.monotonic() - started < seconds:
+                sock.sendall(payload)
+                moved += CHUNK
+        return moved
+
+    with ThreadPoolExecutor(connections) as pool:
+        total = sum(pool.map(send, socks))
+    elapsed = time.monotonic() - started
+    proc.kill()
+    proc.join(5)
+    return total / elapsed / 1e9
+
+
 def measure(seconds: float = 2.0, directory: str | None = None) -> dict[str, float]:
     directory = directory or tempfile.gettempdir()
     return {
@@ -115,6 +163,8 @@ def measure(seconds: float = 2.0, directory: str | None = None) -> dict[str, flo
         "loopback_tcp_gbps": loopback_gbps(seconds),
         "sendfile_to_socket_gbps": sendfile_gbps(seconds, directory),
         "sequential_write_gbps": write_gbps(seconds, directory),
+        "ingest_4_connections_discard_gbps": ingest_gbps(seconds, None),
+        "ingest_4_connections_to_files_gbps": ingest_gbps(seconds, directory),
     }
 
 
