@@ -1,6 +1,10 @@
 """The single-node broker's figures against this machine's own limits, in one run.
 
-    python3 -m bench.single_node [--seconds 5] [--out DIR]
+    python3 -m bench.single_node [--seconds 5] [--out DIR] [--only produce,fetch]
+                                 [--threads N]
+
+``--only`` runs the named figures (produce, fetch, latency, start; default all) and
+``--threads`` sets the broker's ``num.network.threads`` (default: the broker's own).
 
 Every figure is a ratio to a baseline measured by the same script in the same run,
 because the machine is shared and noisy:
@@ -47,6 +51,7 @@ BATCH_BYTES = 1 << 20
 RECORD_BYTES = 1024
 CONNECTIONS = 4
 PRODUCE, FETCH = 0, 1
+FIGURES = ("produce", "fetch", "latency", "start")
 
 
 # -- frames -------------------------------------------------------------------------------
@@ -110,13 +115,14 @@ def wait_port(port: int, timeout: float = 30.0) -> None:
 
 
 class Broker:
-    def __init__(self) -> None:
+    def __init__(self, settings: dict[str, object] | None = None) -> None:
         self.data_dir = tempfile.mkdtemp(prefix="pybroker-bench-")
         self.port = free_port()
         started = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pybroker", "serve", "--data-dir", self.data_dir,
-             "--listen", f"127.0.0.1:{self.port}"],
+             "--listen", f"127.0.0.1:{self.port}",
+             *(arg for k, v in (settings or {}).items() for arg in ("--set", f"{k}={v}"))],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(self.port)
         self.start_seconds = time.monotonic() - started
@@ -276,9 +282,12 @@ def baseline_fetch_work(i: int, sock: socket.socket, stop_at: float) -> int:
     return received
 
 
-def measure_fetch(broker: Broker, seconds: float, batches_per_partition: int = 64) -> dict:
+def measure_fetch(broker: Broker, seconds: float, batches_per_partition: int = 64,
+                  create_topic: bool = False) -> dict:
     # Fill each partition with 64 MiB (in page cache), then read it round and round.
     batch = one_mib_batch()
+    if create_topic:
+        broker.create_topic("ingest", CONNECTIONS)
     frames = [produce_frame("ingest", p, batch) for p in range(CONNECTIONS)]
     with socket.create_connection(("127.0.0.1", broker.port)) as sock:
         scratch = memoryview(bytearray(1 << 16))
@@ -379,38 +388,45 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--out", default=None, help="directory for result.json/result.md")
+    parser.add_argument("--only", default=",".join(FIGURES),
+                        help=f"comma-separated figures to run, of {', '.join(FIGURES)}")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="the broker's num.network.threads (default: its own default)")
     args = parser.parse_args(argv)
+    only = set(args.only.split(","))
+    if not only <= set(FIGURES):
+        parser.error(f"--only: unknown figures {sorted(only - set(FIGURES))}")
+    settings = {} if args.threads is None else {"num.network.threads": args.threads}
     result = {"command": " ".join(["python3 -m bench.single_node", *(argv or sys.argv[1:])]),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "machine": machine()}
-    result["start"] = measure_start()
-    broker = Broker()
+    if args.threads is not None:
+        result["num_network_threads"] = args.threads
+    if "start" in only:
+        result["start"] = measure_start()
+    broker = Broker(settings)
     try:
-        result["produce"] = measure_produce(broker, args.seconds)
-        result["fetch"] = measure_fetch(broker, args.seconds)
-        result["latency"] = measure_latency(broker)
+        if "produce" in only:
+            result["produce"] = measure_produce(broker, args.seconds)
+        if "fetch" in only:
+            # The fetch figure reads what the produce run wrote: write it if it did not run.
+            result["fetch"] = measure_fetch(broker, args.seconds,
+                                            create_topic="produce" not in only)
+        if "latency" in only:
+            result["latency"] = measure_latency(broker)
     finally:
         broker.stop()
-    p, f, lat, st = result["produce"], result["fetch"], result["latency"], result["start"]
-    rows = [
-        ("produce 1 MiB batches, 4 conns", f"{p['broker_mb_s']:.0f} MB/s",
-         f"{p['loopback_mb_s']:.0f} MB/s", p["broker_mb_s"] / p["loopback_mb_s"], ">= 0.50"),
-        ("fetch from page cache, 4 conns", f"{f['broker_mb_s']:.0f} MB/s",
-         f"{f['loopback_mb_s']:.0f} MB/s", f["broker_mb_s"] / f["loopback_mb_s"], ">= 0.70"),
-        ("1-record produce acks=1, p50", f"{lat['broker_p50_us']:.1f} us",
-         f"{lat['echo_p50_us']:.1f} us", lat["broker_p50_us"] / lat["echo_p50_us"], "<= 2.0"),
-        ("start to ready (empty dir)", f"{st['start_s']:.3f} s", "", None, "< 0.5 s"),
-        ("idle resident memory", f"{st['idle_rss_mb']:.1f} MB", "", None, "< 80 MB"),
-    ]
     lines = ["| figure | pybroker | baseline | ratio | target |", "|---|---|---|---|---|"]
-    for name, value, base, ratio, target in rows:
+    for name, value, base, ratio, target in _rows(result):
         lines.append(f"| {name} | {value} | {base} | "
                      f"{'' if ratio is None else f'{ratio:.2f}'} | {target} |")
-    lines.append("")
-    lines.append(f"The broker's threads waited for a CPU {p['broker_cpu_wait_fraction']:.2f} s "
-                 f"per second of the produce run and {f['broker_cpu_wait_fraction']:.2f} s per "
-                 f"second of the fetch run (load average {result['machine']['loadavg_1m']:.1f} "
-                 f"on {result['machine']['cpus']} CPUs at the start).")
+    waits = [f"{result[k]['broker_cpu_wait_fraction']:.2f} s per second of the {k} run"
+             for k in ("produce", "fetch") if k in result]
+    if waits:
+        lines.append("")
+        lines.append(f"The broker's threads waited for a CPU {' and '.join(waits)} (load "
+                     f"average {result['machine']['loadavg_1m']:.1f} on "
+                     f"{result['machine']['cpus']} CPUs at the start).")
     table = "\n".join(lines)
     result["table"] = table
     print(json.dumps({k: v for k, v in result.items() if k != "table"}, indent=2))
@@ -422,6 +438,33 @@ def main(argv: list[str] | None = None) -> int:
         with open(os.path.join(args.out, "result.md"), "w") as fh:
             fh.write(table + "\n")
     return 0
+
+
+# figure, row name, broker value, baseline value, value format, target
+_RATIO_ROWS = [
+    ("produce", "produce 1 MiB batches, 4 conns", "broker_mb_s", "loopback_mb_s",
+     "{:.0f} MB/s", ">= 0.50"),
+    ("fetch", "fetch from page cache, 4 conns", "broker_mb_s", "loopback_mb_s",
+     "{:.0f} MB/s", ">= 0.70"),
+    ("latency", "1-record produce acks=1, p50", "broker_p50_us", "echo_p50_us",
+     "{:.1f} us", "<= 2.0"),
+]
+
+
+def _rows(result: dict) -> list[tuple[str, str, str, float | None, str]]:
+    rows: list[tuple[str, str, str, float | None, str]] = []
+    for figure, name, ours, theirs, fmt, target in _RATIO_ROWS:
+        if figure in result:
+            r = result[figure]
+            rows.append((name, fmt.format(r[ours]), fmt.format(r[theirs]),
+                         r[ours] / r[theirs], target))
+    if "start" in result:
+        st = result["start"]
+        rows.append(("start to ready (empty dir)", f"{st['start_s']:.3f} s", "", None,
+                     "< 0.5 s"))
+        rows.append(("idle resident memory", f"{st['idle_rss_mb']:.1f} MB", "", None,
+                     "< 80 MB"))
+    return rows
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* The kernel moves at most this much per sendfile/splice call (MAX_RW_COUNT). */
@@ -137,4 +139,73 @@ ssize_t pb_splice(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset, size
             break;
     }
     return (ssize_t)sent;
+}
+
+/* Sleep until `fd` is ready for `events` (or has failed: the next call reports why).
+ * 0 when ready, -ETIMEDOUT after patience_ms, -errno if poll itself fails. */
+static int pb_wait_ready(int fd, short events, int patience_ms)
+{
+    struct pollfd pfd = {.fd = fd, .events = events};
+    int n;
+
+    do
+        n = poll(&pfd, 1, patience_ms);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    return n == 0 ? -ETIMEDOUT : 0;
+}
+
+int pb_send_region_wait(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset,
+                        size_t count, int patience_ms, size_t *moved)
+{
+    size_t sent = 0;
+    int err = 0;
+
+    while (sent < count) {
+        int64_t at = offset + (int64_t)sent;
+        ssize_t n = p != NULL ? pb_splice(p, out_fd, in_fd, at, count - sent)
+                              : pb_sendfile(out_fd, in_fd, at, count - sent);
+        if (n < 0) {
+            err = (int)n;
+            break;
+        }
+        sent += (size_t)n;
+        /* Short means the socket buffer is full: poll now rather than after an EAGAIN. */
+        if (sent < count && (err = pb_wait_ready(out_fd, POLLOUT, patience_ms)) < 0) {
+            if (err == -ETIMEDOUT)
+                err = 0;
+            break;
+        }
+    }
+    *moved = sent;
+    return err;
+}
+
+int pb_recv_wait(int fd, char *buf, size_t count, int patience_ms, size_t *moved)
+{
+    size_t got = 0;
+    int err = 0;
+
+    while (got < count) {
+        ssize_t n = recv(fd, buf + got, count - got, 0);
+        if (n == 0)
+            break;  /* end of stream: the event loop's reader will see it too */
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+            err = -errno;
+            break;
+        }
+        if (n > 0)
+            got += (size_t)n;
+        /* Short means the receive queue is empty: poll now rather than after an EAGAIN. */
+        if (got < count && (err = pb_wait_ready(fd, POLLIN, patience_ms)) < 0) {
+            if (err == -ETIMEDOUT)
+                err = 0;
+            break;
+        }
+    }
+    *moved = got;
+    return err;
 }

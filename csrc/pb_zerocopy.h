@@ -12,6 +12,15 @@
  *
  * Counters of bytes sent zero-copy and bytes the server copied from user memory are
  * process-wide relaxed atomics (any thread may add to them).
+ *
+ * The *_wait functions are for I/O threads (pybroker.net's num.network.threads): they
+ * loop syscall + poll(2) on the same non-blocking socket, so the thread sleeps while the
+ * socket is not ready without the socket having to change mode. They stop when the whole
+ * count has moved, the socket fails, the peer ends the stream (receive), or the socket
+ * stayed not ready for `patience_ms` (the caller's event loop then takes the socket back
+ * and waits for it without holding a thread: a slow or dead peer never pins one). They
+ * return 0, or -errno on failure, and always set *moved to the bytes moved (a failure
+ * after some progress still reports it, for the counters).
  */
 #ifndef PB_ZEROCOPY_H
 #define PB_ZEROCOPY_H
@@ -39,6 +48,11 @@ typedef struct pb_splice_pipe {
 int pb_splice_pipe_open(pb_splice_pipe *p);
 void pb_splice_pipe_close(pb_splice_pipe *p);
 ssize_t pb_splice(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset, size_t count);
+
+/* `p` NULL: sendfile; else splice through `p` (the connection's pipe). */
+int pb_send_region_wait(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset,
+                        size_t count, int patience_ms, size_t *moved);
+int pb_recv_wait(int fd, char *buf, size_t count, int patience_ms, size_t *moved);
 
 typedef enum pb_zerocopy_counter { PB_ZERO_COPY_BYTES, PB_COPIED_BYTES } pb_zerocopy_counter;
 

@@ -72,6 +72,10 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "socket.receive.buffer.bytes": (int, 64 * 1024),
     "fetch.max.bytes": (int, 55 * _MIB),
     "connection.queued.max.bytes": (int, 16 * _MIB),  # per connection (pybroker only)
+    # Kafka: threads that do all socket I/O (each a selector over many connections).
+    # pybroker: threads that only send file regions and receive frames of 256 KiB and
+    # more; everything else stays on the event loop. 0: all of it on the loop.
+    "num.network.threads": (int, 3),
     "producer.id.block.size": (int, 1000),
     "producer.id.expiration.ms": (int, 86_400_000),
     # consumer groups (pybroker.coordinator.CoordinatorConfig reads these)

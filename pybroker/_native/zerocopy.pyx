@@ -14,15 +14,26 @@ at first use on a memfd and a socket pair. sendfile is preferred (one system cal
 chunk instead of two, what Kafka uses); ``PYBROKER_ZEROCOPY=splice|sendfile`` forces one.
 
 The GIL is released during the system calls: a page-cache miss reads the disk.
+
+For I/O threads (``pybroker.net``'s ``num.network.threads``) there are blocking forms on
+the same non-blocking sockets: ``send_region_wait`` and ``recv_wait`` loop system call +
+``poll`` with the GIL released until everything has moved, and give up quietly (returning
+the bytes moved so far) when the socket stays not ready for ``patience_ms`` or, for a
+receive, when the peer ends the stream; the caller's event loop then waits for the socket
+itself. Failures raise ``OSError`` after counting what was sent.
 """
 
 import os
 
 from libc.stdint cimport int64_t
 
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+
 from pybroker._native.zerocopy cimport (
     PB_COPIED_BYTES,
     PB_ZERO_COPY_BYTES,
+    pb_recv_wait,
+    pb_send_region_wait,
     pb_sendfile,
     pb_splice,
     pb_splice_pipe_close,
@@ -31,8 +42,8 @@ from pybroker._native.zerocopy cimport (
     pb_zerocopy_counter_value,
 )
 
-__all__ = ["SplicePipe", "count_copied", "sendfile", "zerocopy_counters",
-           "zerocopy_implementation"]
+__all__ = ["SplicePipe", "count_copied", "recv_wait", "send_region_wait", "sendfile",
+           "zerocopy_counters", "zerocopy_implementation"]
 
 
 cdef int _raise_errno(Py_ssize_t negative_errno, str context) except -1:
@@ -106,6 +117,46 @@ cdef class SplicePipe:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def send_region_wait(int out_fd, int in_fd, int64_t offset, Py_ssize_t count,
+                     int patience_ms, SplicePipe pipe=None):
+    """Send ``count`` bytes of ``in_fd`` at ``offset`` to the non-blocking socket
+    ``out_fd``, sleeping in ``poll`` whenever it is full; returns the bytes sent, fewer
+    than ``count`` only when the socket took nothing for ``patience_ms``. Through
+    ``pipe`` with splice when given (the connection's pipe), else with sendfile."""
+    cdef size_t moved = 0
+    cdef int err
+    cdef pb_splice_pipe *p = NULL
+    _check_region(offset, count)
+    if pipe is not None:
+        p = &pipe._pipe
+    with nogil:
+        err = pb_send_region_wait(p, out_fd, in_fd, offset, <size_t>count, patience_ms,
+                                  &moved)
+    pb_zerocopy_count(PB_ZERO_COPY_BYTES, moved)
+    if err < 0:
+        _raise_errno(err, "splice" if p != NULL else "sendfile")
+    return moved
+
+
+def recv_wait(int fd, object buf, int patience_ms):
+    """Receive into all of the writable buffer ``buf`` from the non-blocking socket
+    ``fd``, sleeping in ``poll`` whenever nothing is queued; returns the bytes received,
+    fewer than ``len(buf)`` when the peer ended the stream or sent nothing for
+    ``patience_ms``. ``buf`` stays exported (cannot be resized) during the call."""
+    cdef Py_buffer view
+    cdef size_t moved = 0
+    cdef int err
+    PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
+    try:
+        with nogil:
+            err = pb_recv_wait(fd, <char *>view.buf, <size_t>view.len, patience_ms, &moved)
+    finally:
+        PyBuffer_Release(&view)
+    if err < 0:
+        _raise_errno(err, "recv")
+    return moved
 
 
 def count_copied(Py_ssize_t n):

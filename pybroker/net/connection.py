@@ -41,9 +41,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
+import queue
 import socket
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -62,6 +65,15 @@ LARGE_FRAME = 16 * 1024
 _POOL_BUFFERS = 2
 # sendmsg takes at most IOV_MAX (1024) buffers per call.
 _IOV_MAX = 1024
+# With network threads: a file region of at least this many bytes is sent by one of them,
+# and the rest of a large frame is received by one when at least this much is missing.
+# Below it the hand-over (a queue put, a thread wake-up, a call_soon_threadsafe back)
+# costs about what the loop thread saves.
+THREAD_MIN_BYTES = 256 * 1024
+# A network thread gives the socket back to the event loop when it has not been ready for
+# this long: the loop then waits for it without holding a thread, so slow or dead peers
+# cannot take the pool from everyone else.
+THREAD_PATIENCE_MS = 20
 
 Part = Any  # bytes-like or FileRegion
 Dispatch = Callable[["Connection", bytearray], Awaitable[Sequence[Part] | None]]
@@ -80,7 +92,8 @@ class Connection:
 
     def __init__(self, sock: socket.socket, peer: str, dispatch: Dispatch,
                  max_request_bytes: int, max_queued_bytes: int,
-                 on_close: Callable[[Connection], None]) -> None:
+                 on_close: Callable[[Connection], None],
+                 network_threads: NetworkThreads | None = None) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.peer = peer
@@ -104,6 +117,9 @@ class Connection:
         self._write_waiter: asyncio.Future[None] | None = None
         self._draining = False  # stop reading, answer what is queued, then close
         self.closed = False
+        self._threads = network_threads
+        self._thread_users = 0  # network-thread transfers on this socket under way
+        self._receiving = False  # a network thread is receiving the rest of _large
         self._pipe = _new_pipe()
         self._worker = self._loop.create_task(self._run())
         self._resume_reading()
@@ -111,7 +127,8 @@ class Connection:
     # receive ---------------------------------------------------------------------------
 
     def _resume_reading(self) -> None:
-        if not self._reading and not self.closed and not self._draining:
+        if not self._reading and not self.closed and not self._draining and \
+                not self._receiving:
             self._loop.add_reader(self.fd, self._on_readable)
             self._reading = True
 
@@ -138,6 +155,9 @@ class Connection:
         if n == 0:
             # The peer is done sending. What it sent is still handled (an acks=0 producer
             # that closes right after its last request must not lose it), then we close.
+            if self._large is not None:
+                log.info("connection %s: peer closed %d bytes into a %d-byte request",
+                         self.peer, self._large_pos, len(self._large))
             self.drain()
             return
         if self._large is not None:
@@ -150,6 +170,36 @@ class Connection:
             self._parse_frames()
         if self._queued_bytes > self._max_queued:
             self._pause_reading()
+        elif self._large is not None and self._threads is not None and \
+                len(self._large) - self._large_pos >= THREAD_MIN_BYTES:
+            self._receive_in_thread()
+
+    def _receive_in_thread(self) -> None:
+        """A network thread receives the rest of ``_large`` while the loop serves others;
+        reading stays paused until it is back (``_received_in_thread``)."""
+        assert self._large_view is not None
+        self._pause_reading()
+        self._receiving = True
+        done = self._in_thread(zerocopy.recv_wait, self.fd, self._large_view[self._large_pos:],
+                               THREAD_PATIENCE_MS)
+        done.add_done_callback(self._received_in_thread)
+
+    def _received_in_thread(self, done: asyncio.Future[int]) -> None:
+        self._receiving = False
+        exc = done.exception()
+        if self.closed:
+            return
+        if exc is not None:
+            log.info("connection %s: receive failed: %s", self.peer, exc)
+            self.close()
+            return
+        # Short when the peer ended the stream or paused: reading on the loop sees which.
+        self._large_pos += done.result()
+        if self._large is not None and self._large_pos == len(self._large):
+            self._enqueue(self._large)
+            self._large = self._large_view = None
+        if self._queued_bytes <= self._max_queued:
+            self._resume_reading()
 
     def _compact(self) -> None:
         remaining = self._end - self._start
@@ -302,23 +352,53 @@ class Connection:
         while remaining > 0:
             if self.closed:
                 raise ConnectionClosed()
+            threaded = self._threads is not None and remaining >= THREAD_MIN_BYTES
             try:
-                if self._pipe is not None:
+                if threaded:
+                    sent = await self._in_thread(zerocopy.send_region_wait, self.fd, region.fd,
+                                                 offset, remaining, THREAD_PATIENCE_MS,
+                                                 self._pipe)
+                elif self._pipe is not None:
                     sent = self._pipe.splice(self.fd, region.fd, offset, remaining)
                 else:
                     sent = zerocopy.sendfile(self.fd, region.fd, offset, remaining)
             except OSError as exc:
                 self._failed_send(exc)
-            if sent:
-                offset += sent
-                remaining -= sent
-            else:
+            offset += sent
+            remaining -= sent
+            # A thread comes back short only when the socket stayed full: wait here.
+            if remaining and (threaded or not sent):
                 await self._writable()
 
     def _failed_send(self, exc: OSError) -> None:
-        log.info("connection %s: send failed: %s", self.peer, exc)
-        self.close()
+        if not self.closed:  # else close() shut the socket down under a network thread
+            log.info("connection %s: send failed: %s", self.peer, exc)
+            self.close()
         raise ConnectionClosed() from exc
+
+    # network threads -------------------------------------------------------------------
+
+    def _in_thread(self, fn: Callable[..., int], *args: Any) -> asyncio.Future[int]:
+        """Run the blocking transfer ``fn(*args)`` on this socket in a network thread.
+        Until it returns the fd stays open whatever happens (see :meth:`close`)."""
+        assert self._threads is not None
+        done: asyncio.Future[int] = self._loop.create_future()
+        self._thread_users += 1
+        self._threads.submit(self._loop, functools.partial(self._thread_returned, done),
+                             fn, args)
+        return done
+
+    def _thread_returned(self, done: asyncio.Future[int], result: int,
+                         error: BaseException | None) -> None:
+        self._thread_users -= 1
+        if self.closed and not self._thread_users:
+            self._close_fds()
+        if done.cancelled():  # the worker task was cancelled meanwhile
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)
 
     async def _writable(self) -> None:
         fut = self._write_waiter = self._loop.create_future()
@@ -351,15 +431,73 @@ class Connection:
         for waiter in (self._wakeup, self._write_waiter):
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
+        if self._thread_users:
+            # A network thread is in a system call on this fd. Closing it now would let
+            # the number be reused by the next accept or open and the thread would move
+            # bytes on someone else's file. Shutting the socket down wakes the thread's
+            # poll (its send fails, its receive ends); the fd and the splice pipe are
+            # closed when the last thread is back on the loop (_thread_returned).
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        else:
+            self._close_fds()
+        self._queue.clear()
+        self._pool.clear()
+        self._on_close(self)
+
+
+    def _close_fds(self) -> None:
         if self._pipe is not None:
             self._pipe.close()
         try:
             self.sock.close()
         except OSError:
             pass
-        self._queue.clear()
-        self._pool.clear()
-        self._on_close(self)
+
+
+class NetworkThreads:
+    """The process's ``num.network.threads`` threads for blocking bulk transfers.
+
+    Connections submit one transfer at a time per direction; a thread runs it with the
+    GIL released and reports back with ``loop.call_soon_threadsafe(callback, result,
+    error)``, after dropping its references to the arguments (so a received frame's
+    buffer is not still referenced when the loop looks at it to recycle it).
+    Thread-safe: ``submit`` may be called from any thread.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for i in range(count):
+            threading.Thread(target=self._work, name=f"pybroker-net-{i}", daemon=True).start()
+
+    def submit(self, loop: asyncio.AbstractEventLoop,
+               callback: Callable[[Any, BaseException | None], None],
+               fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self._jobs.put((loop, callback, fn, args))
+
+    def close(self) -> None:
+        """The threads end once the transfers already submitted are done."""
+        for _ in range(self.count):
+            self._jobs.put(None)
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            loop, callback, fn, args = job
+            del job
+            result, error = None, None
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # handed to the loop, which raises it there
+                error = exc
+            del fn, args
+            try:
+                loop.call_soon_threadsafe(callback, result, error)
+            except RuntimeError:  # the loop is closed: the process is exiting
+                pass
+            del loop, callback, result, error
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:

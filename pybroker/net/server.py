@@ -6,6 +6,10 @@ Shutdown is in two steps: :meth:`Server.stop_accepting` closes the listener, the
 :meth:`Server.drain` lets every connection answer the requests it already received (up to
 a deadline) and closes them.
 
+Large transfers (file regions and received frames of ``THREAD_MIN_BYTES`` and more) run
+in a pool of ``network_threads`` threads (``num.network.threads``) the server owns and its
+connections share; 0 keeps everything on the loop thread.
+
 Not thread-safe: every method runs on the event loop thread.
 """
 
@@ -15,19 +19,28 @@ import asyncio
 import logging
 import socket
 
-from pybroker.net.connection import Connection, Dispatch
+from pybroker.net.connection import Connection, Dispatch, NetworkThreads
 
 log = logging.getLogger("pybroker.net")
+
+# Kafka's default num.network.threads; here the best of 0-4 measured on fetch and produce
+# ingest (BENCHMARKS.md, bench/single_node.py --threads).
+DEFAULT_NETWORK_THREADS = 3
 
 
 class Server:
     def __init__(self, dispatch: Dispatch, host: str, port: int, *,
-                 max_request_bytes: int, max_queued_bytes: int, backlog: int = 1024) -> None:
+                 max_request_bytes: int, max_queued_bytes: int, backlog: int = 1024,
+                 network_threads: int = DEFAULT_NETWORK_THREADS) -> None:
         self._dispatch = dispatch
         self._host, self._port = host, port
         self._max_request = max_request_bytes
         self._max_queued = max_queued_bytes
         self._backlog = backlog
+        if network_threads < 0:
+            raise ValueError(f"num.network.threads must be >= 0, not {network_threads}")
+        self._network_threads = network_threads
+        self._threads: NetworkThreads | None = None
         self._listener: socket.socket | None = None
         self.connections: set[Connection] = set()
         self.accepted = 0
@@ -47,6 +60,9 @@ class Server:
         listener.listen(self._backlog)
         listener.setblocking(False)
         self._listener = listener
+        if self._network_threads and self._threads is None:
+            self._threads = NetworkThreads(self._network_threads)
+        log.info("network threads: %d", self._network_threads)
         asyncio.get_running_loop().add_reader(listener.fileno(), self._accept)
         return self.address
 
@@ -65,7 +81,7 @@ class Server:
             peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
             self.accepted += 1
             conn = Connection(sock, peer, self._dispatch, self._max_request,
-                              self._max_queued, self.connections.discard)
+                              self._max_queued, self.connections.discard, self._threads)
             self.connections.add(conn)
 
     def stop_accepting(self) -> None:
@@ -83,3 +99,6 @@ class Server:
                 log.warning("%d connections still busy at shutdown, closing them", len(late))
         for conn in list(self.connections):
             conn.close()
+        if self._threads is not None:
+            self._threads.close()
+            self._threads = None
