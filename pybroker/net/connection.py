@@ -34,7 +34,27 @@ counted with ``count_copied``) and :class:`FileRegion`s (sent with the native
 sendfile/splice, counted as zero-copy by the native module). On EAGAIN the worker awaits
 writability of this socket only; other connections are not blocked.
 
-Not thread-safe: every method runs on the event loop thread.
+Network threads (``num.network.threads``, :class:`NetworkThreads`, shared by the server's
+connections). One event-loop thread doing every kernel copy of bulk traffic was the limit
+of fetch and produce throughput, so the two bulk transfers move in pool threads: a file
+region of ``THREAD_MIN_BYTES`` or more (the worker awaits it; the loop serves other
+connections meanwhile), and the rest of a received frame once that much of it is missing
+(reading is paused for the connection until the thread is back; then the frame is queued
+and reading resumes as usual). A thread loops system call + ``poll`` on the same
+non-blocking socket with the GIL released, and hands the socket back to the loop when it
+stays not ready for ``THREAD_PATIENCE_MS``, so a slow or dead peer is waited for by the
+loop, never by a pool thread. Ordering is unchanged: a thread works for the one request
+the worker is answering, or the one frame being received, and the worker still answers
+one request at a time. Unlike Kafka's network threads (each a selector owning a share of
+the connections), ours own no connection: small frames and responses stay on the loop.
+
+Threads. Every method runs on the event loop thread. The only work on other threads is
+the transfer function a pool thread runs with the fd, the splice pipe and the frame
+buffer it was given; the loop does not touch those until the thread's result is back on
+the loop (``_thread_returned``). While a thread holds the fd, :meth:`close` does not close
+it: the socket is shut down (the thread's poll wakes, its send fails, its receive ends)
+and the fd and pipe are closed when the last thread is back, so the fd number cannot be
+reused by another socket or file while a thread still writes to it.
 """
 
 from __future__ import annotations
