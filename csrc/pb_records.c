@@ -371,7 +371,7 @@ static int pb_check_column(const pb_column *c, int64_t n) {
 /* Row r's entry lies inside its column. With a row order the columns hold rows of other
  * batches too: checking them whole would cost a pass over the Arrow batch per encoded
  * batch, so each row the batch reads is checked instead. */
-static int pb_check_entry(const pb_column *c, int64_t r) {
+PB_INLINE int pb_check_entry(const pb_column *c, int64_t r) {
     if (c->offsets == NULL) return 0;
     if (r < 0 || r >= c->length) return -1;
     int32_t a = c->offsets[r], b = c->offsets[r + 1];
@@ -382,34 +382,51 @@ PB_INLINE int64_t pb_row(const pb_encode_input *in, int32_t i) {
     return in->rows ? (int64_t)in->rows[i] : (int64_t)i;
 }
 
-static int pb_check_rows(const pb_encode_input *in, const char **why) {
-    for (int32_t i = 0; i < in->count; i++) {
-        int64_t r = in->rows[i];
-        if (r < 0 || (in->timestamps && r >= in->timestamps_length)) {
-            *why = "row number outside the columns";
+/* Row r of the input: its row number, key/value and header entries lie inside their
+ * columns and header keys are not null. */
+PB_INLINE int pb_check_row(const pb_encode_input *in, int64_t r, const char **why) {
+    if (PB_UNLIKELY(r < 0 || (in->timestamps && r >= in->timestamps_length))) {
+        *why = "row number outside the columns";
+        return -1;
+    }
+    if (PB_UNLIKELY(pb_check_entry(&in->keys, r) || pb_check_entry(&in->values, r))) {
+        *why = "key/value offsets out of order or past the data buffer";
+        return -1;
+    }
+    if (!in->header_offsets) return 0;
+    if (PB_UNLIKELY(r + 1 >= in->header_offsets_length)) goto bad_headers;
+    int32_t h0 = in->header_offsets[r], h1 = in->header_offsets[r + 1];
+    if (PB_UNLIKELY(h0 < 0 || h1 < h0)) goto bad_headers;
+    for (int32_t j = h0; j < h1; j++) {
+        if (pb_check_entry(&in->header_keys, j) || pb_check_entry(&in->header_values, j))
+            goto bad_headers;
+        if (!pb_col_valid(&in->header_keys, j)) {
+            *why = "header keys must not be null";
             return -1;
-        }
-        if (pb_check_entry(&in->keys, r) || pb_check_entry(&in->values, r)) {
-            *why = "key/value offsets out of order or past the data buffer";
-            return -1;
-        }
-        if (!in->header_offsets) continue;
-        if (r + 1 >= in->header_offsets_length) goto bad_headers;
-        int32_t h0 = in->header_offsets[r], h1 = in->header_offsets[r + 1];
-        if (h0 < 0 || h1 < h0) goto bad_headers;
-        for (int32_t j = h0; j < h1; j++) {
-            if (pb_check_entry(&in->header_keys, j) || pb_check_entry(&in->header_values, j))
-                goto bad_headers;
-            if (!pb_col_valid(&in->header_keys, j)) {
-                *why = "header keys must not be null";
-                return -1;
-            }
         }
     }
     return 0;
 bad_headers:
     *why = "header offsets out of order or past their columns";
     return -1;
+}
+
+static int pb_check_rows(const pb_encode_input *in, const char **why) {
+    for (int32_t i = 0; i < in->count; i++)
+        if (pb_check_row(in, in->rows[i], why)) return -1;
+    return 0;
+}
+
+/* Body size of record i (row r): from the lengths only, no data touched. */
+PB_INLINE size_t pb_record_body_size(const pb_encode_input *in, int64_t r, int64_t ts_delta,
+                                     int32_t offset_delta, int32_t h0, int32_t h1) {
+    size_t body = 1 + pb_varlong_size(ts_delta) + pb_varint_size(offset_delta) +
+                  pb_bytes_size(pb_col_len(&in->keys, r)) +
+                  pb_bytes_size(pb_col_len(&in->values, r)) + pb_varint_size(h1 - h0);
+    for (int32_t j = h0; j < h1; j++)
+        body += pb_bytes_size(pb_col_len(&in->header_keys, j)) +
+                pb_bytes_size(pb_col_len(&in->header_values, j));
+    return body;
 }
 
 int64_t pb_encode_records_size(pb_encode_input *in, const char **why) {
@@ -444,19 +461,13 @@ int64_t pb_encode_records_size(pb_encode_input *in, const char **why) {
         int64_t r = pb_row(in, i);
         int64_t ts = in->timestamps ? in->timestamps[r] : in->default_timestamp;
         if (ts > max_ts) max_ts = ts;
-        int64_t body = 1 + (int64_t)pb_varlong_size((int64_t)((uint64_t)ts - (uint64_t)base_ts)) +
-                       (int64_t)pb_varint_size(i) +
-                       (int64_t)pb_bytes_size(pb_col_len(&in->keys, r)) +
-                       (int64_t)pb_bytes_size(pb_col_len(&in->values, r));
         int32_t h0 = 0, h1 = 0;
         if (in->header_offsets) {
             h0 = in->header_offsets[r];
             h1 = in->header_offsets[r + 1];
         }
-        body += (int64_t)pb_varint_size(h1 - h0);
-        for (int32_t j = h0; j < h1; j++)
-            body += (int64_t)pb_bytes_size(pb_col_len(&in->header_keys, j)) +
-                    (int64_t)pb_bytes_size(pb_col_len(&in->header_values, j));
+        int64_t body = (int64_t)pb_record_body_size(
+            in, r, (int64_t)((uint64_t)ts - (uint64_t)base_ts), i, h0, h1);
         if (body > INT32_MAX) {
             *why = "record larger than 2 GiB";
             return -1;
@@ -475,6 +486,24 @@ bad_headers:
     return -1;
 }
 
+/* Writes row r as one record (length prefix, then the body of `body` bytes) at o. */
+PB_INLINE uint8_t *pb_write_record(uint8_t *o, const pb_encode_input *in, int64_t r,
+                                   int64_t ts_delta, int32_t offset_delta, int32_t h0,
+                                   int32_t h1, size_t body) {
+    o += pb_write_varint(o, (int32_t)body);
+    *o++ = 0;                                    /* record attributes: unused */
+    o += pb_write_varlong(o, ts_delta);
+    o += pb_write_varint(o, offset_delta);
+    o = pb_write_col(o, &in->keys, r);
+    o = pb_write_col(o, &in->values, r);
+    o += pb_write_varint(o, h1 - h0);
+    for (int32_t j = h0; j < h1; j++) {
+        o = pb_write_col(o, &in->header_keys, j);
+        o = pb_write_col(o, &in->header_values, j);
+    }
+    return o;
+}
+
 void pb_encode_records(uint8_t *out, const pb_encode_input *in) {
     uint8_t *o = out;
     for (int32_t i = 0; i < in->count; i++) {
@@ -488,24 +517,75 @@ void pb_encode_records(uint8_t *out, const pb_encode_input *in) {
         }
         /* Body size first (the length prefix comes before it); recomputed rather than
          * stored to keep the encoder allocation-free. */
-        size_t body = 1 + pb_varlong_size(ts_delta) + pb_varint_size(i) +
-                      pb_bytes_size(pb_col_len(&in->keys, r)) +
-                      pb_bytes_size(pb_col_len(&in->values, r)) + pb_varint_size(h1 - h0);
-        for (int32_t j = h0; j < h1; j++)
-            body += pb_bytes_size(pb_col_len(&in->header_keys, j)) +
-                    pb_bytes_size(pb_col_len(&in->header_values, j));
-        o += pb_write_varint(o, (int32_t)body);
-        *o++ = 0;                                /* record attributes: unused */
-        o += pb_write_varlong(o, ts_delta);
-        o += pb_write_varint(o, i);
-        o = pb_write_col(o, &in->keys, r);
-        o = pb_write_col(o, &in->values, r);
-        o += pb_write_varint(o, h1 - h0);
-        for (int32_t j = h0; j < h1; j++) {
-            o = pb_write_col(o, &in->header_keys, j);
-            o = pb_write_col(o, &in->header_values, j);
-        }
+        size_t body = pb_record_body_size(in, r, ts_delta, i, h0, h1);
+        o = pb_write_record(o, in, r, ts_delta, i, h0, h1, body);
     }
+}
+
+/* ---- open batches ---- */
+
+void pb_builder_init(pb_batch_builder *b, uint8_t *buf, size_t capacity) {
+    b->buf = buf;
+    b->capacity = capacity;
+    b->len = PB_BATCH_HEADER_SIZE;
+    b->count = 0;
+    b->base_timestamp = b->max_timestamp = 0;
+}
+
+/* One pass per record: check its entries, size it from the lengths, and write it if it
+ * fits (the two-pass pb_encode_records_size + pb_encode_records read every row's
+ * offsets twice, through the row order, which was most of the encoder's time besides the
+ * copy). The header and CRC wait for pb_builder_finish, so records from any number of
+ * Arrow batches fill one batch of about the capacity. */
+int64_t pb_builder_append(pb_batch_builder *b, const pb_encode_input *in, int32_t start,
+                          size_t *need, const char **why) {
+    size_t len0 = b->len;
+    int32_t count0 = b->count;
+    *need = 0;
+    int32_t i;
+    for (i = start; i < in->count && b->count < INT32_MAX; i++) {
+        int64_t r = pb_row(in, i);
+        if (PB_UNLIKELY(pb_check_row(in, r, why))) {
+            b->len = len0;                       /* all or nothing */
+            b->count = count0;
+            return -1;
+        }
+        int32_t h0 = 0, h1 = 0;
+        if (in->header_offsets) {
+            h0 = in->header_offsets[r];
+            h1 = in->header_offsets[r + 1];
+        }
+        int64_t ts = in->timestamps ? in->timestamps[r] : in->default_timestamp;
+        int64_t base = b->count ? b->base_timestamp : ts;
+        int64_t ts_delta = (int64_t)((uint64_t)ts - (uint64_t)base);
+        /* The entries were checked: each length fits an int32, their sum a size_t. */
+        size_t body = pb_record_body_size(in, r, ts_delta, b->count, h0, h1);
+        if (PB_UNLIKELY(body > INT32_MAX - PB_BATCH_HEADER_SIZE - PB_VARINT_MAX)) {
+            *why = "record larger than 2 GiB";
+            b->len = len0;
+            b->count = count0;
+            return -1;
+        }
+        size_t size = pb_varint_size((int32_t)body) + body;
+        if (b->capacity - b->len < size) {
+            if (b->count == 0) *need = PB_BATCH_HEADER_SIZE + size;  /* alone in a batch */
+            break;
+        }
+        pb_write_record(b->buf + b->len, in, r, ts_delta, b->count, h0, h1, body);
+        b->len += size;
+        if (b->count == 0 || ts > b->max_timestamp) b->max_timestamp = ts;
+        b->base_timestamp = base;
+        b->count++;
+    }
+    return i;
+}
+
+void pb_builder_finish(pb_batch_builder *b, pb_batch_header *h) {
+    h->last_offset_delta = b->count - 1;
+    h->first_timestamp = b->base_timestamp;
+    h->max_timestamp = b->max_timestamp;
+    h->records_count = b->count;
+    pb_finish_batch(b->buf, b->len, h);
 }
 
 void pb_finish_batch(uint8_t *out, size_t total_size, const pb_batch_header *h) {

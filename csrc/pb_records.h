@@ -198,6 +198,30 @@ typedef struct pb_encode_input {
 int64_t pb_encode_records_size(pb_encode_input *in, const char **why);
 /* Writes the records section (size from pb_encode_records_size) at out. */
 void pb_encode_records(uint8_t *out, const pb_encode_input *in);
+/* An open batch in the caller's buffer: records are appended from columns, over any
+ * number of calls, while they fit in `capacity`; pb_builder_finish then writes the header
+ * and the CRC. The producer fills one per partition across Arrow batches, so a batch is
+ * about the producer's batch size however the rows arrive. Not thread-safe. */
+typedef struct pb_batch_builder {
+    uint8_t *buf;
+    size_t capacity;
+    size_t len;                     /* header + records written */
+    int32_t count;
+    int64_t base_timestamp;         /* of the first record */
+    int64_t max_timestamp;
+} pb_batch_builder;
+
+void pb_builder_init(pb_batch_builder *b, uint8_t *buf, size_t capacity);
+/* Appends records start .. in->count - 1 of `in` (its rows, lengths and timestamps; its
+ * base_timestamp is not used) in one pass, each checked as pb_check_rows does, while they
+ * fit. Returns the index of the first record not appended (in->count: all were); when
+ * that record does not fit an empty batch, *need is the capacity it takes (else 0).
+ * -1 with *why: a bad row, nothing appended. */
+int64_t pb_builder_append(pb_batch_builder *b, const pb_encode_input *in, int32_t start,
+                          size_t *need, const char **why);
+/* Fills h's count and timestamp fields and finishes the batch (pb_finish_batch over
+ * b->len bytes); b->count must be >= 1. The caller sets the other fields of h. */
+void pb_builder_finish(pb_batch_builder *b, pb_batch_header *h);
 /* Writes the 61-byte header (batchLength from total_size) and the CRC over
  * [21, total_size), the records being in place already. */
 void pb_finish_batch(uint8_t *out, size_t total_size, const pb_batch_header *h);

@@ -105,6 +105,19 @@ cdef extern from "pb_records.h" nogil:
     void pb_encode_records(uint8_t *out, const pb_encode_input *inp)
     void pb_finish_batch(uint8_t *out, size_t total_size, const pb_batch_header *h)
 
+    ctypedef struct pb_batch_builder:
+        uint8_t *buf
+        size_t capacity
+        size_t len
+        int32_t count
+        int64_t base_timestamp
+        int64_t max_timestamp
+
+    void pb_builder_init(pb_batch_builder *b, uint8_t *buf, size_t capacity)
+    int64_t pb_builder_append(pb_batch_builder *b, const pb_encode_input *inp, int32_t start,
+                              size_t *need, const char **why)
+    void pb_builder_finish(pb_batch_builder *b, pb_batch_header *h)
+
 
 cdef enum:
     # Validation, stamping and scans release the GIL from this size on: below it the

@@ -112,6 +112,37 @@ def encode_batch_columns(
     transactional: bool = False,
     partition_leader_epoch: int = -1,
 ) -> bytes: ...
+
+class BatchBuilder:
+    def __init__(self, buffer: bytearray, limit: int) -> None: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def buffer(self) -> bytearray: ...
+    def append(
+        self,
+        count: int,
+        values: Column,
+        keys: Column | None = None,
+        timestamps: Buffer | None = None,
+        headers: tuple[Buffer, Column, Column] | None = None,
+        *,
+        rows: Buffer | None = None,
+    ) -> int: ...
+    def finish(
+        self,
+        *,
+        base_offset: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        compression: int = 0,
+        transactional: bool = False,
+        partition_leader_epoch: int = -1,
+    ) -> memoryview | bytes: ...
+
 def encode_batch(
     values: list[bytes | None],
     keys: list[bytes | None] | None = None,

@@ -2,17 +2,22 @@
 
 Built for ingest (the Spark writer, the benchmark load generator), not for one message
 at a time: ``send_arrow`` takes whole columns, places keyed rows where the Java client's
-default partitioner would (native murmur2, one call per Arrow batch), cuts each
-partition's rows into batches of about ``batch_bytes`` and encodes them natively
-(``encode_batch_columns``), never touching a row in Python. Requests are pipelined,
-``max_in_flight`` per broker connection, and written with ``sendmsg`` from the encoded
-batches without another copy.
+default partitioner would (native murmur2, one call per Arrow batch) and appends each
+partition's rows natively to that partition's open batch (``records.BatchBuilder``),
+never touching a row in Python. An open batch is sent when it reaches ``batch_bytes``,
+at ``flush()``, or when the open batches together pass ``max_open_bytes``; so batches are
+~``batch_bytes`` however small the Arrow batches are (Spark's 10,000-row batches gave
+~350 KB batches per partition before: 3x the batches and Produce requests, and a fresh
+350 KB allocation, page faults included, per batch). The batches are written into
+pooled buffers, reused once acknowledged. Requests are pipelined, ``max_in_flight`` per
+broker connection, and written with ``sendmsg`` from those buffers without another copy.
 
-Threads: the caller's thread partitions and encodes; a sender thread owns the broker
+Threads: the caller's thread partitions and encodes (and owns the open batches); a sender thread owns the broker
 connections, sends the queued batches and reads the acknowledgements, so reading the
 next Arrow batch (from Spark's JVM) and encoding it overlap with the network instead of
 waiting for socket space and acks (26% of the Spark writer's profile before). The two
-share only the hand-off deque (``_incoming``) and counters under ``_cond``; the caller
+share only the hand-off deque (``_incoming``) and counters under ``_cond``, and the
+buffer pool (a deque: the sender returns buffers, the caller takes them); the caller
 waits there when ``max_in_flight * batch_bytes`` bytes are encoded and not yet sent, and
 in ``flush()`` until every batch is acknowledged. An error on the sender thread (retries
 exhausted, a non-retriable error code) is raised in the caller by its next ``send_arrow``
@@ -40,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pybroker._native.partitioner import partition_rows
-from pybroker._native.records import encode_batch_columns
+from pybroker._native.records import BatchBuilder
 from pybroker.client.cluster import Cluster
 from pybroker.errors import ErrorCode, KafkaError
 
@@ -49,20 +54,29 @@ log = logging.getLogger(__name__)
 PRODUCE, PRODUCE_VERSION = 0, 8
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 _NO_SEQUENCE_ERRORS = {ErrorCode.DUPLICATE_SEQUENCE_NUMBER}
-_RECORD_OVERHEAD = 24
-_BATCH_HEADER = 61
 # Kafka's default max.message.bytes is 1048588; stay clear of it with headers included.
 DEFAULT_BATCH_BYTES = 1_000_000
+# Open batches (one per partition written to) are all sent once they hold this much
+# together: bounds the memory of a producer writing to many partitions.
+DEFAULT_MAX_OPEN_BYTES = 16 << 20
+# Free batch buffers kept for reuse, per buffer size, for the whole process: a Spark
+# Python worker runs one producer per task, and a pool per producer faulted its ~25
+# buffers' pages in again every task (8,000 page faults per 1M rows; the first touch of a
+# page costs a host fault on this VM, see BENCHMARKS.md). Deques: the sender threads put
+# buffers back while callers take them, and append/pop are atomic.
+_POOL_SIZE = 32
+_POOLS: dict[int, collections.deque[bytearray]] = collections.defaultdict(collections.deque)
 
 
 @dataclass
 class PendingBatch:
     topic: str
     partition: int
-    data: bytes
+    data: Any  # bytes or a memoryview of a pooled buffer (buffer)
     records: int
     base_sequence: int
     attempts: int = 0
+    buffer: bytearray | None = None
 
 
 @dataclass
@@ -113,8 +127,10 @@ def _headers_column(array) -> tuple | None:
 
 class BulkProducer:
     def __init__(self, bootstrap: str, *, acks: int = -1, compression: str = "none",
-                 idempotent: bool = True, max_in_flight: int = 5, batch_bytes: int = DEFAULT_BATCH_BYTES,
-                 retries: int = 10, request_timeout_ms: int = 30000,
+                 idempotent: bool = True, max_in_flight: int = 5,
+                 batch_bytes: int = DEFAULT_BATCH_BYTES,
+                 max_open_bytes: int = DEFAULT_MAX_OPEN_BYTES, retries: int = 10,
+                 request_timeout_ms: int = 30000,
                  client_id: str = "pybroker-bulk-producer") -> None:
         if compression not in CODECS:
             raise ValueError(f"compression must be one of {sorted(CODECS)}")
@@ -124,6 +140,7 @@ class BulkProducer:
         self.codec = CODECS[compression]
         self.max_in_flight = max_in_flight
         self.batch_bytes = batch_bytes
+        self.max_open_bytes = max_open_bytes
         self.retries = retries
         self.request_timeout_ms = request_timeout_ms
         self.cluster = Cluster(bootstrap, client_id)
@@ -131,6 +148,9 @@ class BulkProducer:
         self.producer_id, self.producer_epoch = (
             self.cluster.init_producer_id() if idempotent else (-1, -1))
         self._sequences: dict[tuple[str, int], int] = collections.defaultdict(int)
+        # The caller's open batches, and the free buffers (batch_bytes each) for new ones.
+        self._open: dict[tuple[str, int], BatchBuilder] = {}
+        self._pool = _POOLS[batch_bytes]
         self._queue: collections.deque[PendingBatch] = collections.deque()
         # Per broker: requests in flight, each the batches it carries.
         self._in_flight: dict[int, collections.deque[list[PendingBatch]]] = \
@@ -183,7 +203,8 @@ class BulkProducer:
 
     def send_arrow(self, topic: str, values, keys=None, timestamps=None, headers=None,
                    partition: int | None = None) -> None:
-        """Queue Arrow columns (values, optional keys/timestamps/headers) for ``topic``.
+        """Queue Arrow columns (values, optional keys/timestamps/headers) for ``topic``:
+        appended to the open batches, sent as they fill and at ``flush()``.
 
         ``timestamps``: an int64 array of epoch milliseconds, or None for now. Rows with
         a null key, or all rows when ``keys`` is None, go to one partition chosen per call
@@ -214,66 +235,52 @@ class BulkProducer:
                 n, meta.partitions, sticky)
             groups = [(p, starts[p], starts[p + 1]) for p in range(meta.partitions)
                       if starts[p + 1] > starts[p]]
-        # Each partition's batches are encoded straight from the whole Arrow columns,
+        # Each partition's rows are appended straight from the whole Arrow columns,
         # reading the rows in row_order (the encoder's ``rows``): no pyarrow ``take`` to
         # gather them first (14% of the Spark writer's profile).
         columns = (_binary_column(values), None if keys is None else _binary_column(keys),
                    None if timestamps is None else _timestamps_buffer(timestamps),
                    None if headers is None else _headers_column(headers))
-        cumulative = self._cumulative_sizes(n, columns, row_order,
-                                            max(end - start for _, start, end in groups))
         rows = memoryview(row_order).cast("B")
-        # Each record adds up to ~24 bytes of framing (length, attributes, deltas, key and
-        # value lengths, header count) to its key and value: counted so an encoded batch
-        # stays under batch_bytes, which must stay under the topic's max.message.bytes.
-        limit = self.batch_bytes - _BATCH_HEADER
         for p, start, end in groups:
-            while start < end:  # one iteration per batch, not per row
-                stop = end
-                if cumulative is not None:
-                    stop = int(np.searchsorted(cumulative, cumulative[start] + limit,
-                                               side="right")) - 1
-                    stop = min(max(stop, start + 1), end)
-                self._encode(topic, p, stop - start, columns, rows[4 * start: 4 * stop])
-                start = stop
+            tp = (topic, p)
+            while start < end:  # one iteration per batch filled, not per row
+                builder = self._open.get(tp)
+                if builder is None:
+                    try:
+                        buffer = self._pool.pop()
+                    except IndexError:  # the builder starts small and grows
+                        buffer = bytearray()
+                    builder = self._open[tp] = BatchBuilder(buffer, self.batch_bytes)
+                start += builder.append(end - start, *columns, rows=rows[4 * start: 4 * end])
+                if start < end:  # full
+                    self._finish(tp)
+        if sum(b.size for b in self._open.values()) > self.max_open_bytes:
+            self._finish_all()
 
-    def _cumulative_sizes(self, n: int, columns: tuple, row_order, largest_group: int):
-        """Bytes of rows 0..k of row_order for every k (numpy, n + 1 entries), or None
-        when each partition's rows fit in one record batch: the whole Arrow batch does,
-        or the largest partition's row count times the largest row does (the usual
-        case; the gather and cumsum below were 15% of the calling thread's time (cProfile,
-        1M rows in 10,000-row Arrow batches) when done for every Arrow batch)."""
-        import numpy as np
-        value_offsets = np.frombuffer(columns[0][0], dtype=np.int32)
-        key_offsets = None if columns[1] is None else np.frombuffer(columns[1][0],
-                                                                    dtype=np.int32)
-        total = int(value_offsets[n]) - int(value_offsets[0]) + _RECORD_OVERHEAD * n
-        if key_offsets is not None:
-            total += int(key_offsets[n]) - int(key_offsets[0])
-        if total <= self.batch_bytes - _BATCH_HEADER:
-            return None
-        sizes = np.diff(value_offsets).astype(np.int64) + _RECORD_OVERHEAD
-        if key_offsets is not None:
-            sizes += np.diff(key_offsets)
-        if int(sizes.max()) * largest_group <= self.batch_bytes - _BATCH_HEADER:
-            return None
-        cumulative = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(sizes[np.frombuffer(row_order, dtype=np.int32)], out=cumulative[1:])
-        return cumulative
+    def _finish_all(self) -> None:
+        for tp in list(self._open):
+            self._finish(tp)
 
-    def _encode(self, topic: str, partition: int, count: int, columns: tuple, rows) -> None:
-        tp = (topic, partition)
+    def _finish(self, tp: tuple[str, int]) -> None:
+        """Close the open batch of ``tp`` and hand it to the sender."""
+        builder = self._open.pop(tp)
+        count = builder.count
         sequence = self._sequences[tp] if self.producer_id >= 0 else -1
-        data = encode_batch_columns(
-            count, *columns, rows=rows, producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch, base_sequence=sequence, compression=self.codec)
+        data = builder.finish(producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                              base_sequence=sequence, compression=self.codec)
         if self.producer_id >= 0:
             self._sequences[tp] = (sequence + count) & 0x7FFFFFFF
+        buffer: bytearray | None = builder.buffer
+        if self.codec:  # compressed into new bytes: the buffer is free already
+            self._recycle(buffer)
+            buffer = None
         with self._cond:
             while self._unsent_bytes > self._max_unsent and self._error is None:
                 self._cond.wait()
             self._raise_sender_error()
-            self._incoming.append(PendingBatch(topic, partition, data, count, sequence))
+            self._incoming.append(PendingBatch(tp[0], tp[1], data, count, sequence,
+                                               buffer=buffer))
             self._unsent_bytes += len(data)
             self._unacked += 1
             wake, self._wake_wanted = self._wake_wanted, False
@@ -283,10 +290,17 @@ class BulkProducer:
         self.stats.bytes += len(data)
         self.stats.batches += 1
 
+    def _recycle(self, buffer: bytearray | None) -> None:
+        """A batch buffer back to the pool (from either thread: deque appends are atomic)."""
+        if buffer is not None and len(buffer) == self.batch_bytes and \
+                len(self._pool) < _POOL_SIZE:
+            self._pool.append(buffer)
+
     # -- sending --------------------------------------------------------------------------
 
     def flush(self) -> ProduceStats:
-        """Wait until every batch queued is sent and acknowledged."""
+        """Send the open batches and wait until every batch is acknowledged."""
+        self._finish_all()
         with self._cond:
             while self._unacked and self._error is None:
                 self._cond.wait()
@@ -431,6 +445,7 @@ class BulkProducer:
                 code = p["error_code"]
                 if code == ErrorCode.NONE or code in _NO_SEQUENCE_ERRORS:
                     self.stats.last_offsets[tp] = p["base_offset"] + batch.records - 1
+                    self._recycle(batch.buffer)
                     if batch.attempts and not any(b.topic == batch.topic and
                                                   b.partition == batch.partition
                                                   for b in self._queue):

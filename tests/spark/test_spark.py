@@ -126,8 +126,10 @@ def test_stream_from_rate_source_into_the_broker(spark, module_broker, tmp_path)
     messages = consume_all(bootstrap, topic, 2, written)
     values = {int(v) for _, _, v, _ in messages}
     # At-least-once: nothing the sink committed is missing (duplicates would be allowed).
-    assert values == set(range(max(values) + 1))
-    assert len(values) >= written
+    # The committed micro-batches hold the rate source's first `written` values; the one
+    # the stop cancelled may have sent some of its batches (each partition's batches are
+    # sent as they fill, so what it left is not a prefix), and is not checked.
+    assert set(range(written)) <= values
 
 
 def test_stream_read_restarts_from_its_checkpoint(spark, module_broker, tmp_path):
