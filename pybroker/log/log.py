@@ -235,11 +235,12 @@ class Log:
         """Append one validated batch (``batch`` is writable and holds exactly the batch
         ``info`` describes): stamp its offsets (and LogAppendTime if the topic says so or
         ``log_append_time`` >= 0) and write it at the end of the active segment."""
-        self._check_not_appending()
+        if self._appending is not None:
+            self._check_not_appending()
         segment, base, last, max_timestamp, log_append_time = self._prepare(
             batch, info, leader_epoch, log_append_time)
-        segment.append([batch], info.size, last, max_timestamp,
-                       record_count=info.last_offset_delta + 1)
+        segment.append([batch], info.size, last, max_timestamp, None, 0,
+                       info.last_offset_delta + 1)
         return self._appended(info, leader_epoch, base, last, max_timestamp, log_append_time)
 
     async def append_async(self, batch, info, leader_epoch: int = 0,
@@ -280,13 +281,14 @@ class Log:
         """Checks, roll, offsets stamped into ``batch``: what an append does before the
         write. Returns (segment, base offset, last offset, max timestamp, append time)."""
         size = info.size
-        if size > self.config.max_message_bytes:
+        config = self.config
+        if size > config.max_message_bytes:
             raise MessageTooLargeError(
-                f"batch of {size} bytes exceeds max.message.bytes {self.config.max_message_bytes}")
-        if size > self.config.segment_bytes:
+                f"batch of {size} bytes exceeds max.message.bytes {config.max_message_bytes}")
+        if size > config.segment_bytes:
             raise RecordListTooLargeError(
-                f"batch of {size} bytes exceeds segment.bytes {self.config.segment_bytes}")
-        if log_append_time < 0 and self.config.log_append_time:
+                f"batch of {size} bytes exceeds segment.bytes {config.segment_bytes}")
+        if log_append_time < 0 and config.log_append_time:
             log_append_time = self._now_ms()
         base = self._next_offset
         last = base + info.last_offset_delta
@@ -301,9 +303,10 @@ class Log:
         if leader_epoch > self.leader_epoch_cache.latest_epoch:
             self.leader_epoch_cache.assign(leader_epoch, base)
             self._sync_epochs()
-        self._after_append(info.records_count)
+        count = info.records_count
+        self._after_append(count)
         return AppendInfo(base, last, log_append_time, self.log_start_offset, max_timestamp,
-                          last, info.records_count, info.size)
+                          last, count, info.size)
 
     def append_as_follower(self, buf) -> AppendInfo | None:
         """Append batches that already carry their offsets (a replica fetch response).

@@ -10,6 +10,7 @@ Kafka's (``TopicConfig`` / ``ServerLogConfigs``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -107,8 +108,8 @@ class LogConfig:
     def to_properties(self) -> dict[str, Any]:
         return {key: getattr(self, attribute) for key, (attribute, _) in _SCHEMA.items()}
 
-    @property
-    def log_append_time(self) -> bool:
+    @functools.cached_property
+    def log_append_time(self) -> bool:  # read by every produce: computed once
         return self.message_timestamp_type == "LogAppendTime"
 
     @property

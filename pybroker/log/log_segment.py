@@ -256,7 +256,14 @@ class LogSegment:
             if self._bytes_since_index > self.index_interval_bytes:
                 self._add_index_entry(last_offset, position)
             self._bytes_since_index += nbytes
-            self._remember(position, last_offset - record_count + 1, nbytes, last_offset)
+            # Where the latest batches are (inline: the one-record produce path): consumers
+            # and followers read at the tail, and answering them from here saves
+            # remapping the grown file for a header walk.
+            recent = self._recent
+            if len(recent) >= _RECENT_BATCHES:
+                del recent[:_RECENT_BATCHES // 2], self._recent_lasts[:_RECENT_BATCHES // 2]
+            recent.append((position, last_offset - record_count + 1, nbytes))
+            self._recent_lasts.append(last_offset)
             return
         self._forget_recent()
         if offset_entries:
@@ -267,14 +274,6 @@ class LogSegment:
             self._bytes_since_index = self._bytes_after_last_entry()
         else:
             self._bytes_since_index += nbytes
-
-    def _remember(self, position: int, base_offset: int, size: int, last_offset: int) -> None:
-        """Keep where the latest batches are: consumers and followers read at the tail,
-        and answering them from here saves remapping the grown file for a header walk."""
-        if len(self._recent) >= _RECENT_BATCHES:
-            del self._recent[:_RECENT_BATCHES // 2], self._recent_lasts[:_RECENT_BATCHES // 2]
-        self._recent.append((position, base_offset, size))
-        self._recent_lasts.append(last_offset)
 
     def _forget_recent(self) -> None:
         self._recent.clear()

@@ -32,6 +32,7 @@ from typing import Any
 from pybroker._native.records import HEADER_SIZE, read_batch_header, validate_batch
 from pybroker._native.wire import build_produce_response, parse_produce
 from pybroker.broker.handlers import Encoded, handler
+from pybroker.broker.partition import Partition
 from pybroker.broker.request import RequestContext
 from pybroker.broker.topic_manager import validate_topic_name
 from pybroker.errors import (
@@ -55,30 +56,28 @@ def _error(index: int, code: int, message: str | None = None) -> PartitionResult
     return index, code, -1, -1, -1, message
 
 
-async def _append(ctx: RequestContext, topic: str, index: int, records: Any,
-                  acks: int) -> PartitionResult:
+def _checked(ctx: RequestContext, topic: str, index: int, records: Any,
+             acks: int) -> tuple[Partition, Any]:
+    """The partition and the validated batch's ``BatchInfo``, or the KafkaError to answer."""
     partition = ctx.broker.topics.partition(topic, index)
-    if acks == -1 and partition.config.min_insync_replicas > 1:
+    config = partition.config
+    if acks == -1 and config.min_insync_replicas > 1:
         raise NotEnoughReplicasError(
             f"The size of the current ISR 1 is insufficient to satisfy the min.isr "
-            f"requirement of {partition.config.min_insync_replicas} for partition "
-            f"{topic}-{index}")
+            f"requirement of {config.min_insync_replicas} for partition {topic}-{index}")
     if records is None or len(records) == 0:
         raise InvalidRecordError("Produce requests with version 3+ must have at least one "
                                  "record batch per partition")
-    if len(records) > partition.config.max_message_bytes:
+    if len(records) > config.max_message_bytes:
         raise MessageTooLargeError(
             f"The batch is {len(records)} bytes, larger than max.message.bytes "
-            f"{partition.config.max_message_bytes}")
+            f"{config.max_message_bytes}")
     if len(records) < HEADER_SIZE:
         raise CorruptRecordError(f"{len(records)} bytes are not a record batch")
     if read_batch_header(records).size != len(records):
         raise CorruptRecordError("Produce requests must have exactly one record batch per "
                                  "partition")
-    info = validate_batch(records)
-    result = await partition.append_async(records, info)
-    return (index, ErrorCode.NONE, result.base_offset, result.log_append_time,
-            result.log_start_offset, None)
+    return partition, validate_batch(records)
 
 
 def _topic_error(topics: Any, name: str) -> int:
@@ -94,12 +93,19 @@ def _topic_error(topics: Any, name: str) -> int:
 async def _produce_one(ctx: RequestContext, topic: str, index: int, records: Any,
                        acks: int) -> PartitionResult:
     try:
-        return await _append(ctx, topic, index, records, acks)
+        partition, info = _checked(ctx, topic, index, records, acks)
+        # A small batch is written synchronously anyway: no coroutine or lock for it.
+        if partition.appends_synchronously(len(records)):
+            result = partition.append(records, info)
+        else:
+            result = await partition.append_async(records, info)
     except KafkaError as exc:
         return _error(index, exc.code, str(exc))
     except Exception:
         log.exception("bug appending to %s-%d", topic, index)
         return _error(index, ErrorCode.UNKNOWN_SERVER_ERROR)
+    return (index, ErrorCode.NONE, result.base_offset, result.log_append_time,
+            result.log_start_offset, None)
 
 
 @handler(api_key=0, versions=(3, 11), decode=parse_produce)
