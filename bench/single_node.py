@@ -1,10 +1,12 @@
 """The single-node broker's figures against this machine's own limits, in one run.
 
     python3 -m bench.single_node [--seconds 5] [--out DIR] [--only produce,fetch]
-                                 [--threads N]
+                                 [--threads N] [--batch-kib 1024]
 
 ``--only`` runs the named figures (produce, fetch, latency, start; default all) and
 ``--threads`` sets the broker's ``num.network.threads`` (default: the broker's own).
+``--batch-kib`` changes the batch size of produce and fetch (fetches ask for 4 batches), to
+see where handing bulk transfers to network threads starts to pay.
 
 Every figure is a ratio to a baseline measured by the same script in the same run,
 because the machine is shared and noisy:
@@ -392,7 +394,11 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated figures to run, of {', '.join(FIGURES)}")
     parser.add_argument("--threads", type=int, default=None,
                         help="the broker's num.network.threads (default: its own default)")
+    parser.add_argument("--batch-kib", type=int, default=BATCH_BYTES >> 10,
+                        help="produce batch size; fetches ask for 4 of them")
     args = parser.parse_args(argv)
+    global BATCH_BYTES
+    BATCH_BYTES = args.batch_kib << 10
     only = set(args.only.split(","))
     if not only <= set(FIGURES):
         parser.error(f"--only: unknown figures {sorted(only - set(FIGURES))}")
@@ -402,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
               "machine": machine()}
     if args.threads is not None:
         result["num_network_threads"] = args.threads
+    result["batch_bytes"] = BATCH_BYTES
     if "start" in only:
         result["start"] = measure_start()
     broker = Broker(settings)
