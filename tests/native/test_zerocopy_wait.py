@@ -13,6 +13,7 @@ import time
 import pytest
 
 from pybroker._native import zerocopy
+from tests.native.test_zerocopy import tcp_pair
 
 KINDS = ["sendfile", "splice"]
 MIB = 1 << 20
@@ -25,13 +26,6 @@ def region():
     os.write(fd, data)
     yield fd, data
     os.close(fd)
-
-
-def tcp_pair():
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        client = socket.create_connection(server.getsockname())
-        peer, _ = server.accept()
-    return client, peer
 
 
 def nonblocking_pair(kind: str):
