@@ -71,8 +71,10 @@ PROFILE_STEPS = [
     ("BulkProducer.send_arrow", ("BulkProducer.send_arrow (",)),
     ("- murmur2 partitioning (partition_rows)", ("partition_rows",)),
     ("- gather rows by partition (pyarrow take)", ("compute.py:",)),
-    ("- native batch encoding (encode_batch_columns)", ("encode_batch_columns",)),
-    ("- waiting for the sender (back-pressure)", ("BulkProducer._encode (", "Condition.wait")),
+    ("- appending rows to the open batches (BatchBuilder.append)", ("pb_builder_append",)),
+    ("- finishing batches: header, CRC (BatchBuilder.finish)", ("BulkProducer._finish (",
+                                                              "finish (pybroker/")),
+    ("- waiting for the sender (back-pressure)", ("BulkProducer._finish (", "Condition.wait")),
     ("- waking the sender", ("BulkProducer._wake (",)),
     ("BulkProducer.flush (the last acknowledgements)", ("BulkProducer.flush (",)),
 ]
