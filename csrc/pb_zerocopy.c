@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The kernel moves at most this much per sendfile/splice call (MAX_RW_COUNT). */
@@ -141,9 +142,23 @@ ssize_t pb_splice(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset, size
     return (ssize_t)sent;
 }
 
-/* Sleep until `fd` is ready for `events` (or has failed: the next call reports why).
- * 0 when ready, -ETIMEDOUT after patience_ms, -errno if poll itself fails. */
-static int pb_wait_ready(int fd, short events, int patience_ms)
+static int64_t pb_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t pb_deadline(int slice_ms)
+{
+    return slice_ms > 0 ? pb_now_ms() + slice_ms : INT64_MAX;
+}
+
+/* Whether an unfinished transfer goes on: sleeps until `fd` is ready for `events` (or
+ * has failed: the next call reports why). 0: go on; 1: stop and hand the socket back
+ * (not ready for patience_ms, or the slice is used up); -errno: poll failed. */
+static int pb_go_on(int fd, short events, int patience_ms, int64_t deadline_ms)
 {
     struct pollfd pfd = {.fd = fd, .events = events};
     int n;
@@ -153,12 +168,13 @@ static int pb_wait_ready(int fd, short events, int patience_ms)
     while (n < 0 && errno == EINTR);
     if (n < 0)
         return -errno;
-    return n == 0 ? -ETIMEDOUT : 0;
+    return n == 0 || pb_now_ms() >= deadline_ms;
 }
 
 int pb_send_region_wait(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset,
-                        size_t count, int patience_ms, size_t *moved)
+                        size_t count, int patience_ms, int slice_ms, size_t *moved)
 {
+    int64_t deadline = pb_deadline(slice_ms);
     size_t sent = 0;
     int err = 0;
 
@@ -172,9 +188,8 @@ int pb_send_region_wait(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset
         }
         sent += (size_t)n;
         /* Short means the socket buffer is full: poll now rather than after an EAGAIN. */
-        if (sent < count && (err = pb_wait_ready(out_fd, POLLOUT, patience_ms)) < 0) {
-            if (err == -ETIMEDOUT)
-                err = 0;
+        if (sent < count && (err = pb_go_on(out_fd, POLLOUT, patience_ms, deadline)) != 0) {
+            err = err > 0 ? 0 : err;
             break;
         }
     }
@@ -182,8 +197,10 @@ int pb_send_region_wait(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset
     return err;
 }
 
-int pb_recv_wait(int fd, char *buf, size_t count, int patience_ms, size_t *moved)
+int pb_recv_wait(int fd, char *buf, size_t count, int patience_ms, int slice_ms,
+                 size_t *moved)
 {
+    int64_t deadline = pb_deadline(slice_ms);
     size_t got = 0;
     int err = 0;
 
@@ -200,9 +217,8 @@ int pb_recv_wait(int fd, char *buf, size_t count, int patience_ms, size_t *moved
         if (n > 0)
             got += (size_t)n;
         /* Short means the receive queue is empty: poll now rather than after an EAGAIN. */
-        if (got < count && (err = pb_wait_ready(fd, POLLIN, patience_ms)) < 0) {
-            if (err == -ETIMEDOUT)
-                err = 0;
+        if (got < count && (err = pb_go_on(fd, POLLIN, patience_ms, deadline)) != 0) {
+            err = err > 0 ? 0 : err;
             break;
         }
     }

@@ -17,8 +17,10 @@
  * loop syscall + poll(2) on the same non-blocking socket, so the thread sleeps while the
  * socket is not ready without the socket having to change mode. They stop when the whole
  * count has moved, the socket fails, the peer ends the stream (receive), or the socket
- * stayed not ready for `patience_ms` (the caller's event loop then takes the socket back
- * and waits for it without holding a thread: a slow or dead peer never pins one). They
+ * stayed not ready for `patience_ms`, or the call has run `slice_ms` (> 0) and has to
+ * wait again: the caller's event loop then takes the socket back, waits for it without
+ * holding a thread and queues the rest behind other connections' transfers, so neither a
+ * dead peer nor a slow one keeps a thread from the others. They
  * return 0, or -errno on failure, and always set *moved to the bytes moved (a failure
  * after some progress still reports it, for the counters).
  */
@@ -51,8 +53,9 @@ ssize_t pb_splice(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset, size
 
 /* `p` NULL: sendfile; else splice through `p` (the connection's pipe). */
 int pb_send_region_wait(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset,
-                        size_t count, int patience_ms, size_t *moved);
-int pb_recv_wait(int fd, char *buf, size_t count, int patience_ms, size_t *moved);
+                        size_t count, int patience_ms, int slice_ms, size_t *moved);
+int pb_recv_wait(int fd, char *buf, size_t count, int patience_ms, int slice_ms,
+                 size_t *moved);
 
 typedef enum pb_zerocopy_counter { PB_ZERO_COPY_BYTES, PB_COPIED_BYTES } pb_zerocopy_counter;
 

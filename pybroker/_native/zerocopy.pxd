@@ -20,8 +20,9 @@ cdef extern from "pb_zerocopy.h" nogil:
     void pb_splice_pipe_close(pb_splice_pipe *p)
     ssize_t pb_splice(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset, size_t count)
     int pb_send_region_wait(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset,
-                            size_t count, int patience_ms, size_t *moved)
-    int pb_recv_wait(int fd, char *buf, size_t count, int patience_ms, size_t *moved)
+                            size_t count, int patience_ms, int slice_ms, size_t *moved)
+    int pb_recv_wait(int fd, char *buf, size_t count, int patience_ms, int slice_ms,
+                     size_t *moved)
     void pb_zerocopy_count(pb_zerocopy_counter which, uint64_t n)
     uint64_t pb_zerocopy_counter_value(pb_zerocopy_counter which)
 

@@ -17,10 +17,11 @@ The GIL is released during the system calls: a page-cache miss reads the disk.
 
 For I/O threads (``pybroker.net``'s ``num.network.threads``) there are blocking forms on
 the same non-blocking sockets: ``send_region_wait`` and ``recv_wait`` loop system call +
-``poll`` with the GIL released until everything has moved, and give up quietly (returning
-the bytes moved so far) when the socket stays not ready for ``patience_ms`` or, for a
-receive, when the peer ends the stream; the caller's event loop then waits for the socket
-itself. Failures raise ``OSError`` after counting what was sent.
+``poll`` with the GIL released until everything has moved, and stop early (returning
+the bytes moved so far) when the socket stays not ready for ``patience_ms``, when they
+have run ``slice_ms`` (if > 0) and would have to wait again, or, for a receive, when the
+peer ends the stream; the caller's event loop then waits for the socket itself. Failures
+raise ``OSError`` after counting what was sent.
 """
 
 import os
@@ -120,11 +121,12 @@ cdef class SplicePipe:
 
 
 def send_region_wait(int out_fd, int in_fd, int64_t offset, Py_ssize_t count,
-                     int patience_ms, SplicePipe pipe=None):
+                     int patience_ms, int slice_ms=0, SplicePipe pipe=None):
     """Send ``count`` bytes of ``in_fd`` at ``offset`` to the non-blocking socket
     ``out_fd``, sleeping in ``poll`` whenever it is full; returns the bytes sent, fewer
-    than ``count`` only when the socket took nothing for ``patience_ms``. Through
-    ``pipe`` with splice when given (the connection's pipe), else with sendfile."""
+    than ``count`` only when the socket took nothing for ``patience_ms`` or the call used
+    up ``slice_ms``. Through ``pipe`` with splice when given (the connection's pipe),
+    else with sendfile."""
     cdef size_t moved = 0
     cdef int err
     cdef pb_splice_pipe *p = NULL
@@ -133,25 +135,27 @@ def send_region_wait(int out_fd, int in_fd, int64_t offset, Py_ssize_t count,
         p = &pipe._pipe
     with nogil:
         err = pb_send_region_wait(p, out_fd, in_fd, offset, <size_t>count, patience_ms,
-                                  &moved)
+                                  slice_ms, &moved)
     pb_zerocopy_count(PB_ZERO_COPY_BYTES, moved)
     if err < 0:
         _raise_errno(err, "splice" if p != NULL else "sendfile")
     return moved
 
 
-def recv_wait(int fd, object buf, int patience_ms):
+def recv_wait(int fd, object buf, int patience_ms, int slice_ms=0):
     """Receive into all of the writable buffer ``buf`` from the non-blocking socket
     ``fd``, sleeping in ``poll`` whenever nothing is queued; returns the bytes received,
-    fewer than ``len(buf)`` when the peer ended the stream or sent nothing for
-    ``patience_ms``. ``buf`` stays exported (cannot be resized) during the call."""
+    fewer than ``len(buf)`` when the peer ended the stream, sent nothing for
+    ``patience_ms`` or the call used up ``slice_ms``. ``buf`` stays exported (cannot be
+    resized) during the call."""
     cdef Py_buffer view
     cdef size_t moved = 0
     cdef int err
     PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
     try:
         with nogil:
-            err = pb_recv_wait(fd, <char *>view.buf, <size_t>view.len, patience_ms, &moved)
+            err = pb_recv_wait(fd, <char *>view.buf, <size_t>view.len, patience_ms, slice_ms,
+                               &moved)
     finally:
         PyBuffer_Release(&view)
     if err < 0:

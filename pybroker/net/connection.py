@@ -91,9 +91,11 @@ _IOV_MAX = 1024
 # costs about what the loop thread saves.
 THREAD_MIN_BYTES = 256 * 1024
 # A network thread gives the socket back to the event loop when it has not been ready for
-# this long: the loop then waits for it without holding a thread, so slow or dead peers
-# cannot take the pool from everyone else.
+# this long, and after THREAD_SLICE_MS of work when it would have to wait again: the loop
+# then waits for the socket without holding a thread and queues the rest behind other
+# connections' transfers, so neither dead nor slow peers take the pool from the others.
 THREAD_PATIENCE_MS = 20
+THREAD_SLICE_MS = 100
 
 Part = Any  # bytes-like or FileRegion
 Dispatch = Callable[["Connection", bytearray], Awaitable[Sequence[Part] | None]]
@@ -201,7 +203,7 @@ class Connection:
         self._pause_reading()
         self._receiving = True
         done = self._in_thread(zerocopy.recv_wait, self.fd, self._large_view[self._large_pos:],
-                               THREAD_PATIENCE_MS)
+                               THREAD_PATIENCE_MS, THREAD_SLICE_MS)
         done.add_done_callback(self._received_in_thread)
 
     def _received_in_thread(self, done: asyncio.Future[int]) -> None:
@@ -377,7 +379,7 @@ class Connection:
                 if threaded:
                     sent = await self._in_thread(zerocopy.send_region_wait, self.fd, region.fd,
                                                  offset, remaining, THREAD_PATIENCE_MS,
-                                                 self._pipe)
+                                                 THREAD_SLICE_MS, self._pipe)
                 elif self._pipe is not None:
                     sent = self._pipe.splice(self.fd, region.fd, offset, remaining)
                 else:

@@ -70,7 +70,8 @@ def logged(broker: BrokerProcess, text: str) -> bool:
 
 def fd_count(pid: int) -> int:
     """Sockets and pipes, what connections hold (the log's mmaps dup segment fds and
-    remake them as a partition grows, so all fds would not be a stable count)."""
+    remake them as a partition grows, so all fds would not be a stable count). Compared
+    with <=: clients of earlier tests may still be disconnecting."""
     count = 0
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -188,7 +189,7 @@ def test_fetch_of_64_mib_abandoned_mid_response(net_broker: BrokerProcess) -> No
     for peer in peers:  # "send failed" or "receive failed", whichever saw it first
         wait_for(functools.partial(logged, net_broker, f"connection {peer}: "),
                  f"a log line for the abandoned fetch of {peer}")
-    wait_for(lambda: fd_count(net_broker.pid) == before, "no fd left behind")
+    wait_for(lambda: fd_count(net_broker.pid) <= before, "no fd left behind")
     served(net_broker, topic)
 
 
@@ -207,7 +208,7 @@ def test_produce_abandoned_mid_frame(net_broker: BrokerProcess) -> None:
         sock.close()
     for line in lines:
         wait_for(functools.partial(logged, net_broker, line), f"a log line {line!r}")
-    wait_for(lambda: fd_count(net_broker.pid) == before, "no fd left behind")
+    wait_for(lambda: fd_count(net_broker.pid) <= before, "no fd left behind")
     served(net_broker, topic)
 
 

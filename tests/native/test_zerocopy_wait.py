@@ -58,7 +58,7 @@ def test_send_region_wait_moves_the_whole_region_to_a_slow_reader(region, kind, 
                               args=(theirs, 5 * MIB, got, 0.0002))
     reader.start()
     before = zerocopy.zerocopy_counters()["zero_copy_bytes"]
-    sent = zerocopy.send_region_wait(ours.fileno(), fd, MIB, 5 * MIB, 5000, pipe_for(kind))
+    sent = zerocopy.send_region_wait(ours.fileno(), fd, MIB, 5 * MIB, 5000, 0, pipe_for(kind))
     reader.join()
     assert sent == 5 * MIB
     assert bytes(got) == data[MIB:]
@@ -72,12 +72,13 @@ def test_send_region_wait_gives_up_when_nobody_reads_and_resumes(region, kind):
     fd, data = region
     ours, theirs = nonblocking_pair("socketpair")
     pipe = pipe_for(kind)
-    sent = zerocopy.send_region_wait(ours.fileno(), fd, 0, len(data), 20, pipe)
+    sent = zerocopy.send_region_wait(ours.fileno(), fd, 0, len(data), 20, 0, pipe)
     assert 0 < sent < len(data)  # the socket buffer filled, then patience ran out
     got = bytearray()
     reader = threading.Thread(target=read_exactly, args=(theirs, len(data), got))
     reader.start()
-    rest = zerocopy.send_region_wait(ours.fileno(), fd, sent, len(data) - sent, 5000, pipe)
+    rest = zerocopy.send_region_wait(ours.fileno(), fd, sent, len(data) - sent, 5000, 0,
+                                      pipe)
     reader.join()
     assert sent + rest == len(data)
     assert bytes(got) == data
@@ -92,7 +93,7 @@ def test_send_region_wait_raises_when_the_peer_is_gone(region, kind):
     pipe = pipe_for(kind)
     threading.Timer(0.05, theirs.close).start()  # after the buffer filled: the poll wakes
     with pytest.raises(OSError) as info:
-        zerocopy.send_region_wait(ours.fileno(), fd, 0, len(data), 5000, pipe)
+        zerocopy.send_region_wait(ours.fileno(), fd, 0, len(data), 5000, 0, pipe)
     assert info.value.errno in (errno.EPIPE, errno.ECONNRESET)
     ours.close()
 
@@ -153,3 +154,45 @@ def test_recv_wait_raises_on_reset_and_refuses_read_only_buffers():
     with pytest.raises(ConnectionResetError):
         zerocopy.recv_wait(ours.fileno(), bytearray(100), 5000)
     ours.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_steady_slow_reader_gets_one_slice_at_a_time(region, kind):
+    """The peer always takes a little within the patience, so only the slice ends it."""
+    fd, data = region
+    ours, theirs = nonblocking_pair("socketpair")
+    got = bytearray()
+    reader = threading.Thread(target=read_exactly, args=(theirs, len(data), got, 0.001))
+    reader.start()
+    pipe = pipe_for(kind)
+    sent = zerocopy.send_region_wait(ours.fileno(), fd, 0, len(data), 1000, 50, pipe)
+    assert 0 < sent < len(data)
+    while sent < len(data):  # the caller carries on where the slice ended
+        sent += zerocopy.send_region_wait(ours.fileno(), fd, sent, len(data) - sent, 5000, 0,
+                                          pipe)
+    reader.join()
+    assert bytes(got) == data
+    ours.close()
+    theirs.close()
+
+
+def test_a_trickling_sender_gets_one_slice_at_a_time():
+    theirs, ours = socket.socketpair()
+    ours.setblocking(False)
+    stop = threading.Event()
+
+    def trickle():
+        while not stop.is_set():
+            theirs.sendall(b"z" * 1000)
+            time.sleep(0.001)
+
+    sender = threading.Thread(target=trickle)
+    sender.start()
+    try:
+        got = zerocopy.recv_wait(ours.fileno(), bytearray(10 * MIB), 1000, 50)
+    finally:
+        stop.set()
+        sender.join()
+    assert 0 < got < 10 * MIB
+    ours.close()
+    theirs.close()
