@@ -524,12 +524,15 @@ void pb_encode_records(uint8_t *out, const pb_encode_input *in) {
 
 /* ---- open batches ---- */
 
+static void pb_write_header(uint8_t *out, size_t total_size, const pb_batch_header *h);
+
 void pb_builder_init(pb_batch_builder *b, uint8_t *buf, size_t capacity) {
     b->buf = buf;
     b->capacity = capacity;
     b->len = PB_BATCH_HEADER_SIZE;
     b->count = 0;
     b->base_timestamp = b->max_timestamp = 0;
+    b->records_crc = 0;
 }
 
 /* One pass per record: check its entries, size it from the lengths, and write it if it
@@ -577,7 +580,46 @@ int64_t pb_builder_append(pb_batch_builder *b, const pb_encode_input *in, int32_
         b->base_timestamp = base;
         b->count++;
     }
+    /* The CRC of what this call wrote, while it is still in cache: at finish only the
+     * header's 40 bytes are left to checksum (pb_crc32c_combine). */
+    b->records_crc = pb_crc32c(b->records_crc, b->buf + len0, b->len - len0);
     return i;
+}
+
+/* CRC32C combination (the GF(2) polynomial arithmetic zlib's crc32_combine uses): the
+ * CRC of A || B from crc(A), crc(B) and len(B), in O(log len) 32-bit multiplications.
+ * pb_crc32c.c has the same arithmetic as static functions; this copy goes once it
+ * exports a combine (pb_crc32c.c is not the encoder's file). */
+#define PB_CRC32C_POLY 0x82F63B78u          /* reflected Castagnoli polynomial */
+
+/* a * b modulo the polynomial, bit-reflected (bit 31 is x^0). */
+static uint32_t pb_crc_multmodp(uint32_t a, uint32_t b) {
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0) break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ PB_CRC32C_POLY : b >> 1;
+    }
+    return p;
+}
+
+/* x^(8 * n) modulo the polynomial: what appending n zero bytes multiplies a CRC by. */
+static uint32_t pb_crc_shift_bytes(size_t n) {
+    uint32_t p = 1u << 31;                      /* x^0 */
+    uint32_t x2k = 1u << 23;                    /* x^8: x^(2^k) for k = 3 */
+    while (n) {
+        if (n & 1) p = pb_crc_multmodp(x2k, p);
+        x2k = pb_crc_multmodp(x2k, x2k);
+        n >>= 1;
+    }
+    return p;
+}
+
+uint32_t pb_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b) {
+    return pb_crc_multmodp(pb_crc_shift_bytes(len_b), crc_a) ^ crc_b;
 }
 
 void pb_builder_finish(pb_batch_builder *b, pb_batch_header *h) {
@@ -585,10 +627,15 @@ void pb_builder_finish(pb_batch_builder *b, pb_batch_header *h) {
     h->first_timestamp = b->base_timestamp;
     h->max_timestamp = b->max_timestamp;
     h->records_count = b->count;
-    pb_finish_batch(b->buf, b->len, h);
+    pb_write_header(b->buf, b->len, h);
+    uint32_t crc = pb_crc32c(0, b->buf + PB_OFF_ATTRIBUTES,
+                             PB_BATCH_HEADER_SIZE - PB_OFF_ATTRIBUTES);
+    crc = pb_crc32c_combine(crc, b->records_crc, b->len - PB_BATCH_HEADER_SIZE);
+    pb_store_be32(b->buf + PB_OFF_CRC, crc);
 }
 
-void pb_finish_batch(uint8_t *out, size_t total_size, const pb_batch_header *h) {
+/* Every header field but the CRC. */
+static void pb_write_header(uint8_t *out, size_t total_size, const pb_batch_header *h) {
     pb_store_be64(out + PB_OFF_BASE_OFFSET, (uint64_t)h->base_offset);
     pb_store_be32(out + PB_OFF_BATCH_LENGTH, (uint32_t)(total_size - PB_LOG_OVERHEAD));
     pb_store_be32(out + PB_OFF_LEADER_EPOCH, (uint32_t)h->partition_leader_epoch);
@@ -601,6 +648,10 @@ void pb_finish_batch(uint8_t *out, size_t total_size, const pb_batch_header *h) 
     pb_store_be16(out + PB_OFF_PRODUCER_EPOCH, (uint16_t)h->producer_epoch);
     pb_store_be32(out + PB_OFF_BASE_SEQUENCE, (uint32_t)h->base_sequence);
     pb_store_be32(out + PB_OFF_RECORDS_COUNT, (uint32_t)h->records_count);
+}
+
+void pb_finish_batch(uint8_t *out, size_t total_size, const pb_batch_header *h) {
+    pb_write_header(out, total_size, h);
     pb_store_be32(out + PB_OFF_CRC,
                   pb_crc32c(0, out + PB_OFF_ATTRIBUTES, total_size - PB_OFF_ATTRIBUTES));
 }

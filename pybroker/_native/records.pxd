@@ -112,6 +112,7 @@ cdef extern from "pb_records.h" nogil:
         int32_t count
         int64_t base_timestamp
         int64_t max_timestamp
+        uint32_t records_crc
 
     void pb_builder_init(pb_batch_builder *b, uint8_t *buf, size_t capacity)
     int64_t pb_builder_append(pb_batch_builder *b, const pb_encode_input *inp, int32_t start,
