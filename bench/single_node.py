@@ -387,6 +387,7 @@ def machine() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global BATCH_BYTES
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--out", default=None, help="directory for result.json/result.md")
@@ -397,7 +398,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-kib", type=int, default=BATCH_BYTES >> 10,
                         help="produce batch size; fetches ask for 4 of them")
     args = parser.parse_args(argv)
-    global BATCH_BYTES
     BATCH_BYTES = args.batch_kib << 10
     only = set(args.only.split(","))
     if not only <= set(FIGURES):
