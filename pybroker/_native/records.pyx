@@ -701,7 +701,6 @@ cdef class BatchBuilder:
         or new bytes (compressed, the buffer free for reuse at once). At least one record
         must have been appended."""
         cdef pb_batch_header h
-        cdef PyThreadState *state
         if self.b.count < 1:
             raise ValueError("a batch needs at least one record")
         if not 0 <= compression <= 4:
@@ -717,9 +716,9 @@ cdef class BatchBuilder:
             h.max_timestamp = self.b.max_timestamp
             h.records_count = self.b.count
             return _compressed(memoryview(self.buf)[PB_BATCH_HEADER_SIZE:self.b.len], &h)
-        state = _crc.release_gil_if(self.b.len >= RECORDS_GIL_THRESHOLD)
+        # With the GIL: the records were checksummed as they were appended, so this is
+        # the header, its 40-byte CRC and the combine, ~1 us.
         pb_builder_finish(&self.b, &h)
-        _crc.reacquire_gil(state)
         return memoryview(self.buf)[:self.b.len]
 
 

@@ -4,7 +4,8 @@ Names follow Spark's own Kafka connector where one exists, so code ports by chan
 ``format("kafka")`` to ``format("pybroker")``: ``kafka.bootstrap.servers``, ``topic``,
 ``subscribe``, ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``, and
 producer settings prefixed ``kafka.`` (``kafka.acks``, ``kafka.compression.type``,
-``kafka.enable.idempotence``, ``kafka.batch.size``).
+``kafka.enable.idempotence``, ``kafka.batch.size``,
+``kafka.max.in.flight.requests.per.connection``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class WriteOptions:
     compression: str
     idempotent: bool
     batch_bytes: int
+    max_in_flight: int = 5
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -51,6 +53,8 @@ class WriteOptions:
                              default="none"),
             idempotent=idempotent and acks in ("all", "-1"),
             batch_bytes=int(_get(options, "kafka.batch.size", default=1_000_000)),
+            max_in_flight=int(_get(options, "kafka.max.in.flight.requests.per.connection",
+                                   default=5)),
         )
 
 

@@ -85,6 +85,7 @@ def _write_batches(options: WriteOptions, iterator) -> PybrokerCommitMessage:
 
     with BulkProducer(options.bootstrap, acks=options.acks, compression=options.compression,
                       idempotent=options.idempotent, batch_bytes=options.batch_bytes,
+                      max_in_flight=options.max_in_flight,
                       client_id="pybroker-spark-writer") as producer:
         for batch in iterator:
             names = batch.schema.names
