@@ -133,7 +133,9 @@ class Appender:
         returns the number of bytes written, always their total length."""
         if self._fd < 0:
             raise ValueError("append on a closed Appender")
-        if self.writing:  # same file, maybe the same range: never race the kernel's write
+        in_flight = self._in_flight  # `writing`, inline: this runs once per produce
+        if in_flight is not None and not in_flight.done():
+            # same file, maybe the same range: never race the kernel's write
             raise BlockingIOError(errno.EBUSY, "an asynchronous append is in flight")
         if self._pwrite_small and len(buffers) == 1 and len(buffers[0]) < ASYNC_MIN_BYTES:
             buf = buffers[0]

@@ -63,11 +63,23 @@ class Partition:
         ``batch`` must be writable: offsets (and LogAppendTime) are stamped into it in place.
         A retried batch of an idempotent producer is answered with its original offsets.
         """
+        log = self.log
+        if info.producer_id < 0:  # the common produce, flat (see Log.append_small)
+            config = log.config
+            now = int(time.time() * 1000)
+            if not config.log_append_time:
+                self._check_timestamps(config, info, now)
+                base = log.append_small(batch, info, LEADER_EPOCH)
+                if base >= 0:
+                    log.high_watermark = base + info.last_offset_delta + 1
+                    if self._waiters:
+                        self.wake()
+                    return AppendResult(base, -1, log.log_start_offset)
         now, log_append_time, duplicate = self._before_append(info)
         if duplicate is not None:
             return duplicate
-        appended = self.log.append(batch, info, leader_epoch=LEADER_EPOCH,
-                                   log_append_time=log_append_time)
+        appended = log.append(batch, info, leader_epoch=LEADER_EPOCH,
+                              log_append_time=log_append_time)
         return self._after_append(info, appended, now)
 
     def appends_synchronously(self, size: int) -> bool:

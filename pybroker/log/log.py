@@ -243,6 +243,34 @@ class Log:
                        info.last_offset_delta + 1)
         return self._appended(info, leader_epoch, base, last, max_timestamp, log_append_time)
 
+    def append_small(self, batch, info, leader_epoch: int = 0) -> int:
+        """``append`` in one flat step for the common produce, or -1 with nothing done
+        when it does not apply (the caller then takes ``append``): a CreateTime topic, no
+        new leader epoch, no asynchronous append under way, and an active segment that
+        takes the batch without a roll or an index entry (``LogSegment.fits``). Returns
+        the base offset. Why: a one-record produce round trip was mostly Python calls
+        (``_prepare``, ``_maybe_roll``, ``_appended`` and the properties under them:
+        ~3.5 us of 23 per round trip); the checks here are the same, taken at once."""
+        config = self.config
+        segment = self.segments.active
+        base = self._next_offset
+        last = base + info.last_offset_delta
+        size = info.size
+        if self._appending is not None or config.log_append_time or \
+                size > config.max_message_bytes or \
+                leader_epoch > self.leader_epoch_cache.latest_epoch or \
+                not segment.fits(size, last, info.max_timestamp, config.segment_bytes,
+                                 config.segment_ms - config.segment_jitter_ms):
+            return -1
+        stamp_batch(batch, 0, base, leader_epoch, -1)
+        segment.append([batch], size, last, info.max_timestamp, None, 0,
+                       info.last_offset_delta + 1)
+        self._next_offset = last + 1
+        self._unflushed_messages += info.records_count
+        if self._unflushed_messages >= config.flush_messages:
+            self.flush()
+        return base
+
     async def append_async(self, batch, info, leader_epoch: int = 0,
                            log_append_time: int = -1) -> AppendInfo:
         """``append`` for the event loop: the write is awaited (the loop serves other
@@ -304,7 +332,9 @@ class Log:
             self.leader_epoch_cache.assign(leader_epoch, base)
             self._sync_epochs()
         count = info.records_count
-        self._after_append(count)
+        self._unflushed_messages += count  # _after_append, inline on the produce path
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
         return AppendInfo(base, last, log_append_time, self.log_start_offset, max_timestamp,
                           last, count, info.size)
 
@@ -391,7 +421,7 @@ class Log:
         elif segment.offset_index.is_full or segment.time_index.is_full:
             reason = "index full"
         else:
-            rolling = segment.rolling_timestamp()
+            rolling = segment.rolling_timestamp()  # cached after the first call
             waited = (max_timestamp - rolling if rolling is not None
                       else self._now_ms() - int(segment.created * 1000))
             if waited > config.segment_ms - config.segment_jitter_ms:

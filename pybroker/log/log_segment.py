@@ -191,12 +191,25 @@ class LogSegment:
         first byte); they are shifted to this segment and file position here."""
         position = self.size
         try:
-            written = self._appender_for_writes().append(buffers, position)
+            written = (self._appender or self._appender_for_writes()).append(buffers, position)
         except OSError as exc:
             self._failed_write(position, exc)
         self._appended(position, written, nbytes, last_offset, max_timestamp,
                        offset_entries, entries_base, record_count)
         return position
+
+    def fits(self, size: int, last_offset: int, max_timestamp: int, segment_bytes: int,
+             roll_ms: int) -> bool:
+        """Whether a batch of ``size`` bytes ending at ``last_offset`` can be appended
+        here without a roll (``Log._maybe_roll``'s reasons: bytes, relative offset range,
+        a full index, ``roll_ms`` past the first batch's timestamp). Conservative: an
+        empty segment, or one whose first batch had no timestamp, says no (``Log.append``
+        decides those)."""
+        rolling = self._rolling_timestamp
+        return 0 < self.size <= segment_bytes - size and rolling is not None and \
+            last_offset - self.base_offset <= MAX_RELATIVE_OFFSET and \
+            max_timestamp - rolling <= roll_ms and \
+            not self.offset_index.is_full and not self.time_index.is_full
 
     async def append_async(self, buffers: list) -> tuple[int, int]:
         """``append`` (the leader's form) with the write awaited, not blocking the loop.
