@@ -63,24 +63,17 @@ class Partition:
         ``batch`` must be writable: offsets (and LogAppendTime) are stamped into it in place.
         A retried batch of an idempotent producer is answered with its original offsets.
         """
-        log = self.log
-        if info.producer_id < 0:  # the common produce, flat (see Log.append_small)
-            config = log.config
-            now = int(time.time() * 1000)
-            if not config.log_append_time:
-                self._check_timestamps(config, info, now)
-                base = log.append_small(batch, info, LEADER_EPOCH)
-                if base >= 0:
-                    log.high_watermark = base + info.last_offset_delta + 1
-                    if self._waiters:
-                        self.wake()
-                    return AppendResult(base, -1, log.log_start_offset)
         now, log_append_time, duplicate = self._before_append(info)
         if duplicate is not None:
             return duplicate
-        appended = log.append(batch, info, leader_epoch=LEADER_EPOCH,
-                              log_append_time=log_append_time)
-        return self._after_append(info, appended, now)
+        base = -1
+        if log_append_time < 0:  # the common case in one flat step (Log.append_small)
+            base = self.log.append_small(batch, info, LEADER_EPOCH)
+        if base < 0:
+            appended = self.log.append(batch, info, leader_epoch=LEADER_EPOCH,
+                                       log_append_time=log_append_time)
+            base, log_append_time = appended.base_offset, appended.log_append_time
+        return self._after_append(info, base, log_append_time, now)
 
     def appends_synchronously(self, size: int) -> bool:
         """Whether ``append_async`` of a ``size``-byte batch would be written without
@@ -102,7 +95,8 @@ class Partition:
                 return duplicate
             appended = await self.log.append_async(batch, info, leader_epoch=LEADER_EPOCH,
                                                    log_append_time=log_append_time)
-            return self._after_append(info, appended, now)
+            return self._after_append(info, appended.base_offset, appended.log_append_time,
+                                      now)
 
     def _before_append(self, info: Any) -> tuple[int, int, AppendResult | None]:
         """(now, LogAppendTime or -1, the original answer if this is a retried batch)."""
@@ -121,17 +115,16 @@ class Partition:
                     duplicate.first_offset, duplicate.timestamp, self.log.log_start_offset)
         return now, log_append_time, None
 
-    def _after_append(self, info: Any, appended: Any, now: int) -> AppendResult:
-        # ISR of one: committed on write (the log end is the appended batch's end)
-        self.log.high_watermark = appended.last_offset + 1
+    def _after_append(self, info: Any, base: int, log_append_time: int,
+                      now: int) -> AppendResult:
+        log = self.log
+        log.high_watermark = base + info.last_offset_delta + 1  # ISR of one: committed
         if info.producer_id >= 0 and info.base_sequence >= 0:
             self.producers.record(info.producer_id, info.producer_epoch, info.base_sequence,
-                                  info.last_offset_delta, appended.base_offset,
-                                  appended.log_append_time, now)
+                                  info.last_offset_delta, base, log_append_time, now)
         if self._waiters:
             self.wake()
-        return AppendResult(appended.base_offset, appended.log_append_time,
-                            appended.log_start_offset)
+        return AppendResult(base, log_append_time, log.log_start_offset)
 
     @staticmethod
     def _check_timestamps(config: LogConfig, info: Any, now: int) -> None:
