@@ -110,3 +110,34 @@ def test_sender_thread_error_is_raised_in_the_caller(module_broker):
     assert raised.value.code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE)
     producer.close()
     assert not producer._sender.is_alive()
+
+
+def test_small_sends_fill_one_batch_per_partition_until_flush(module_broker):
+    """Rows of many send_arrow calls share their partition's open batch; the open batches
+    go at flush(), or all at once when together they pass max_open_bytes."""
+    topic = "bulk-open-batches"
+    create_topic(module_broker.bootstrap, topic, 3)
+    chunks = [pa.array([b"c%d-%d" % (c, i) for i in range(300)]) for c in range(20)]
+    keys = [pa.array([b"k%d" % (i % 50) for i in range(300)]) for _ in range(20)]
+    with BulkProducer(module_broker.bootstrap) as producer:
+        for values, k in zip(chunks, keys, strict=True):
+            producer.send_arrow(topic, values, k)
+        assert producer.stats.batches == 0  # all still open
+        stats = producer.flush()
+    assert (stats.records, stats.batches) == (6000, 3)
+    messages = read_all(module_broker.bootstrap, topic, 3, 6000)
+    by_partition: dict[int, list[bytes]] = {}
+    for m in messages:
+        by_partition.setdefault(m.partition(), []).append(m.value())
+    # Each partition holds its rows in the order they were sent.
+    expected: dict[int, list[bytes]] = {}
+    for values, k in zip(chunks, keys, strict=True):
+        for key, value in zip(k.to_pylist(), values.to_pylist(), strict=True):
+            expected.setdefault((murmur2(key) & 0x7FFFFFFF) % 3, []).append(value)
+    assert by_partition == expected
+    # A small max_open_bytes sends the open batches whenever they pass it.
+    with BulkProducer(module_broker.bootstrap, max_open_bytes=10_000) as producer:
+        for values, k in zip(chunks, keys, strict=True):
+            producer.send_arrow(topic, values, k)
+        stats = producer.flush()
+    assert stats.records == 6000 and stats.batches > 3
