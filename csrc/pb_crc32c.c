@@ -74,6 +74,10 @@ static uint32_t pb_xnmodp(uint64_t n) {
     return p;
 }
 
+uint32_t pb_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b) {
+    return pb_multmodp(pb_xnmodp((uint64_t)len_b * 8), crc_a) ^ crc_b;
+}
+
 static void pb_build_shift(uint32_t table[4][256], size_t nbytes) {
     uint32_t xn = pb_xnmodp((uint64_t)nbytes * 8);
     for (int i = 0; i < 4; i++)

@@ -21,5 +21,8 @@ const char *pb_crc32c_implementation(void);
 /* Standard CRC32C of buf continuing from `crc` (0 to start): pb_crc32c(0, "123456789", 9)
  * == 0xE3069283. */
 uint32_t pb_crc32c(uint32_t crc, const void *buf, size_t len);
+/* The CRC32C of A || B from crc(A), crc(B) and len(B), in O(log len(B)) multiplications
+ * (zlib's crc32_combine): lets a writer checksum pieces while they are in cache. */
+uint32_t pb_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
 
 #endif /* PB_CRC32C_H */

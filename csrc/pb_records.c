@@ -586,42 +586,6 @@ int64_t pb_builder_append(pb_batch_builder *b, const pb_encode_input *in, int32_
     return i;
 }
 
-/* CRC32C combination (the GF(2) polynomial arithmetic zlib's crc32_combine uses): the
- * CRC of A || B from crc(A), crc(B) and len(B), in O(log len) 32-bit multiplications.
- * pb_crc32c.c has the same arithmetic as static functions; this copy goes once it
- * exports a combine (pb_crc32c.c is not the encoder's file). */
-#define PB_CRC32C_POLY 0x82F63B78u          /* reflected Castagnoli polynomial */
-
-/* a * b modulo the polynomial, bit-reflected (bit 31 is x^0). */
-static uint32_t pb_crc_multmodp(uint32_t a, uint32_t b) {
-    uint32_t m = 1u << 31, p = 0;
-    for (;;) {
-        if (a & m) {
-            p ^= b;
-            if ((a & (m - 1)) == 0) break;
-        }
-        m >>= 1;
-        b = b & 1 ? (b >> 1) ^ PB_CRC32C_POLY : b >> 1;
-    }
-    return p;
-}
-
-/* x^(8 * n) modulo the polynomial: what appending n zero bytes multiplies a CRC by. */
-static uint32_t pb_crc_shift_bytes(size_t n) {
-    uint32_t p = 1u << 31;                      /* x^0 */
-    uint32_t x2k = 1u << 23;                    /* x^8: x^(2^k) for k = 3 */
-    while (n) {
-        if (n & 1) p = pb_crc_multmodp(x2k, p);
-        x2k = pb_crc_multmodp(x2k, x2k);
-        n >>= 1;
-    }
-    return p;
-}
-
-uint32_t pb_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b) {
-    return pb_crc_multmodp(pb_crc_shift_bytes(len_b), crc_a) ^ crc_b;
-}
-
 void pb_builder_finish(pb_batch_builder *b, pb_batch_header *h) {
     h->last_offset_delta = b->count - 1;
     h->first_timestamp = b->base_timestamp;

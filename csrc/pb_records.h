@@ -223,8 +223,6 @@ int64_t pb_builder_append(pb_batch_builder *b, const pb_encode_input *in, int32_
 /* Fills h's count and timestamp fields and finishes the batch (pb_finish_batch over
  * b->len bytes); b->count must be >= 1. The caller sets the other fields of h. */
 void pb_builder_finish(pb_batch_builder *b, pb_batch_header *h);
-/* CRC32C of A || B from crc(A), crc(B) and the length of B. */
-uint32_t pb_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
 /* Writes the 61-byte header (batchLength from total_size) and the CRC over
  * [21, total_size), the records being in place already. */
 void pb_finish_batch(uint8_t *out, size_t total_size, const pb_batch_header *h);
