@@ -38,9 +38,9 @@ def pipe_for(kind):
     return zerocopy.SplicePipe() if kind == "splice" else None
 
 
-def read_exactly(sock, n, into, pause=0.0):
+def read_exactly(sock, n, into, pause=0.0, most=256 * 1024):
     while len(into) < n:
-        chunk = sock.recv(min(n - len(into), 256 * 1024))
+        chunk = sock.recv(min(n - len(into), most))
         if not chunk:
             return
         into += chunk
@@ -162,10 +162,11 @@ def test_a_steady_slow_reader_gets_one_slice_at_a_time(region, kind):
     fd, data = region
     ours, theirs = nonblocking_pair("socketpair")
     got = bytearray()
-    reader = threading.Thread(target=read_exactly, args=(theirs, len(data), got, 0.001))
+    reader = threading.Thread(target=read_exactly,  # 64 KiB per ms: ~100 ms in all
+                              args=(theirs, len(data), got, 0.001, 64 * 1024))
     reader.start()
     pipe = pipe_for(kind)
-    sent = zerocopy.send_region_wait(ours.fileno(), fd, 0, len(data), 1000, 50, pipe)
+    sent = zerocopy.send_region_wait(ours.fileno(), fd, 0, len(data), 1000, 20, pipe)
     assert 0 < sent < len(data)
     while sent < len(data):  # the caller carries on where the slice ended
         sent += zerocopy.send_region_wait(ours.fileno(), fd, sent, len(data) - sent, 5000, 0,
