@@ -13,8 +13,11 @@ recompresses). Idempotence: see :mod:`pybroker.broker.producer_state`.
 
 A request's partitions are appended concurrently (``Partition.append_async``): a large
 batch's write is awaited, so the loop serves other connections while the kernel copies
-it, and the writes of one request reach io_uring in one submission. The response is
-built by the Cython ``build_produce_response``.
+it, and the writes of one request reach io_uring in one submission. A small batch to a
+partition with no append under way is written synchronously anyway, so it is appended
+right in the handler, with no coroutine of its own (the one-record produce round trip);
+after a partition that waits, the rest wait their turn, keeping the request's order.
+The response is built by the Cython ``build_produce_response``.
 
 acks: 0 gets no response (and a failed acks=0 request closes the connection, Kafka's way
 of telling a producer that is not listening), 1 and -1 are answered once appended: on one
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 from typing import Any
 
 from pybroker._native.records import HEADER_SIZE, read_batch_header, validate_batch
@@ -90,22 +94,45 @@ def _topic_error(topics: Any, name: str) -> int:
     return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-async def _produce_one(ctx: RequestContext, topic: str, index: int, records: Any,
-                       acks: int) -> PartitionResult:
+def _produce_now(ctx: RequestContext, topic: str, index: int, records: Any,
+                 acks: int) -> PartitionResult | Coroutine[Any, Any, PartitionResult]:
+    """The partition's answer, when its batch is written synchronously (a small batch
+    and no append of the partition under way: the one-record produce, with no coroutine
+    to create and await); else the coroutine that appends it asynchronously."""
     try:
         partition, info = _checked(ctx, topic, index, records, acks)
-        # A small batch is written synchronously anyway: no coroutine or lock for it.
-        if partition.appends_synchronously(len(records)):
-            result = partition.append(records, info)
-        else:
-            result = await partition.append_async(records, info)
-    except KafkaError as exc:
-        return _error(index, exc.code, str(exc))
-    except Exception:
-        log.exception("bug appending to %s-%d", topic, index)
-        return _error(index, ErrorCode.UNKNOWN_SERVER_ERROR)
+        if not partition.appends_synchronously(len(records)):
+            return _append_async(topic, index, partition, records, info)
+        result = partition.append(records, info)
+    except Exception as exc:
+        return _failed(topic, index, exc)
     return (index, ErrorCode.NONE, result.base_offset, result.log_append_time,
             result.log_start_offset, None)
+
+
+async def _append_async(topic: str, index: int, partition: Partition, records: Any,
+                        info: Any) -> PartitionResult:
+    try:
+        result = await partition.append_async(records, info)
+    except Exception as exc:
+        return _failed(topic, index, exc)
+    return (index, ErrorCode.NONE, result.base_offset, result.log_append_time,
+            result.log_start_offset, None)
+
+
+async def _produce_later(ctx: RequestContext, topic: str, index: int, records: Any,
+                         acks: int) -> PartitionResult:
+    """``_produce_now`` for a partition after one that waits: it waits its turn, so the
+    appends of one request keep their order (gather starts them in order)."""
+    answer = _produce_now(ctx, topic, index, records, acks)
+    return answer if isinstance(answer, tuple) else await answer
+
+
+def _failed(topic: str, index: int, exc: Exception) -> PartitionResult:
+    if isinstance(exc, KafkaError):
+        return _error(index, exc.code, str(exc))
+    log.error("bug appending to %s-%d", topic, index, exc_info=exc)
+    return _error(index, ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
 @handler(api_key=0, versions=(3, 11), decode=parse_produce)
@@ -120,11 +147,15 @@ async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
             ErrorCode.INVALID_REQUIRED_ACKS
         for index, records in partitions:
             if topic_code:
-                results.append(_error(index, topic_code))
+                answer: Any = _error(index, topic_code)
+            elif appends:
+                answer = _produce_later(ctx, name, index, records, acks)
             else:
-                appends.append((results, len(results),
-                                _produce_one(ctx, name, index, records, acks)))
-                results.append(_error(index, ErrorCode.UNKNOWN_SERVER_ERROR))  # placeholder
+                answer = _produce_now(ctx, name, index, records, acks)
+            if not isinstance(answer, tuple):
+                appends.append((results, len(results), answer))
+                answer = _error(index, ErrorCode.UNKNOWN_SERVER_ERROR)  # placeholder
+            results.append(answer)
         responses.append((name, results))
     if len(appends) == 1:
         results, slot, append = appends[0]
