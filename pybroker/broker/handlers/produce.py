@@ -106,8 +106,7 @@ def _produce_now(ctx: RequestContext, topic: str, index: int, records: Any,
         result = partition.append(records, info)
     except Exception as exc:
         return _failed(topic, index, exc)
-    return (index, ErrorCode.NONE, result.base_offset, result.log_append_time,
-            result.log_start_offset, None)
+    return _answer(index, result)
 
 
 async def _append_async(topic: str, index: int, partition: Partition, records: Any,
@@ -116,8 +115,7 @@ async def _append_async(topic: str, index: int, partition: Partition, records: A
         result = await partition.append_async(records, info)
     except Exception as exc:
         return _failed(topic, index, exc)
-    return (index, ErrorCode.NONE, result.base_offset, result.log_append_time,
-            result.log_start_offset, None)
+    return _answer(index, result)
 
 
 async def _produce_later(ctx: RequestContext, topic: str, index: int, records: Any,
@@ -126,6 +124,11 @@ async def _produce_later(ctx: RequestContext, topic: str, index: int, records: A
     appends of one request keep their order (gather starts them in order)."""
     answer = _produce_now(ctx, topic, index, records, acks)
     return answer if isinstance(answer, tuple) else await answer
+
+
+def _answer(index: int, result: Any) -> PartitionResult:
+    return (index, ErrorCode.NONE, result.base_offset, result.log_append_time,
+            result.log_start_offset, None)
 
 
 def _failed(topic: str, index: int, exc: Exception) -> PartitionResult:
