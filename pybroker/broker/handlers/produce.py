@@ -76,12 +76,16 @@ def _checked(ctx: RequestContext, topic: str, index: int, records: Any,
         raise MessageTooLargeError(
             f"The batch is {len(records)} bytes, larger than max.message.bytes "
             f"{config.max_message_bytes}")
-    if len(records) < HEADER_SIZE:
-        raise CorruptRecordError(f"{len(records)} bytes are not a record batch")
-    if read_batch_header(records).size != len(records):
-        raise CorruptRecordError("Produce requests must have exactly one record batch per "
-                                 "partition")
-    return partition, validate_batch(records)
+    try:
+        return partition, validate_batch(records)  # checks batchLength == len(records) too
+    except CorruptRecordError:
+        # say which of the produce-specific faults it is (one header peek, failures only)
+        if len(records) < HEADER_SIZE:
+            raise CorruptRecordError(f"{len(records)} bytes are not a record batch") from None
+        if read_batch_header(records).size != len(records):
+            raise CorruptRecordError("Produce requests must have exactly one record batch "
+                                     "per partition") from None
+        raise
 
 
 def _topic_error(topics: Any, name: str) -> int:
