@@ -23,8 +23,11 @@ from pybroker.net.connection import Connection, Dispatch, NetworkThreads
 
 log = logging.getLogger("pybroker.net")
 
-# Kafka's default num.network.threads; here the best of 0-4 measured on fetch and produce
-# ingest (BENCHMARKS.md, bench/single_node.py --threads).
+# Kafka's default num.network.threads. bench.single_node --threads N on 2 vCPUs, fetch of
+# 4 MiB regions as a ratio of loopback: 0 threads 0.36-0.37, 2: 0.57-0.65, 3: 0.57-0.61,
+# 4: 0.50-0.59 (CPU-bound: the broker's threads wait for a CPU 1.1-1.5 s per second);
+# produce ingest of 1 MiB frames 0.27-0.38 with or without them. 2-4 are within the noise,
+# so Kafka's value; the pool costs nothing when idle (threads blocked on a queue).
 DEFAULT_NETWORK_THREADS = 3
 
 
