@@ -108,7 +108,8 @@ class Broker:
         host, port = self.config.listen
         self.server = Server(self.dispatch, host, port,
                              max_request_bytes=self.config["socket.request.max.bytes"],
-                             max_queued_bytes=self.config["connection.queued.max.bytes"])
+                             max_queued_bytes=self.config["connection.queued.max.bytes"],
+                             network_threads=self.config["num.network.threads"])
         bound = self.server.start()
         self.advertised = self.config.advertised(bound)
         self._tasks = [asyncio.create_task(t) for t in (
