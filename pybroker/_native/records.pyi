@@ -1,6 +1,6 @@
 from typing import NamedTuple
 
-from typing_extensions import Buffer, disjoint_base
+from typing_extensions import Buffer, Self, disjoint_base
 
 HEADER_SIZE: int
 MAX_DECOMPRESSED_SIZE: int
@@ -113,8 +113,9 @@ def encode_batch_columns(
     partition_leader_epoch: int = -1,
 ) -> bytes: ...
 
+@disjoint_base
 class BatchBuilder:
-    def __init__(self, buffer: bytearray, limit: int) -> None: ...
+    def __new__(cls, buffer: bytearray, limit: int) -> Self: ...
     @property
     def count(self) -> int: ...
     @property
