@@ -10,10 +10,9 @@ is reused). A frame larger than ``LARGE_FRAME`` gets a ``bytearray`` of its exac
 the rest of the frame is received straight into, so a 1 MiB produce batch is never copied
 in Python: the produce handler stamps offsets into it in place and the log appends from it.
 Those large buffers are recycled: once a request is answered and nothing refers to its
-frame any more (no view of it survives the handler), the buffer goes to a small pool of
-the connection and the next large frame of about its size is received into it. A fresh
-1 MiB ``bytearray`` per request cost a zero-fill and a page fault per 4 KiB (about a fifth
-of the broker's CPU on 1 MiB produce batches).
+frame any more (no view of it survives the handler), the buffer goes back to the
+process's pool (``frame_pool.py``) and a later large frame of about its size, on any
+connection, is received into it.
 A size prefix above ``socket.request.max.bytes`` (or negative) is logged and the connection
 closed, as Kafka does.
 
@@ -72,6 +71,7 @@ from typing import Any
 
 from pybroker._native import zerocopy
 from pybroker.file_region import FileRegion
+from pybroker.net import frame_pool
 
 log = logging.getLogger("pybroker.net")
 
@@ -79,10 +79,6 @@ RECV_BUFFER = 64 * 1024
 # Frames above this get their own buffer and are received into it directly. Below it the
 # copy out of the shared buffer costs less than a second recv syscall would.
 LARGE_FRAME = 16 * 1024
-# Free large-frame buffers a connection keeps for its next frames. Two already bring the
-# broker's page faults on 1 MiB produce batches from 113 to 3 per MiB (four: 2); each
-# more would hold another batch of memory per idle producer connection.
-_POOL_BUFFERS = 2
 # sendmsg takes at most IOV_MAX (1024) buffers per call.
 _IOV_MAX = 1024
 # With network threads: a file region of at least this many bytes is sent by one of them,
@@ -131,7 +127,6 @@ class Connection:
         self._large: bytearray | None = None  # frame being received into its own buffer
         self._large_view: memoryview | None = None
         self._large_pos = 0
-        self._pool: list[bytearray] = []  # free large-frame buffers (see module doc)
         self._queue: collections.deque[bytearray] = collections.deque()
         self._queued_bytes = 0
         self._reading = False
@@ -250,7 +245,7 @@ class Connection:
             if size > LARGE_FRAME:
                 # Receive the rest straight into the frame's own buffer (no copy later).
                 have = available - 4
-                frame = self._frame_buffer(size)
+                frame = frame_pool.frames.take(size)
                 frame[:have] = view[body:self._end]
                 self._large, self._large_view, self._large_pos = frame, memoryview(frame), have
                 self._start = self._end = 0
@@ -261,35 +256,12 @@ class Connection:
         if self._start == self._end:
             self._start = self._end = 0
 
-    def _frame_buffer(self, size: int) -> bytearray:
-        """A ``bytearray`` of ``size`` bytes for a large frame, recycled if one fits.
-
-        A pooled buffer is resized within its allocation, which CPython does without a
-        copy or realloc when the new size is at least half the allocation; a new one gets
-        1/8 headroom so batches of a producer that vary a little reuse it too."""
-        pool = self._pool
-        while pool:
-            frame = pool.pop()
-            alloc = frame.__alloc__()
-            if alloc // 2 <= size < alloc:
-                have = len(frame)
-                if have > size:
-                    del frame[size:]
-                elif have < size:
-                    frame += bytes(size - have)
-                return frame
-            # another size class: let it go (a producer's batch size rarely changes)
-        frame = bytearray(size + (size >> 3))
-        del frame[size:]
-        return frame
-
     def _recycle(self, frame: bytearray) -> None:
-        """Keep an answered large frame's buffer for the next one, unless anything still
+        """Give an answered large frame's buffer back to the pool, unless anything still
         refers to it: the only references must be the caller's, this argument and
         getrefcount's (a surviving memoryview of it would be one more)."""
-        if len(frame) > LARGE_FRAME and len(self._pool) < _POOL_BUFFERS and \
-                sys.getrefcount(frame) <= 3:
-            self._pool.append(frame)
+        if len(frame) > LARGE_FRAME and sys.getrefcount(frame) <= 3:
+            frame_pool.frames.give(frame)
 
     def _enqueue(self, frame: bytearray) -> None:
         self._queue.append(frame)
@@ -466,7 +438,6 @@ class Connection:
         else:
             self._close_fds()
         self._queue.clear()
-        self._pool.clear()
         self._on_close(self)
 
 
