@@ -88,6 +88,19 @@ def recv_exact(sock: socket.socket, n: int, scratch: memoryview) -> None:
         n -= k
 
 
+def recv_only_frame(sock: socket.socket, scratch: memoryview) -> int:
+    """Reads the one frame the peer owes (nothing else may follow it), usually in one
+    recv, as the echo baseline reads its reply; returns its size. recv_frame's two recvs
+    (prefix, then body) would charge the broker a syscall the echo does not pay."""
+    got = 0
+    while got < 4 or got < 4 + struct.unpack_from(">i", scratch)[0]:
+        k = sock.recv_into(scratch[got:])
+        if k == 0:
+            raise ConnectionError("peer closed")
+        got += k
+    return got - 4
+
+
 def recv_frame(sock: socket.socket, scratch: memoryview) -> int:
     """Reads one size-prefixed frame into scratch (discarding it); returns its size."""
     recv_exact(sock, 4, scratch)
@@ -342,7 +355,7 @@ def round_trips(port: int, frame: bytes, count: int, response_frames: bool) -> l
             t0 = time.perf_counter_ns()
             sock.sendall(frame)
             if response_frames:
-                recv_frame(sock, scratch)
+                recv_only_frame(sock, scratch)
             else:
                 recv_exact(sock, len(frame), scratch)
             samples.append((time.perf_counter_ns() - t0) / 1000)
