@@ -12,7 +12,9 @@
 - ingest: 4 connections of 1 MiB sends into a process with a thread per connection that
   either discards what it receives or appends it to a growing file per connection. The
   second is what any broker must at least do (receive, then write to the page cache) with
-  nothing else; its ratio to the first bounds a produce-ingest ratio on this machine.
+  nothing else; its ratio to the first bounds a produce-ingest ratio on this machine;
+- sendfile over 4 connections: a page-cached file sent by 4 threads to receivers that
+  copy it out, the bound of a zero-copy fetch path with as many sending threads.
 
 Figures are GB/s (1e9 bytes per second). The box is shared and noisy: a benchmark report
 quotes the limits measured in the same run as its own figures.
@@ -135,25 +137,58 @@ def _receive_into_files(listener: socket.socket, directory: str | None) -> None:
 def ingest_gbps(seconds: float, directory: str | None, connections: int = 4) -> float:
     """4 senders of 1 MiB blocks into a receiver that discards (``directory`` None) or
     appends to a growing file per connection in ``directory``."""
-    proc, port = start_process_server(lambda listener: _receive_into_files(listener, directory))
     payload = os.urandom(CHUNK)
+
+    def send(sock: socket.socket, until: float) -> int:
+        moved = 0
+        while time.monotonic() < until:
+            sock.sendall(payload)
+            moved += CHUNK
+        return moved
+
+    return _to_receivers(seconds, directory, connections, send)
+
+
+def _to_receivers(seconds: float, directory: str | None, connections: int, send) -> float:
+    """GB/s of ``send(sock, until) -> bytes`` run for ``seconds`` in a thread per
+    connection into a receiver process (``_receive_into_files``)."""
+    proc, port = start_process_server(lambda listener: _receive_into_files(listener, directory))
     socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(connections)]
     started = time.monotonic()
 
-    def send(sock: socket.socket) -> int:
-        moved = 0
+    def run(sock: socket.socket) -> int:
         with sock:
-            while time.monotonic() - started < seconds:
-                sock.sendall(payload)
-                moved += CHUNK
-        return moved
+            return send(sock, started + seconds)
 
     with ThreadPoolExecutor(connections) as pool:
-        total = sum(pool.map(send, socks))
+        total = sum(pool.map(run, socks))
     elapsed = time.monotonic() - started
     proc.kill()
     proc.join(5)
     return total / elapsed / 1e9
+
+
+def sendfile_connections_gbps(seconds: float, directory: str, connections: int = 4) -> float:
+    """4 threads each sending a page-cached 64 MiB file round and round with the native
+    sendfile, 4 MiB a call, to a receiver thread per connection that copies what it gets
+    out (as a consumer does): what any zero-copy fetch path can reach here."""
+    from pybroker._native.zerocopy import sendfile
+    size, call = 64 << 20, 4 * CHUNK
+    with tempfile.NamedTemporaryFile(dir=directory) as f:
+        block = os.urandom(CHUNK)
+        for _ in range(size // CHUNK):
+            f.write(block)
+        f.flush()
+
+        def send(sock: socket.socket, until: float) -> int:
+            moved = offset = 0
+            while time.monotonic() < until:
+                sent = sendfile(sock.fileno(), f.fileno(), offset, min(call, size - offset))
+                moved += sent
+                offset = (offset + sent) % size
+            return moved
+
+        return _to_receivers(seconds, None, connections, send)
 
 
 def measure(seconds: float = 2.0, directory: str | None = None) -> dict[str, float]:
@@ -165,6 +200,7 @@ def measure(seconds: float = 2.0, directory: str | None = None) -> dict[str, flo
         "sequential_write_gbps": write_gbps(seconds, directory),
         "ingest_4_connections_discard_gbps": ingest_gbps(seconds, None),
         "ingest_4_connections_to_files_gbps": ingest_gbps(seconds, directory),
+        "sendfile_4_connections_gbps": sendfile_connections_gbps(seconds, directory),
     }
 
 
