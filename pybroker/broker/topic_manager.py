@@ -55,6 +55,9 @@ _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 # otherwise create a million directories before anyone could stop it.
 MAX_PARTITIONS_PER_TOPIC = 10_000
 GROW_SLICE_S = 0.005  # longest the event loop is held while creating partition logs
+# Kafka's internal topics (``Topic.isInternal``): written by the broker only. A name that
+# merely starts with "__" is an ordinary topic, as in Kafka.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -86,7 +89,7 @@ class Topic:
 
     @property
     def internal(self) -> bool:
-        return self.name.startswith("__")
+        return self.name in INTERNAL_TOPICS
 
 
 class TopicManager:

@@ -1,8 +1,9 @@
 """Produce (key 0), v3-v11: validate each partition's batch natively, then append it.
 
 Per partition (one Python pass, no per-record loop, STYLE 10): the topic must exist
-(UNKNOWN_TOPIC_OR_PARTITION; an illegal name INVALID_TOPIC_EXCEPTION; Kafka never
-auto-creates on produce, clients ask Metadata first), the records must be exactly one v2
+(UNKNOWN_TOPIC_OR_PARTITION; an illegal name, or an internal topic such as
+``__consumer_offsets``, INVALID_TOPIC_EXCEPTION; Kafka never auto-creates on produce,
+clients ask Metadata first), the records must be exactly one v2
 batch (none: INVALID_RECORD; more or torn: CORRUPT_MESSAGE), not larger than the topic's
 ``max.message.bytes`` (MESSAGE_TOO_LARGE), and pass ``validate_batch`` (CRC, framing,
 codec: CORRUPT_MESSAGE / INVALID_RECORD / UNSUPPORTED_COMPRESSION_TYPE). The batch is
@@ -89,8 +90,12 @@ def _checked(ctx: RequestContext, topic: str, index: int, records: Any,
 
 
 def _topic_error(topics: Any, name: str) -> int:
-    if topics.get(name) is not None:
-        return ErrorCode.NONE  # existing names were validated when created
+    topic = topics.get(name)
+    if topic is not None:
+        # Existing names were validated when created. Internal topics are the broker's
+        # own log (the group coordinator's offsets): Kafka refuses clients' appends to
+        # them with INVALID_TOPIC_EXCEPTION, and so do we.
+        return ErrorCode.INVALID_TOPIC_EXCEPTION if topic.internal else ErrorCode.NONE
     try:
         validate_topic_name(name)
     except KafkaError as exc:
