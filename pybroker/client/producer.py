@@ -252,7 +252,14 @@ class BulkProducer:
                     except IndexError:  # the builder starts small and grows
                         buffer = bytearray()
                     builder = self._open[tp] = BatchBuilder(buffer, self.batch_bytes)
-                start += builder.append(end - start, *columns, rows=rows[4 * start: 4 * end])
+                try:
+                    start += builder.append(end - start, *columns,
+                                            rows=rows[4 * start: 4 * end])
+                except ValueError:  # a bad row: nothing of it was appended
+                    if builder.count == 0:  # no open batch left behind that flush would fail on
+                        del self._open[tp]
+                        self._recycle(builder.buffer)
+                    raise
                 if start < end:  # full
                     self._finish(tp)
         if sum(b.size for b in self._open.values()) > self.max_open_bytes:

@@ -23,7 +23,7 @@ def read_all(bootstrap, topic, partitions, expected):
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got = []
     while len(got) < expected:
-        msgs = consumer.consume(10000, timeout=10)
+        msgs = consumer.consume(min(10000, expected - len(got)), timeout=10)
         assert msgs, f"stalled after {len(got)} of {expected}"
         for m in msgs:
             assert m.error() is None, m.error()
@@ -141,3 +141,21 @@ def test_small_sends_fill_one_batch_per_partition_until_flush(module_broker):
             producer.send_arrow(topic, values, k)
         stats = producer.flush()
     assert stats.records == 6000 and stats.batches > 3
+
+
+def test_a_rejected_row_leaves_no_empty_batch_behind(module_broker):
+    """A partition's first row rejected (a null header key) must not leave an empty open
+    batch that a later flush would fail on, taking the other open batches with it."""
+    topic = "bulk-rejected"
+    create_topic(module_broker.bootstrap, topic, 2)
+    header_type = pa.list_(pa.struct([("key", pa.binary()), ("value", pa.binary())]))
+    with BulkProducer(module_broker.bootstrap) as producer:
+        producer.send_arrow(topic, pa.array([b"kept"]), partition=0)
+        with pytest.raises(ValueError):
+            producer.send_arrow(topic, pa.array([b"bad"]),
+                                headers=pa.array([[{"key": None, "value": b"v"}]], header_type),
+                                partition=1)
+        producer.flush()
+        producer.send_arrow(topic, pa.array([b"after"]), partition=1)
+    got = read_all(module_broker.bootstrap, topic, 2, 2)
+    assert sorted((m.partition(), m.value()) for m in got) == [(0, b"kept"), (1, b"after")]
