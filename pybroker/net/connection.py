@@ -69,6 +69,7 @@ import queue
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Coroutine, Generator, Sequence
 from typing import Any
 
@@ -195,8 +196,9 @@ class Connection:
             self._kick()
         if self._queued_bytes > self._max_queued:
             self._pause_reading()
-        elif self._large is not None and self._threads is not None and \
+        elif self._large is not None and self._threads is not None and not self.closed and \
                 len(self._large) - self._large_pos >= THREAD_MIN_BYTES:
+            # (closed: _kick ran handlers, and a thread must never get a closed fd)
             self._receive_in_thread()
 
     def _receive_in_thread(self) -> None:
@@ -375,6 +377,14 @@ class Connection:
         except Exception:
             log.exception("connection %s: request handling failed, closing", self.peer)
         finally:
+            if self._handover is not None:
+                # A request _serve_inline began and this worker never took (it was
+                # cancelled first): close its coroutine now, so what its first step took
+                # (a partition's append lock, a fetch waiter) is let go at once, not at gc.
+                _, resumed, _ = self._handover
+                self._handover = None
+                if isinstance(resumed, _Resumed):
+                    resumed.close()
             self.close()
 
     # send ------------------------------------------------------------------------------
@@ -541,8 +551,10 @@ class NetworkThreads:
     def __init__(self, count: int) -> None:
         self.count = count
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        for i in range(count):
-            threading.Thread(target=self._work, name=f"pybroker-net-{i}", daemon=True).start()
+        self._threads = [threading.Thread(target=self._work, name=f"pybroker-net-{i}",
+                                          daemon=True) for i in range(count)]
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, loop: asyncio.AbstractEventLoop,
                callback: Callable[[Any, BaseException | None], None],
@@ -553,6 +565,18 @@ class NetworkThreads:
         """The threads end once the transfers already submitted are done."""
         for _ in range(self.count):
             self._jobs.put(None)
+
+    async def stop(self, timeout: float) -> None:
+        """``close``, then wait (up to ``timeout`` s, without blocking the loop) until the
+        threads have ended and the loop has run their last callbacks: a connection closed
+        while a thread used its socket closes its fd in that callback, which would never
+        run if the loop stopped first. A thread's transfer ends within a slice
+        (THREAD_SLICE_MS) once its socket is shut down, so this is short."""
+        self.close()
+        deadline = time.monotonic() + timeout
+        while any(t.is_alive() for t in self._threads) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0)  # the callbacks they scheduled
 
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
@@ -581,6 +605,12 @@ class _Resumed:
 
     def __init__(self, coro: Any, step: Any) -> None:
         self._coro, self._step = coro, step
+
+    def close(self) -> None:
+        """Close the coroutine if it was never awaited (its ``finally`` blocks run)."""
+        if self._coro is not None:
+            self._coro.close()
+            self._coro = self._step = None
 
     def __await__(self) -> Generator[Any, Any, Any]:
         coro, step = self._coro, self._step

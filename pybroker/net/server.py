@@ -103,5 +103,5 @@ class Server:
         for conn in list(self.connections):
             conn.close()
         if self._threads is not None:
-            self._threads.close()
+            await self._threads.stop(timeout=1.0)
             self._threads = None

@@ -309,3 +309,20 @@ def test_close_during_threaded_receive_keeps_fd_until_thread_returns() -> None:
         asyncio.run(main())
     finally:
         threads.close()
+
+
+def test_stop_waits_for_the_threads_and_runs_their_callbacks() -> None:
+    """Server.drain relies on it: a connection closed while a thread used its socket
+    closes its fd in the thread's callback, which must run before the loop stops."""
+    threads = NetworkThreads(2)
+    returned: list[object] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        threads.submit(loop, lambda result, error: returned.append(result),
+                       time.sleep, (0.05,))
+        await threads.stop(timeout=5.0)
+        assert not any(t.is_alive() for t in threads._threads)
+        assert returned == [None]
+
+    asyncio.run(main())
