@@ -266,9 +266,7 @@ class Log:
         segment.append([batch], size, last, info.max_timestamp, None, 0,
                        info.last_offset_delta + 1)
         self._next_offset = last + 1
-        self._unflushed_messages += info.records_count
-        if self._unflushed_messages >= config.flush_messages:
-            self.flush()
+        self._after_append(info.records_count)
         return base
 
     async def append_async(self, batch, info, leader_epoch: int = 0,
@@ -332,9 +330,7 @@ class Log:
             self.leader_epoch_cache.assign(leader_epoch, base)
             self._sync_epochs()
         count = info.records_count
-        self._unflushed_messages += count  # _after_append, inline on the produce path
-        if self._unflushed_messages >= self.config.flush_messages:
-            self.flush()
+        self._after_append(count)
         return AppendInfo(base, last, log_append_time, self.log_start_offset, max_timestamp,
                           last, count, info.size)
 
