@@ -492,7 +492,7 @@ class Log:
                     break  # the next batch does not fit in max_bytes
                 if not regions:
                     first = base
-                regions.append(FileRegion(segment.fd, position, length))
+                regions.append(FileRegion(segment.fd, position, length, segment.file))
                 size += length
                 if position + length < segment.size:
                     break  # stopped by max_bytes or the bound, not by the segment's end

@@ -33,6 +33,7 @@ from pybroker._native.records import (
     scan_log,
 )
 from pybroker.errors import KafkaStorageError
+from pybroker.file_region import OpenFile
 from pybroker.log.offset_index import OffsetIndex
 from pybroker.log.time_index import TimeIndex
 
@@ -54,7 +55,7 @@ def file_name(base_offset: int, suffix: str) -> str:
 class LogSegment:
     """Thread-safety: none (see module doc)."""
 
-    __slots__ = ("directory", "base_offset", "fd", "size", "offset_index", "time_index",
+    __slots__ = ("directory", "base_offset", "fd", "file", "size", "offset_index", "time_index",
                  "index_interval_bytes", "max_timestamp", "offset_of_max_timestamp",
                  "next_offset", "created", "deleted", "_missing_indexes",
                  "_rolling_timestamp", "_bytes_since_index", "_appender", "_view",
@@ -77,9 +78,11 @@ class LogSegment:
                     os.unlink(self.path(suffix))
         flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
         self.fd = os.open(self.path(LOG_SUFFIX), flags, 0o644)
+        # closes the fd once neither the segment nor a region in flight refers to it
+        self.file: OpenFile | None = OpenFile(self.fd)
         self.size = os.fstat(self.fd).st_size
         if create and self.size:
-            os.close(self.fd)
+            self.file = None
             raise KafkaStorageError(f"{self.path(LOG_SUFFIX)} exists and is not empty")
         # opening creates missing index files: note which were missing first
         self._missing_indexes = [self.path(suffix) for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
@@ -476,5 +479,5 @@ class LogSegment:
             self._appender = None
         self._view = None
         if self.fd >= 0:
-            os.close(self.fd)
+            self.file = None  # the fd closes now, or when the last region read is sent
             self.fd = -1
