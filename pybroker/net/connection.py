@@ -36,7 +36,7 @@ counted with ``count_copied``) and :class:`FileRegion`s (sent with the native
 sendfile/splice, counted as zero-copy by the native module). On EAGAIN the worker awaits
 writability of this socket only; other connections are not blocked.
 
-Network threads (``num.network.threads``, :class:`NetworkThreads`, shared by the server's
+Network threads (``num.network.threads``, ``network_threads.NetworkThreads``, shared by the server's
 connections). One event-loop thread doing every kernel copy of bulk traffic was the limit
 of fetch and produce throughput, so the two bulk transfers move in pool threads: a file
 region of ``THREAD_MIN_BYTES`` or more (the worker awaits it; the loop serves other
@@ -65,17 +65,15 @@ import asyncio
 import collections
 import functools
 import logging
-import queue
 import socket
 import sys
-import threading
-import time
 from collections.abc import Callable, Coroutine, Generator, Sequence
 from typing import Any
 
 from pybroker._native import zerocopy
 from pybroker.file_region import FileRegion
 from pybroker.net import frame_pool
+from pybroker.net.network_threads import NetworkThreads
 
 log = logging.getLogger("pybroker.net")
 
@@ -536,63 +534,6 @@ class Connection:
             self.sock.close()
         except OSError:
             pass
-
-
-class NetworkThreads:
-    """The process's ``num.network.threads`` threads for blocking bulk transfers.
-
-    Connections submit one transfer at a time per direction; a thread runs it with the
-    GIL released and reports back with ``loop.call_soon_threadsafe(callback, result,
-    error)``, after dropping its references to the arguments (so a received frame's
-    buffer is not still referenced when the loop looks at it to recycle it).
-    Thread-safe: ``submit`` may be called from any thread.
-    """
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._work, name=f"pybroker-net-{i}",
-                                          daemon=True) for i in range(count)]
-        for thread in self._threads:
-            thread.start()
-
-    def submit(self, loop: asyncio.AbstractEventLoop,
-               callback: Callable[[Any, BaseException | None], None],
-               fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        self._jobs.put((loop, callback, fn, args))
-
-    def close(self) -> None:
-        """The threads end once the transfers already submitted are done."""
-        for _ in range(self.count):
-            self._jobs.put(None)
-
-    async def stop(self, timeout: float) -> None:
-        """``close``, then wait (up to ``timeout`` s, without blocking the loop) until the
-        threads have ended and the loop has run their last callbacks: a connection closed
-        while a thread used its socket closes its fd in that callback, which would never
-        run if the loop stopped first. A thread's transfer ends within a slice
-        (THREAD_SLICE_MS) once its socket is shut down, so this is short."""
-        self.close()
-        deadline = time.monotonic() + timeout
-        while any(t.is_alive() for t in self._threads) and time.monotonic() < deadline:
-            await asyncio.sleep(0.005)
-        await asyncio.sleep(0)  # the callbacks they scheduled
-
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            loop, callback, fn, args = job
-            del job
-            result, error = None, None
-            try:
-                result = fn(*args)
-            except BaseException as exc:  # handed to the loop, which raises it there
-                error = exc
-            del fn, args
-            try:
-                loop.call_soon_threadsafe(callback, result, error)
-            except RuntimeError:  # the loop is closed: the process is exiting
-                pass
-            del loop, callback, result, error
 
 
 class _Resumed:

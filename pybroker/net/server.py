@@ -19,7 +19,8 @@ import asyncio
 import logging
 import socket
 
-from pybroker.net.connection import Connection, Dispatch, NetworkThreads
+from pybroker.net.connection import Connection, Dispatch
+from pybroker.net.network_threads import NetworkThreads
 
 log = logging.getLogger("pybroker.net")
 

@@ -25,7 +25,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pybroker._native.records import encode_batch
 from pybroker.file_region import FileRegion
-from pybroker.net.connection import THREAD_MIN_BYTES, Connection, NetworkThreads
+from pybroker.net.connection import THREAD_MIN_BYTES, Connection
+from pybroker.net.network_threads import NetworkThreads
 from pybroker.net.protocol import codec
 from tests.admin.clients import create_topic, unique
 from tests.broker.wire_client import WireClient, fetch_body, produce_body

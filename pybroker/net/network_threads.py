@@ -1,0 +1,74 @@
+"""The process's network threads: a small pool that runs blocking bulk transfers.
+
+Connections (``connection.py``) hand file regions of ``THREAD_MIN_BYTES`` and more, and
+the rest of large received frames, to these threads, which move the bytes with the
+native ``send_region_wait``/``recv_wait`` (syscall and poll with the GIL released) while
+the event loop serves everyone else. Kafka has ``num.network.threads`` for the same
+reason; unlike Kafka's, these own no connection, only transfers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class NetworkThreads:
+    """The process's ``num.network.threads`` threads for blocking bulk transfers.
+
+    Connections submit one transfer at a time per direction; a thread runs it with the
+    GIL released and reports back with ``loop.call_soon_threadsafe(callback, result,
+    error)``, after dropping its references to the arguments (so a received frame's
+    buffer is not still referenced when the loop looks at it to recycle it).
+    Thread-safe: ``submit`` may be called from any thread.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, name=f"pybroker-net-{i}",
+                                          daemon=True) for i in range(count)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, loop: asyncio.AbstractEventLoop,
+               callback: Callable[[Any, BaseException | None], None],
+               fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self._jobs.put((loop, callback, fn, args))
+
+    def close(self) -> None:
+        """The threads end once the transfers already submitted are done."""
+        for _ in range(self.count):
+            self._jobs.put(None)
+
+    async def stop(self, timeout: float) -> None:
+        """``close``, then wait (up to ``timeout`` s, without blocking the loop) until the
+        threads have ended and the loop has run their last callbacks: a connection closed
+        while a thread used its socket closes its fd in that callback, which would never
+        run if the loop stopped first. A thread's transfer ends within a slice
+        (``connection.THREAD_SLICE_MS``) once its socket is shut down, so this is short."""
+        self.close()
+        deadline = time.monotonic() + timeout
+        while any(t.is_alive() for t in self._threads) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0)  # the callbacks they scheduled
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            loop, callback, fn, args = job
+            del job
+            result, error = None, None
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # handed to the loop, which raises it there
+                error = exc
+            del fn, args
+            try:
+                loop.call_soon_threadsafe(callback, result, error)
+            except RuntimeError:  # the loop is closed: the process is exiting
+                pass
+            del loop, callback, result, error
