@@ -119,9 +119,11 @@ def create_main(args: argparse.Namespace) -> int:
 
 
 def list_main(args: argparse.Namespace) -> int:
+    from pybroker.broker.topic_manager import INTERNAL_TOPICS  # (only this command needs it)
+
     metadata = _admin(args).list_topics(timeout=_TIMEOUT)
     rows = [(name, len(t.partitions)) for name, t in sorted(metadata.topics.items())
-            if args.internal or not name.startswith("__")]
+            if args.internal or name not in INTERNAL_TOPICS]
     width = max([len("NAME")] + [len(name) for name, _ in rows])
     print(f"{'NAME':<{width}}  PARTITIONS")
     for name, count in rows:

@@ -41,6 +41,10 @@ def test_topic_commands(module_broker):
     listing = pybroker(module_broker, "topic", "list").stdout.decode().splitlines()
     assert listing[0].split() == ["NAME", "PARTITIONS"]
     assert [name, "2"] in [line.split() for line in listing]
+    underscored = "__" + name  # an ordinary topic (Kafka's internal ones are a fixed set)
+    pybroker(module_broker, "topic", "create", underscored)
+    assert underscored in pybroker(module_broker, "topic", "list").stdout.decode().split()
+    pybroker(module_broker, "topic", "delete", underscored)
 
     described = pybroker(module_broker, "topic", "describe", name).stdout.decode()
     assert "PARTITIONS  2" in described
