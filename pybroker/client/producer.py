@@ -12,17 +12,17 @@ at ``flush()``, or when the open batches together pass ``max_open_bytes``; so ba
 pooled buffers, reused once acknowledged. Requests are pipelined, ``max_in_flight`` per
 broker connection, and written with ``sendmsg`` from those buffers without another copy.
 
-Threads: the caller's thread partitions and encodes (and owns the open batches); a sender thread owns the broker
-connections, sends the queued batches and reads the acknowledgements, so reading the
-next Arrow batch (from Spark's JVM) and encoding it overlap with the network instead of
-waiting for socket space and acks (26% of the Spark writer's profile before). The two
-share only the hand-off deque (``_incoming``) and counters under ``_cond``, and the
-buffer pool (a deque: the sender returns buffers, the caller takes them); the caller
-waits there when ``max_in_flight * batch_bytes`` bytes are encoded and not yet sent, and
-in ``flush()`` until every batch is acknowledged. An error on the sender thread (retries
-exhausted, a non-retriable error code) is raised in the caller by its next ``send_arrow``
-or ``flush``. Sequence numbers are assigned by the caller in encoding order, and the
-sender keeps the single-threaded rules below.
+Threads: the caller's thread partitions and encodes (and owns the open batches); a sender
+thread owns the broker connections, sends the queued batches and reads the
+acknowledgements, so reading the next Arrow batch (from Spark's JVM) and encoding it
+overlap with the network instead of waiting for socket space and acks (26% of the Spark
+writer's profile before). The two share only the hand-off deque (``_incoming``) and
+counters under ``_cond``, and the buffer pool (a deque: the sender returns buffers, the
+caller takes them); the caller waits there when ``max_in_flight * batch_bytes`` bytes are
+encoded and not yet sent, and in ``flush()`` until every batch is acknowledged. An error on
+the sender thread (retries exhausted, a non-retriable error code) is raised in the caller
+by its next ``send_arrow`` or ``flush``. Sequence numbers are assigned by the caller in
+encoding order, and the sender keeps the single-threaded rules below.
 
 Delivery: with ``idempotent=True`` (the default) the producer holds a producer id and a
 sequence number per partition, so a retried batch is answered by the broker with its

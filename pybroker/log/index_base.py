@@ -7,13 +7,13 @@ active (Kafka's trimmed ``AbstractIndex``), so an existing file's size gives its
 Where the entries live:
 
 - inactive segment: a shared mapping of the file itself;
-- active segment: an anonymous mapping of ``segment.index.bytes`` (Kafka's
-  preallocation, but untouched pages cost no memory), written to the file with one
-  ``pwrite`` when the segment rolls or closes (``trim``) and by ``flush``. Measured reason: stores into a
+- active segment: an anonymous mapping of ``segment.index.bytes`` (Kafka's preallocation,
+  but untouched pages cost no memory), written to the file with one ``pwrite`` when the
+  segment rolls or closes (``trim``) and by ``flush``. Measured reason: stores into a
   *file* mapping that the kernel is writing back block in ``page_mkwrite`` until the
   writeback ends (stable pages), about 160 us per index entry under a stream of 1 MiB
-  appends here, which halved append throughput. An active segment's index is rebuilt
-  after a crash anyway (never trusted), so nothing is lost by not writing it earlier.
+  appends here, which halved append throughput. An active segment's index is rebuilt after
+  a crash anyway (never trusted), so nothing is lost by not writing it earlier.
 
 The mapping of a file holds its own duplicate of the descriptor (CPython's mmap dups
 it), so none is kept here. An empty inactive index has no mapping (zero-length maps are

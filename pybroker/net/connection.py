@@ -297,11 +297,12 @@ class Connection:
         requests answered here are those one receive brought (at most a receive buffer
         of frames), so one pipelining client holds the loop no longer than before the
         worker's turn would have. The first step of the dispatch coroutine runs here; if
-        it finishes and its response (one bytes-like part) goes out in one ``sendmsg``, the request
-        is done. Anything else is handed over, in order, to the worker: a handler that
-        suspended (the worker resumes that same coroutine, ``_Resumed``), its exception,
-        or a response the socket did not take whole. Only one request is ever handed
-        over, and nothing more is answered here until the worker has finished it."""
+        it finishes and its response (one bytes-like part) goes out in one ``sendmsg``,
+        the request is done. Anything else is handed over, in order, to the worker: a
+        handler that suspended (the worker resumes that same coroutine, ``_Resumed``),
+        its exception, or a response the socket did not take whole. Only one request is
+        ever handed over, and nothing more is answered here until the worker has
+        finished it."""
         while self._queue and not self.closed:
             frame = self._queue.popleft()
             self._queued_bytes -= len(frame)

@@ -9,8 +9,8 @@ TOPIC_DELETION_DISABLED.
 
 CreatePartitions only grows a topic: a count at or below the current one (the declared one,
 while a topic is still being created) is INVALID_PARTITIONS, and so is one above
-``MAX_PARTITIONS_PER_TOPIC`` (10,000). Manual assignments must name one replica per new partition, this
-broker (a single node has nothing else to place them on); anything else is
+``MAX_PARTITIONS_PER_TOPIC`` (10,000). Manual assignments must name one replica per new
+partition, this broker (a single node has nothing else to place them on); anything else is
 INVALID_REPLICA_ASSIGNMENT. ``validate_only`` runs every check and changes nothing.
 
 The change is durable (``topics.json`` replaced and fsynced) before the answer, so
