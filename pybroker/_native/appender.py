@@ -56,11 +56,11 @@ log = logging.getLogger("pybroker.log")
 _implementation: str | None = None
 _IOV_MAX = 1024      # more buffers than this: the synchronous path splits them
 _REAP_BATCH = 64     # completions collected per native call
-# Below this many bytes append_async waits on the ring synchronously: the page-cache copy
-# is a few microseconds, and the loop round trip through the eventfd (epoll wake-up,
-# reap, futures) cost more than it saved: one-record produce p50 32 us waiting, 48-59 us
-# through the eventfd (bench.single_node). Above it the copy dominates and overlapping
-# it with the loop's work is what pays.
+# Below this many bytes append_async writes synchronously (one pwrite for a single
+# buffer, see the module doc): the page-cache copy is a few microseconds, and the loop
+# round trip through the eventfd (epoll wake-up, reap, futures) cost more than it saved:
+# one-record produce p50 32 us waiting, 48-59 us through the eventfd (bench.single_node).
+# Above it the copy dominates and overlapping it with the loop's work is what pays.
 ASYNC_MIN_BYTES = 64 * 1024
 
 
