@@ -89,6 +89,26 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "group.max.session.timeout.ms": (int, 1_800_000),
     "group.max.size": (int, 2**31 - 1),
     "offset.metadata.max.bytes": (int, 4096),
+    # cluster mode (issue 7): unset zookeeper.connect keeps the single-node embedded mode
+    "zookeeper.connect": (str, None),
+    "zookeeper.session.timeout.ms": (int, 18_000),
+    "zookeeper.connection.timeout.ms": (int, None),  # None: the session timeout
+    # the controller's channel to this broker (pyzmq); port 0: any free port, published in
+    # this broker's registration in ZooKeeper
+    "control.listener": (str, None),
+    "controller.socket.timeout.ms": (int, 30_000),
+    "replica.lag.time.max.ms": (int, 30_000),
+    "replica.fetch.max.bytes": (int, 1 * _MIB),
+    "replica.fetch.response.max.bytes": (int, 10 * _MIB),
+    "replica.fetch.wait.max.ms": (int, 500),
+    "replica.fetch.min.bytes": (int, 1),
+    "replica.fetch.backoff.ms": (int, 1000),
+    "replica.high.watermark.checkpoint.interval.ms": (int, 5000),
+    "unclean.leader.election.enable": (parse_bool, False),
+    "auto.leader.rebalance.enable": (parse_bool, True),
+    "leader.imbalance.check.interval.seconds": (int, 300),
+    "offsets.topic.replication.factor": (int, 3),
+    "offsets.commit.timeout.ms": (int, 5000),
     "stats.file": (str, None),
     "stats.interval.ms": (int, 1000),
     "log.level": (str, "INFO"),
@@ -104,6 +124,7 @@ _TOPIC_DEFAULT_KEYS = {
     "compression.type": "compression.type",
     "message.max.bytes": "max.message.bytes",
     "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
     "log.flush.interval.messages": "flush.messages",
     "log.flush.interval.ms": "flush.ms",
 }
