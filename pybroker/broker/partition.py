@@ -1,8 +1,24 @@
-"""One partition as the request handlers see it: its log, producer state and fetch waiters.
+"""One partition as the request handlers see it: its log, producer state, fetch waiters,
+and its replication role.
 
-On a single node this broker is the leader of every partition with an ISR of one, so an
-append is committed when it is written: the high watermark moves to the log end offset
-right after each append (acks=all is acks=1). Replication (issue 7) would move it instead.
+Single node (the default): this broker leads every partition at leader epoch 0 with an
+ISR of itself, so an append is committed when it is written: the high watermark moves to
+the log end right after each append (acks=all is acks=1).
+
+Cluster mode (docs/REPLICATION.md): the controller makes this replica the leader or a
+follower (``become_leader`` / ``become_follower``, from the ReplicaManager).
+- As leader it tracks each follower's position from the follower's fetches
+  (``follower_fetched``): the ISR grows when a follower reaches the high watermark, and
+  the high watermark is the lowest position of the ISR (the leader's own: its log end).
+  ``isr_lagging`` names followers that have not caught up for replica.lag.time.max.ms;
+  ISR changes are proposed through ``isr_listener`` (the ReplicaManager writes them to
+  ZooKeeper) and take effect in ``isr_changed`` once written. acks=all appends wait in
+  ``wait_for_high_watermark``. The high watermark never moves backwards.
+- As follower it takes the leader's batches as they are (``append_as_follower``),
+  truncates a diverged tail (``truncate_to``), and follows the leader's high watermark.
+- A replica that is neither (before the controller spoke, or for a partition this
+  broker does not host: ``log`` None) refuses produce and fetch with
+  NOT_LEADER_OR_FOLLOWER.
 
 Fetch long polling: a waiting fetch registers a future with :meth:`Partition.waiter`;
 every append (and shutdown) resolves them, and the fetch re-reads.
@@ -14,14 +30,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from pybroker._native.appender import ASYNC_MIN_BYTES
+from pybroker._native.records import HEADER_SIZE, read_batch_header
 from pybroker.broker.producer_state import ProducerStateTable
-from pybroker.errors import InvalidTimestampError
+from pybroker.errors import ErrorCode, InvalidTimestampError
 from pybroker.log.log_config import LogConfig
 
 LEADER_EPOCH = 0  # single node: leadership never moves
+NO_LEADER = -1
 _TAIL_SCAN_BYTES = 64 * 1024 * 1024  # how much log a crash replay reads without a snapshot
 
 
@@ -31,17 +50,46 @@ class AppendResult(NamedTuple):
     log_start_offset: int
 
 
-class Partition:
-    __slots__ = ("topic", "index", "log", "producers", "deleted", "_waiters", "_append_lock")
+class FollowerState:
+    """What the leader knows of one follower, from its fetches (Kafka's Replica)."""
 
-    def __init__(self, topic: str, index: int, log: Any) -> None:
+    __slots__ = ("position", "last_caught_up_ms", "last_fetch_ms", "last_fetch_leader_end")
+
+    def __init__(self) -> None:
+        self.position = -1  # the follower has every offset below this; -1: not known yet
+        self.last_caught_up_ms = 0
+        self.last_fetch_ms = 0
+        self.last_fetch_leader_end = 0  # the leader's log end when it last fetched
+
+
+class Partition:
+    __slots__ = ("topic", "index", "log", "producers", "deleted", "_waiters", "_append_lock",
+                 "broker_id", "is_leader", "leader_id", "leader_epoch", "replicas", "isr",
+                 "zk_version", "followers", "isr_pending", "isr_listener", "_hw_waiters")
+
+    def __init__(self, topic: str, index: int, log: Any, broker_id: int = 0,
+                 is_leader: bool = True) -> None:
         self.topic = topic
         self.index = index
-        self.log = log
+        self.log = log  # None: a partition of a topic this broker holds no replica of
         self.producers = ProducerStateTable()
         self.deleted = False  # set when its topic is deleted; a waiting fetch drops it
         self._waiters: list[asyncio.Future[None]] = []
         self._append_lock = asyncio.Lock()
+        # replication role; the defaults are the single node's
+        self.broker_id = broker_id
+        self.is_leader = is_leader
+        self.leader_id = broker_id if is_leader else NO_LEADER
+        self.leader_epoch = LEADER_EPOCH
+        self.replicas: list[int] = [broker_id]
+        self.isr: list[int] = [broker_id]
+        self.zk_version = 0
+        self.followers: dict[int, FollowerState] = {}
+        self.isr_pending = False  # an ISR change is being written to ZooKeeper
+        # fn(partition, proposed isr): the ReplicaManager writes it, then ``isr_changed``
+        self.isr_listener: Callable[[Partition, list[int]], None] | None = None
+        # acks=all appends waiting for the high watermark: (end offset, future)
+        self._hw_waiters: list[tuple[int, asyncio.Future[int]]] = []
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
@@ -68,9 +116,9 @@ class Partition:
             return duplicate
         base = -1
         if log_append_time < 0:  # the common case in one flat step (Log.append_small)
-            base = self.log.append_small(batch, info, LEADER_EPOCH)
+            base = self.log.append_small(batch, info, self.leader_epoch)
         if base < 0:
-            appended = self.log.append(batch, info, leader_epoch=LEADER_EPOCH,
+            appended = self.log.append(batch, info, leader_epoch=self.leader_epoch,
                                        log_append_time=log_append_time)
             base, log_append_time = appended.base_offset, appended.log_append_time
         return self._after_append(info, base, log_append_time, now)
@@ -93,7 +141,8 @@ class Partition:
             now, log_append_time, duplicate = self._before_append(info)
             if duplicate is not None:
                 return duplicate
-            appended = await self.log.append_async(batch, info, leader_epoch=LEADER_EPOCH,
+            appended = await self.log.append_async(batch, info,
+                                                   leader_epoch=self.leader_epoch,
                                                    log_append_time=log_append_time)
             return self._after_append(info, appended.base_offset, appended.log_append_time,
                                       now)
@@ -118,7 +167,8 @@ class Partition:
     def _after_append(self, info: Any, base: int, log_append_time: int,
                       now: int) -> AppendResult:
         log = self.log
-        log.high_watermark = base + info.last_offset_delta + 1  # ISR of one: committed
+        if len(self.isr) == 1:  # the ISR is this replica: written is committed
+            log.high_watermark = base + info.last_offset_delta + 1
         if info.producer_id >= 0 and info.base_sequence >= 0:
             self.producers.record(info.producer_id, info.producer_epoch, info.base_sequence,
                                   info.last_offset_delta, base, log_append_time, now)
@@ -138,6 +188,210 @@ class Partition:
                 f"Timestamp {info.first_timestamp} is more than "
                 f"message.timestamp.before.max.ms={config.message_timestamp_before_max_ms} "
                 f"behind the broker's clock")
+
+    # replication: roles ------------------------------------------------------------------
+
+    def become_leader(self, leader_epoch: int, replicas: list[int], isr: list[int],
+                      zk_version: int) -> None:
+        """The controller made this replica the leader (the fetcher has let it go). The
+        high watermark is kept; followers' positions are unknown until they fetch."""
+        self.is_leader = True
+        self.leader_id = self.broker_id
+        self.leader_epoch = leader_epoch
+        self.replicas = list(replicas)
+        self.isr = list(isr)
+        self.zk_version = zk_version
+        self.isr_pending = False
+        now = _now_ms()
+        self.followers = {r: FollowerState() for r in replicas if r != self.broker_id}
+        for state in self.followers.values():
+            state.last_caught_up_ms = now  # a fresh leader gives each follower its full lag
+        self.maybe_advance_high_watermark()
+
+    def become_follower(self, leader_id: int, leader_epoch: int, replicas: list[int],
+                        isr: list[int], zk_version: int) -> None:
+        """The controller made another broker the leader: produce and consumer fetches
+        are refused from now on; acks=all appends still waiting are told."""
+        self.is_leader = False
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replicas = list(replicas)
+        self.isr = list(isr)
+        self.zk_version = zk_version
+        self.followers = {}
+        self.isr_pending = False
+        self._answer_hw_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.wake()
+
+    async def appends_done(self) -> None:
+        """Wait for an append of this partition in progress (a role change waits before
+        the log is truncated or handed to the fetcher)."""
+        async with self._append_lock:
+            pass
+
+    # replication: the leader side ----------------------------------------------------------
+
+    def follower_fetched(self, replica_id: int, offset: int) -> None:
+        """A follower fetched from ``offset``: it has everything below it (Kafka's
+        ``updateFollowerFetchState``). Caught up when it asked for the log end, or for
+        at least the log end of its previous fetch (then it was caught up back then)."""
+        state = self.followers.get(replica_id)
+        if state is None or not self.is_leader:
+            return
+        now = _now_ms()
+        end = self.log.log_end_offset
+        if offset >= end:
+            state.last_caught_up_ms = now
+        elif offset >= state.last_fetch_leader_end:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.last_fetch_ms = now
+        state.last_fetch_leader_end = end
+        if offset <= state.position:
+            return
+        state.position = offset
+        if replica_id not in self.isr:
+            if offset >= self.log.high_watermark and not self.isr_pending:
+                self._propose_isr(self.isr + [replica_id])
+        else:
+            self.maybe_advance_high_watermark()
+
+    def isr_lagging(self, max_lag_ms: int, now_ms: int | None = None) -> list[int]:
+        """ISR followers that have not caught up with the log end for ``max_lag_ms``."""
+        now = _now_ms() if now_ms is None else now_ms
+        end = self.log.log_end_offset
+        return [r for r, state in self.followers.items()
+                if r in self.isr and state.position < end
+                and now - state.last_caught_up_ms > max_lag_ms]
+
+    def shrink_isr(self, max_lag_ms: int) -> None:
+        if not self.is_leader or self.isr_pending:
+            return
+        lagging = self.isr_lagging(max_lag_ms)
+        if lagging:
+            self._propose_isr([r for r in self.isr if r not in lagging])
+
+    def _propose_isr(self, isr: list[int]) -> None:
+        if self.isr_listener is None:
+            return
+        self.isr_pending = True
+        self.isr_listener(self, isr)
+
+    def isr_changed(self, isr: list[int] | None, zk_version: int) -> None:
+        """The ISR write ended: ``isr`` is the new ISR (None: refused, the controller has
+        moved on and will tell us)."""
+        self.isr_pending = False
+        if isr is None or not self.is_leader:
+            return
+        self.isr = list(isr)
+        self.zk_version = zk_version
+        self.maybe_advance_high_watermark()
+        self._check_hw_waiters()
+
+    def maybe_advance_high_watermark(self) -> None:
+        """The high watermark: the lowest position of the ISR, never backwards."""
+        log = self.log
+        if log is None or not self.is_leader:
+            return
+        hw = log.log_end_offset
+        for r in self.isr:
+            if r != self.broker_id:
+                state = self.followers.get(r)
+                position = state.position if state is not None else -1
+                if position < hw:
+                    hw = position
+        if hw > log.high_watermark:
+            log.high_watermark = hw
+            self._check_hw_waiters()
+            self.wake()
+
+    async def wait_for_high_watermark(self, end_offset: int, timeout_s: float) -> int:
+        """Wait until the ISR has every offset below ``end_offset`` (acks=all, the group
+        coordinator's writes): NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND (committed, but the
+        ISR is smaller than min.insync.replicas), NOT_LEADER_OR_FOLLOWER, or
+        REQUEST_TIMED_OUT."""
+        if not self.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if self.log.high_watermark >= end_offset:
+            return self._committed_code()
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._hw_waiters.append((end_offset, fut))
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT
+        finally:
+            if not fut.done():
+                fut.cancel()
+
+    def _committed_code(self) -> int:
+        if len(self.isr) < self.log.config.min_insync_replicas:
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return ErrorCode.NONE
+
+    def _check_hw_waiters(self) -> None:
+        if not self._hw_waiters:
+            return
+        hw = self.log.high_watermark
+        waiting = []
+        for end, fut in self._hw_waiters:
+            if fut.done():
+                continue
+            if end <= hw:
+                fut.set_result(self._committed_code())
+            else:
+                waiting.append((end, fut))
+        self._hw_waiters = waiting
+
+    def _answer_hw_waiters(self, code: int) -> None:
+        waiters, self._hw_waiters = self._hw_waiters, []
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_result(code)
+
+    # replication: the follower side --------------------------------------------------------
+
+    def append_as_follower(self, records: Any, leader_high_watermark: int,
+                           leader_log_start: int) -> int:
+        """Append the leader's whole batches, offsets and epochs as they are; follow its
+        high watermark and log start. Returns the new log end."""
+        log = self.log
+        if len(records):
+            start = log.log_end_offset
+            log.append_as_follower(records)
+            self._replay_producers(records, start)
+        end = log.log_end_offset
+        hw = min(leader_high_watermark, end)
+        if hw > log.high_watermark:
+            log.high_watermark = hw
+        start = min(leader_log_start, log.high_watermark)
+        if start > log.log_start_offset:
+            log.delete_records_before(start)
+        if self._waiters:
+            self.wake()
+        return end
+
+    def _replay_producers(self, records: Any, start: int) -> None:
+        """Idempotent producers' state follows the log on followers too, so a new leader
+        still recognises a retried batch. One header read per batch, and only when the
+        chunk's first batch has a producer id."""
+        if read_batch_header(records, 0).producer_id < 0:
+            return
+        position, length = 0, len(records)
+        while position + HEADER_SIZE <= length:
+            info = read_batch_header(records, position)
+            if info.base_offset >= start:
+                self.producers.replay(info, info.base_offset)
+            position += info.size
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at and after ``offset`` (a tail the leader does not have)."""
+        if self.log.truncate_to(offset):
+            self.restore_producers(None)
+
+    def restart_at(self, offset: int) -> None:
+        """Empty the log and restart it at ``offset`` (the leader's log start is past ours)."""
+        self.log.truncate_fully_and_start_at(offset)
+        self.producers = ProducerStateTable()
 
     # fetch long polling -----------------------------------------------------------------
 
@@ -176,3 +430,7 @@ class Partition:
         # Without an offset-by-position lookup, estimate from the average batch density.
         per_offset = size / max(1, end - self.log.log_start_offset)
         return max(0, end - int(_TAIL_SCAN_BYTES / max(per_offset, 1.0)))
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
