@@ -6,9 +6,12 @@ this module's ``COMMANDS`` plus every module ``pybroker/cli_<family>.py`` that d
 ``register`` (found by name, so adding a family touches no existing file): ``topic``,
 ``produce`` and ``consume`` live in ``cli_topic.py`` and ``cli_clients.py``.
 
-``serve`` logs one line per record on stderr (``time level logger message``), says when
-recovery starts and how long it took, and prints ``ready`` with the listen address once
-the port accepts connections. SIGTERM/SIGINT shut down cleanly and exit 0.
+``serve`` runs a single node, or with ``--zookeeper`` (``zookeeper.connect``) a member of
+the cluster coordinated by that ZooKeeper (docs/REPLICATION.md); ``cluster`` (in
+``cli_cluster.py``) starts a local one for development. ``serve`` logs one line per record
+on stderr (``time level logger message``), says when recovery starts and how long it
+took, and prints ``ready`` with the listen address once the port accepts connections.
+SIGTERM/SIGINT shut down cleanly and exit 0.
 """
 
 from __future__ import annotations
@@ -34,13 +37,22 @@ def setup_logging(level: str = "INFO") -> None:
 
 
 def _register_serve(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="run a broker",
-                       description="Run a single-node broker. Settings: properties file, "
-                       "then PYBROKER_<KEY> environment variables, then these flags.")
+    p = sub.add_parser("serve", help="run a broker (single node, or a cluster member)",
+                       description="Run a broker. Settings: properties file, then "
+                       "PYBROKER_<KEY> environment variables, then these flags. Without "
+                       "zookeeper.connect it is a single node leading every partition. "
+                       "With it (--zookeeper) it joins the cluster coordinated through "
+                       "that ZooKeeper: give every member the same ZooKeeper (and chroot) "
+                       "and its own --broker-id and data directory; the brokers elect a "
+                       "controller among themselves.")
     p.add_argument("--config", metavar="FILE", help="properties file (Kafka key names)")
     p.add_argument("--data-dir", metavar="DIR", help="log directory (log.dirs)")
     p.add_argument("--listen", metavar="HOST:PORT", help="address to listen on (port 0: any)")
-    p.add_argument("--broker-id", metavar="N", type=int, help="broker.id")
+    p.add_argument("--broker-id", metavar="N", type=int,
+                   help="broker.id, unique in the cluster")
+    p.add_argument("--zookeeper", metavar="HOST:PORT[/chroot]",
+                   help="zookeeper.connect: join the cluster coordinated there "
+                   "(comma-separated ensemble members allowed)")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                    help="any other setting, e.g. --set num.partitions=3 (repeatable)")
     p.set_defaults(func=_serve)
@@ -58,7 +70,8 @@ def _serve(args: argparse.Namespace) -> int:
     # None means "flag not given": BrokerConfig.load keeps the value from file/environment.
     # --listen sets listeners too, so it beats a listeners= line of the file.
     overrides.update({"log.dirs": args.data_dir, "broker.id": args.broker_id,
-                      "listen": args.listen, "listeners": args.listen})
+                      "listen": args.listen, "listeners": args.listen,
+                      "zookeeper.connect": args.zookeeper})
     config = BrokerConfig.load(args.config, overrides=overrides)
     setup_logging(config["log.level"])
     try:

@@ -1,8 +1,11 @@
 """``pybroker topic create|list|describe|delete|alter-config|add-partitions``.
 
 An rpk-like front end to the admin APIs over confluent-kafka's ``AdminClient``, so it
-works against any Kafka broker (``--bootstrap HOST:PORT``). Errors the broker answers are
-printed one line per topic to stderr and make the exit status 1.
+works against any Kafka broker (``--bootstrap HOST:PORT``). ``describe`` prints each
+partition's leader, replicas and ISR as Metadata gives them (a single node is all three;
+a cluster member answers its metadata cache, which the controller keeps current) with its
+low and high watermark. Errors the broker answers are printed one line per topic to
+stderr and make the exit status 1.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("names", nargs="+", metavar="TOPIC")
     p.add_argument("--partitions", "-p", type=int, default=-1,
                    help="partition count (default: the broker's num.partitions)")
-    p.add_argument("--replicas", "-r", type=int, default=-1,
-                   help="replication factor (default: the broker's)")
+    p.add_argument("--replication-factor", "--replicas", "-r", dest="replicas", type=int,
+                   default=-1, help="replicas of each partition (default: the broker's "
+                   "default.replication.factor; a single node accepts only 1)")
     p.add_argument("--config", "-c", action="append", default=[], metavar="K=V",
                    help="topic config (repeatable)")
     p.add_argument("--validate-only", action="store_true")
@@ -37,7 +41,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--internal", "-i", action="store_true", help="include internal topics")
     p.set_defaults(func=list_main)
 
-    p = sub.add_parser("describe", help="partitions and configs of topics")
+    p = sub.add_parser("describe", help="partitions (leader, replicas, in-sync replicas, "
+                       "watermarks) and configs of topics")
     p.add_argument("names", nargs="+", metavar="TOPIC")
     p.add_argument("--all-configs", "-a", action="store_true",
                    help="every config, not only the ones set on the topic or broker")
@@ -135,6 +140,8 @@ def describe_main(args: argparse.Namespace) -> int:
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import ConfigResource, ConfigSource
 
+    from pybroker.cli_group import _table  # (it imports this module: not at the top)
+
     admin = _admin(args)
     metadata = admin.list_topics(timeout=_TIMEOUT)
     status = 0
@@ -156,12 +163,15 @@ def describe_main(args: argparse.Namespace) -> int:
             continue
         print(f"NAME        {name}")
         print(f"PARTITIONS  {len(topic.partitions)}")
-        print("\nPARTITION  LEADER  REPLICAS  LOW  HIGH")
         offsets = _watermarks(args, name, sorted(topic.partitions), TopicPartition)
+        rows = []
         for index in sorted(topic.partitions):
             p = topic.partitions[index]
             low, high = offsets.get(index, ("-", "-"))
-            print(f"{index:<9}  {p.leader:<6}  {p.replicas!s:<8}  {low}  {high}")
+            rows.append([index, p.leader, _ids(p.replicas), _ids(p.isrs), low, high,
+                         "" if p.error is None else p.error.name()])
+        print()
+        _table(["PARTITION", "LEADER", "REPLICAS", "ISR", "LOW", "HIGH", "ERROR"], rows)
         print("\nKEY  VALUE  SOURCE")
         for entry in sorted(configs.values(), key=lambda e: e.name):
             default = entry.source == ConfigSource.DEFAULT_CONFIG.value
@@ -171,6 +181,11 @@ def describe_main(args: argparse.Namespace) -> int:
             print(f"{entry.name}  {entry.value}  {source}")
         print()
     return status
+
+
+def _ids(broker_ids: list[int]) -> str:
+    """Kafka's tool prints ``1,2,3``; an empty list (no replica known) prints ``-``."""
+    return ",".join(map(str, broker_ids)) or "-"
 
 
 def _watermarks(args: argparse.Namespace, topic: str, partitions: list[int],
