@@ -1,0 +1,683 @@
+"""ClusterStore: every ZooKeeper read and write of cluster mode, in Kafka's znode layout.
+
+The contract is docs/REPLICATION.md's ``ClusterStore``, with one refinement of meaning
+(not of signature): ``try_become_controller`` increments ``/controller_epoch`` in the same
+ZooKeeper transaction that creates ``/controller`` (Kafka's
+``registerControllerAndIncrementControllerEpoch``), and the ``increment_controller_epoch``
+that follows a won election returns that increment instead of making another. A separate
+increment would let a broker that won and then lost ``/controller`` (session expired
+between the two calls) bump the epoch past its successor's and fence the real
+controller. Called again without a new election, it increments (compare-and-set).
+
+Layout and JSON (Kafka's ``ZkData``; compact JSON, topic ids as Kafka's ``Uuid.toString()``,
+URL-safe base64 of the 16 bytes without padding)::
+
+    /cluster/id                                 {"version":"1","id":"<cluster id>"}
+    /brokers/ids/<id>               ephemeral   {"version":5,"host":h,"port":p,
+                                                 "endpoints":["PLAINTEXT://h:p"],"jmx_port":-1,
+                                                 "timestamp":"<ms>","control":"h:p"}
+    /controller                     ephemeral   {"version":1,"brokerid":id,"timestamp":"<ms>"}
+    /controller_epoch                           "<epoch>" (decimal text; the first is 1)
+    /brokers/topics/<t>                         {"version":3,"topic_id":"...","partitions":
+                                                 {"0":[1,2,3]},"adding_replicas":{},
+                                                 "removing_replicas":{}}
+    /brokers/topics/<t>/partitions/<p>/state    {"controller_epoch":e,"leader":id,"version":1,
+                                                 "leader_epoch":n,"isr":[...]}
+    /config/topics/<t>                          {"version":1,"config":{key: value}}
+    /config/changes/config_change_<seq>         {"version":2,"entity_path":"topics/<t>"}
+    /isr_change_notification/isr_change_<seq>   {"version":1,"partitions":[{"topic":t,
+                                                 "partition":p}]}
+    /admin/delete_topics/<t>                    (empty)
+
+A broker's epoch is the czxid of its registration. Partition states are written only
+conditionally: on their znode version, and for the controller also on
+``/controller_epoch``'s version in the same transaction (a check op), so a controller
+that lost its election cannot write.
+
+Thread-safety: all methods are blocking and may be called from any thread (kazoo
+serialises the requests of its one session). Watch callbacks and state listeners run on
+kazoo's callback thread, one at a time: they must not block (hop to the event loop with
+``loop.call_soon_threadsafe``). A callback that raises is logged and the watch goes on.
+Reads retry through connection losses (up to the session timeout); conditional writes
+are not blindly retried: a conditional write whose answer was lost is recognised by
+reading back what it wrote.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+import kazoo.exceptions as kex
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import ZnodeStat
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.retry import KazooRetry
+
+from pybroker.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+
+log = logging.getLogger("pybroker.cluster.zk")
+
+CLUSTER_ID = "/cluster/id"
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+ISR_CHANGES = "/isr_change_notification"
+ISR_CHANGE_PREFIX = "isr_change_"
+DELETE_TOPICS = "/admin/delete_topics"
+PERSISTENT_PARENTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_CHANGES, DELETE_TOPICS,
+                      ISR_CHANGES)
+# Kafka's ZkNodeChangeNotificationListener deletes config change notifications this old.
+CONFIG_CHANGE_EXPIRY_MS = 15 * 60 * 1000
+
+
+class BrokerInfo(NamedTuple):
+    broker_id: int
+    host: str
+    port: int
+    control: str
+    epoch: int  # czxid of the registration
+
+
+class TopicAssignment(NamedTuple):
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, list[int]]
+
+
+class PartitionState(NamedTuple):
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    controller_epoch: int
+    zk_version: int
+
+
+class ControllerMovedError(Exception):
+    """The ``/controller_epoch`` check of a transaction failed: another controller rules."""
+
+
+class BadVersionError(Exception):
+    """The partition state changed under us (or exists already, or is gone)."""
+
+
+class BrokerIdInUseError(Exception):
+    """``/brokers/ids/<id>`` belongs to another live session."""
+
+
+# JSON and topic ids --------------------------------------------------------------------
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _loads(data: bytes | None) -> Any:
+    if not data:
+        return None
+    return json.loads(data)
+
+
+def _now_ms() -> str:
+    return str(int(time.time() * 1000))
+
+
+def encode_topic_id(topic_id: uuid.UUID) -> str:
+    """Kafka's ``Uuid.toString()``: URL-safe base64 of the 16 bytes, no padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
+
+
+def decode_topic_id(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+def _broker_json(host: str, port: int, control: str) -> bytes:
+    return _dumps({"version": 5, "host": host, "port": port,
+                   "endpoints": [f"PLAINTEXT://{host}:{port}"], "jmx_port": -1,
+                   "timestamp": _now_ms(), "control": control})
+
+
+def _broker_info(broker_id: int, data: bytes, stat: ZnodeStat) -> BrokerInfo:
+    value = _loads(data)
+    return BrokerInfo(broker_id, value["host"], int(value["port"]), value.get("control", ""),
+                      stat.czxid)
+
+
+def _topic_json(topic_id: uuid.UUID, assignment: dict[int, list[int]]) -> bytes:
+    return _dumps({"version": 3, "topic_id": encode_topic_id(topic_id),
+                   "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
+                   "adding_replicas": {}, "removing_replicas": {}})
+
+
+def _topic_assignment(name: str, data: bytes) -> TopicAssignment | None:
+    value = _loads(data)
+    if value is None:
+        return None
+    topic_id = (decode_topic_id(value["topic_id"]) if value.get("topic_id")
+                else uuid.UUID(int=0))
+    partitions = {int(p): [int(b) for b in r] for p, r in value["partitions"].items()}
+    return TopicAssignment(name, topic_id, dict(sorted(partitions.items())))
+
+
+def _state_json(leader: int, leader_epoch: int, isr: list[int], controller_epoch: int) -> bytes:
+    return _dumps({"controller_epoch": controller_epoch, "leader": leader, "version": 1,
+                   "leader_epoch": leader_epoch, "isr": list(isr)})
+
+
+def _partition_state(data: bytes, stat: ZnodeStat) -> PartitionState:
+    value = _loads(data)
+    return PartitionState(int(value["leader"]), int(value["leader_epoch"]),
+                          [int(b) for b in value["isr"]], int(value["controller_epoch"]),
+                          stat.version)
+
+
+def _state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def _seq(name: str) -> int:
+    return int(name.rsplit("_", 1)[1])
+
+
+class ClusterStore:
+    """Kafka's ZooKeeper data, through one kazoo session. Thread-safe (see the module)."""
+
+    def __init__(self, hosts: str, session_timeout_ms: int,
+                 connection_timeout_ms: int | None = None) -> None:
+        self.hosts = hosts
+        self.session_timeout_ms = session_timeout_ms
+        self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
+        deadline_s = max(self.connection_timeout_ms, session_timeout_ms) / 1000
+        self._zk = KazooClient(
+            hosts=hosts, timeout=session_timeout_ms / 1000,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
+            command_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0,
+                                     deadline=deadline_s))
+        self._listeners: list[Callable[[str], None]] = []
+        self._lock = threading.Lock()
+        self._election: tuple[int, int] | None = None  # (epoch, version) of a won election
+        self._config_change_seen = -1
+        self._stopping = False
+        self._zk.add_listener(self._on_state)
+
+    # session ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect (ConnectionError after connection_timeout_ms), create the chroot and the
+        persistent parents."""
+        hosts, _, chroot = self.hosts.partition("/")
+        if chroot.strip("/"):
+            self._ensure_chroot(hosts, "/" + chroot.strip("/"))
+        self._connect(self._zk, self.hosts)
+        for path in PERSISTENT_PARENTS:
+            self._zk.retry(self._zk.ensure_path, path)
+
+    def _connect(self, client: KazooClient, hosts: str) -> None:
+        try:
+            client.start(timeout=self.connection_timeout_ms / 1000)
+        except KazooTimeoutError:
+            client.stop()
+            client.close()
+            raise ConnectionError(f"could not connect to ZooKeeper at {hosts} within "
+                                  f"{self.connection_timeout_ms} ms") from None
+
+    def _ensure_chroot(self, hosts: str, chroot: str) -> None:
+        # kazoo neither creates a missing chroot nor its parents: a session without it does.
+        bare = KazooClient(hosts=hosts, timeout=self.session_timeout_ms / 1000)
+        self._connect(bare, hosts)
+        try:
+            bare.retry(bare.ensure_path, chroot)
+        finally:
+            bare.stop()
+            bare.close()
+
+    def stop(self) -> None:
+        """Close the session: its ephemeral nodes (registration, /controller) go at once."""
+        self._stopping = True
+        self._zk.stop()
+        self._zk.close()
+
+    def add_state_listener(self, fn: Callable[[str], None]) -> None:
+        """``fn("CONNECTED" | "SUSPENDED" | "LOST")`` on kazoo's thread. LOST: the session
+        expired (ephemerals and the controller role are gone); kazoo then reconnects with a
+        new session and reports CONNECTED."""
+        self._listeners.append(fn)
+
+    def _on_state(self, state: str) -> None:
+        if state != "CONNECTED" and not self._stopping:
+            log.warning("ZooKeeper session %s", state)
+        for fn in list(self._listeners):
+            try:
+                fn(str(state))
+            except Exception:
+                log.exception("ZooKeeper state listener %r failed on %s", fn, state)
+
+    def _session_id(self) -> int:
+        return int(self._zk.client_id[0]) if self._zk.client_id else 0
+
+    def _get(self, path: str) -> tuple[bytes, ZnodeStat] | None:
+        try:
+            return self._zk.retry(self._zk.get, path)  # type: ignore[no-any-return]
+        except kex.NoNodeError:
+            return None
+
+    def _get_many(self, paths: Iterable[str]) -> dict[str, tuple[bytes, ZnodeStat]]:
+        """Pipelined reads (one round trip for all); missing nodes are left out."""
+        pending = [(path, self._zk.get_async(path)) for path in paths]
+        found = {}
+        for path, result in pending:
+            try:
+                found[path] = result.get()
+            except kex.NoNodeError:
+                continue
+            except (kex.ConnectionLoss, kex.OperationTimeoutError):
+                got = self._get(path)
+                if got is not None:
+                    found[path] = got
+        return found
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return sorted(self._zk.retry(self._zk.get_children, path))
+        except kex.NoNodeError:
+            return []
+
+    def _watch_children(self, path: str, what: str,
+                        handle: Callable[[list[str]], None]) -> None:
+        def on_children(children: list[str]) -> None:
+            try:
+                handle(sorted(children))
+            except Exception:
+                log.exception("ZooKeeper watch of %s (%s) failed; still watching", path, what)
+        ChildrenWatch(self._zk, path, on_children)
+
+    # cluster id, brokers ---------------------------------------------------------------
+
+    def cluster_id(self, proposed: str) -> str:
+        """The stored cluster id; ``proposed`` becomes it when there is none."""
+        try:
+            self._zk.retry(self._zk.create, CLUSTER_ID,
+                           _dumps({"version": "1", "id": proposed}), makepath=True)
+        except kex.NodeExistsError:
+            pass
+        got = self._get(CLUSTER_ID)
+        if got is None:
+            raise RuntimeError(f"{CLUSTER_ID} vanished after its creation")
+        return str(_loads(got[0])["id"])
+
+    def register_broker(self, broker_id: int, host: str, port: int, control: str) -> int:
+        """Create the ephemeral ``/brokers/ids/<id>``; returns its czxid (the broker epoch).
+
+        A registration left by an earlier session of this broker (a restart within the
+        session timeout) is waited for, up to the session timeout, as Kafka does; one that
+        does not go is another live broker's: BrokerIdInUseError.
+        """
+        path = f"{BROKER_IDS}/{broker_id}"
+        data = _broker_json(host, port, control)
+        deadline = time.monotonic() + self.session_timeout_ms / 1000
+        while True:
+            try:
+                _, stat = self._zk.create(path, data, ephemeral=True, include_data=True)
+                return int(stat.czxid)
+            except (kex.ConnectionLoss, kex.OperationTimeoutError):
+                # Did the create land before the answer was lost? Then it is ours.
+                stat = self._zk.retry(self._zk.exists, path)
+                if stat is not None and stat.ephemeralOwner == self._session_id():
+                    return int(stat.czxid)
+                continue
+            except kex.NodeExistsError:
+                pass
+            gone = threading.Event()
+            stat = self._zk.retry(self._zk.exists, path,
+                                  watch=lambda _event, gone=gone: gone.set())
+            if stat is None:
+                continue
+            if stat.ephemeralOwner == self._session_id():
+                return int(stat.czxid)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not gone.wait(remaining):
+                raise BrokerIdInUseError(
+                    f"broker id {broker_id} is registered by another session "
+                    f"(0x{stat.ephemeralOwner:x}) and its registration did not go within "
+                    f"{self.session_timeout_ms} ms")
+            log.info("the previous registration of broker %d is gone", broker_id)
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        return self._brokers(self._children(BROKER_IDS))
+
+    def _brokers(self, children: list[str]) -> dict[int, BrokerInfo]:
+        ids = [c for c in children if c.isdigit()]
+        got = self._get_many(f"{BROKER_IDS}/{c}" for c in ids)
+        brokers = {}
+        for c in ids:
+            entry = got.get(f"{BROKER_IDS}/{c}")
+            if entry is not None:
+                brokers[int(c)] = _broker_info(int(c), *entry)
+        return dict(sorted(brokers.items()))
+
+    def watch_brokers(self, fn: Callable[[dict[int, BrokerInfo]], None]) -> None:
+        """``fn(live brokers)`` now and at every registration change."""
+        self._watch_children(BROKER_IDS, "brokers", lambda c: fn(self._brokers(c)))
+
+    # controller ------------------------------------------------------------------------
+
+    def try_become_controller(self, broker_id: int) -> bool:
+        """Create ``/controller`` and increment ``/controller_epoch`` in one transaction.
+        False when another broker holds ``/controller``."""
+        data = _dumps({"version": 1, "brokerid": broker_id, "timestamp": _now_ms()})
+        while True:
+            got = self._get(CONTROLLER_EPOCH)
+            tx = self._zk.transaction()
+            tx.create(CONTROLLER, data, ephemeral=True)
+            if got is None:
+                epoch = 1
+                tx.create(CONTROLLER_EPOCH, b"1")
+            else:
+                epoch = int(got[0]) + 1
+                tx.set_data(CONTROLLER_EPOCH, str(epoch).encode(), version=got[1].version)
+            try:
+                results = tx.commit()
+            except (kex.ConnectionLoss, kex.OperationTimeoutError):
+                results = None  # the answer was lost: look whether we won
+            if results is not None and not any(isinstance(r, Exception) for r in results):
+                stat = results[1]
+                version = 0 if got is None else int(stat.version)
+                break
+            if results is not None and isinstance(results[0], kex.NodeExistsError):
+                return False
+            owner = self._zk.retry(self._zk.exists, CONTROLLER)
+            if owner is not None and owner.ephemeralOwner == self._session_id():
+                latest = self._get(CONTROLLER_EPOCH)
+                assert latest is not None  # our transaction wrote it
+                epoch, version = int(latest[0]), int(latest[1].version)
+                break
+            if owner is not None:
+                return False
+            # The epoch moved under us (another contender's failed attempt?): again.
+        with self._lock:
+            self._election = (epoch, version)
+        log.info("broker %d is the controller, epoch %d", broker_id, epoch)
+        return True
+
+    def controller_id(self) -> int | None:
+        got = self._get(CONTROLLER)
+        return None if got is None else int(_loads(got[0])["brokerid"])
+
+    def watch_controller(self, fn: Callable[[int | None], None]) -> None:
+        """``fn(controller broker id or None)`` now and whenever ``/controller`` changes."""
+        def on_data(data: bytes | None, stat: ZnodeStat | None) -> None:
+            try:
+                fn(int(_loads(data)["brokerid"]) if data else None)
+            except Exception:
+                log.exception("ZooKeeper watch of %s failed; still watching", CONTROLLER)
+        DataWatch(self._zk, CONTROLLER, on_data)
+
+    def increment_controller_epoch(self) -> tuple[int, int]:
+        """(epoch, its znode version): the increment of the election this store just won
+        (see the module docstring), else a compare-and-set increment."""
+        with self._lock:
+            won, self._election = self._election, None
+        if won is not None:
+            return won
+        while True:
+            got = self._get(CONTROLLER_EPOCH)
+            try:
+                if got is None:
+                    _, stat = self._zk.create(CONTROLLER_EPOCH, b"1", include_data=True)
+                    return 1, int(stat.version)
+                epoch = int(got[0]) + 1
+                stat = self._zk.set(CONTROLLER_EPOCH, str(epoch).encode(),
+                                         version=got[1].version)
+                return epoch, int(stat.version)
+            except (kex.NodeExistsError, kex.BadVersionError):
+                continue
+
+    # topics ----------------------------------------------------------------------------
+
+    def create_topic(self, name: str, topic_id: uuid.UUID, assignment: dict[int, list[int]],
+                     configs: dict[str, str]) -> None:
+        """Configs first, then the assignment (Kafka's order: a broker that sees the topic
+        finds its configs). TopicAlreadyExistsError if it exists."""
+        if self._zk.retry(self._zk.exists, f"{TOPICS}/{name}") is not None:
+            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+        self._set_or_create(f"{CONFIG_TOPICS}/{name}",
+                            _dumps({"version": 1, "config": dict(configs)}))
+        try:
+            self._zk.create(f"{TOPICS}/{name}", _topic_json(topic_id, assignment))
+        except kex.NodeExistsError:
+            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.") from None
+
+    def _set_or_create(self, path: str, data: bytes) -> None:
+        while True:
+            try:
+                self._zk.retry(self._zk.set, path, data)
+                return
+            except kex.NoNodeError:
+                pass
+            try:
+                self._zk.retry(self._zk.create, path, data, makepath=True)
+                return
+            except kex.NodeExistsError:
+                continue
+
+    def topic_names(self) -> list[str]:
+        return self._children(TOPICS)
+
+    def watch_topics(self, fn: Callable[[list[str]], None]) -> None:
+        """``fn(all topic names)`` now and whenever a topic is created or deleted."""
+        self._watch_children(TOPICS, "topics", fn)
+
+    def topic(self, name: str) -> TopicAssignment | None:
+        got = self._get(f"{TOPICS}/{name}")
+        return None if got is None else _topic_assignment(name, got[0])
+
+    def topics(self, names: Iterable[str]) -> dict[str, TopicAssignment]:
+        names = list(names)
+        got = self._get_many(f"{TOPICS}/{n}" for n in names)
+        found = {}
+        for name in names:
+            entry = got.get(f"{TOPICS}/{name}")
+            assignment = None if entry is None else _topic_assignment(name, entry[0])
+            if assignment is not None:
+                found[name] = assignment
+        return found
+
+    def set_assignment(self, name: str, topic_id: uuid.UUID,
+                       assignment: dict[int, list[int]]) -> None:
+        """Replace the assignment (CreatePartitions); UnknownTopicOrPartitionError if gone."""
+        try:
+            self._zk.retry(self._zk.set, f"{TOPICS}/{name}", _topic_json(topic_id, assignment))
+        except kex.NoNodeError:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.") from None
+
+    def topic_configs(self, name: str) -> dict[str, str]:
+        got = self._get(f"{CONFIG_TOPICS}/{name}")
+        value = None if got is None else _loads(got[0])
+        return {} if value is None else {k: str(v) for k, v in value["config"].items()}
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Replace the topic's configs and announce it in ``/config/changes``."""
+        self._set_or_create(f"{CONFIG_TOPICS}/{name}",
+                            _dumps({"version": 1, "config": dict(configs)}))
+        self._zk.retry(self._zk.create, f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}",
+                       _dumps({"version": 2, "entity_path": f"topics/{name}"}),
+                       sequence=True)
+
+    def watch_config_changes(self, fn: Callable[[list[str]], None]) -> None:
+        """``fn(topic names)`` for the notifications not seen yet (at first: all present,
+        as Kafka's listener does); notifications older than 15 min are deleted."""
+        self._watch_children(CONFIG_CHANGES, "config changes",
+                             lambda c: self._config_changes(c, fn))
+
+    def _config_changes(self, children: list[str], fn: Callable[[list[str]], None]) -> None:
+        fresh = sorted((c for c in children if c.startswith(CONFIG_CHANGE_PREFIX)
+                        and _seq(c) > self._config_change_seen), key=_seq)
+        if not fresh:
+            return
+        got = self._get_many(f"{CONFIG_CHANGES}/{c}" for c in fresh)
+        names: list[str] = []
+        expired_before = time.time() * 1000 - CONFIG_CHANGE_EXPIRY_MS
+        for child in fresh:
+            entry = got.get(f"{CONFIG_CHANGES}/{child}")
+            self._config_change_seen = max(self._config_change_seen, _seq(child))
+            if entry is None:
+                continue
+            entity = (_loads(entry[0]) or {}).get("entity_path", "")
+            kind, _, topic = entity.partition("/")
+            if kind == "topics" and topic and topic not in names:
+                names.append(topic)
+            if entry[1].ctime < expired_before:
+                self._zk.delete_async(f"{CONFIG_CHANGES}/{child}")
+        if names:
+            fn(names)
+
+    # partition states ------------------------------------------------------------------
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        got = self._get(_state_path(topic, partition))
+        return None if got is None else _partition_state(*got)
+
+    def partition_states(self, topic: str) -> dict[int, PartitionState]:
+        partitions = [int(c) for c in self._children(f"{TOPICS}/{topic}/partitions")
+                      if c.isdigit()]
+        got = self._get_many(_state_path(topic, p) for p in partitions)
+        states = {}
+        for p in sorted(partitions):
+            entry = got.get(_state_path(topic, p))
+            if entry is not None:
+                states[p] = _partition_state(*entry)
+        return states
+
+    def create_partition_state(self, topic: str, partition: int, leader: int,
+                               leader_epoch: int, isr: list[int], controller_epoch: int,
+                               epoch_zk_version: int | None) -> PartitionState:
+        """Create the state (version 0), checking ``/controller_epoch`` at
+        ``epoch_zk_version`` in the same transaction. ControllerMovedError when that check
+        fails, BadVersionError when the state exists already,
+        UnknownTopicOrPartitionError when the topic is gone."""
+        path = _state_path(topic, partition)
+        for parent in (f"{TOPICS}/{topic}/partitions", f"{TOPICS}/{topic}/partitions/{partition}"):
+            try:
+                self._zk.retry(self._zk.create, parent)
+            except kex.NodeExistsError:
+                pass
+            except kex.NoNodeError:
+                raise UnknownTopicOrPartitionError(f"Topic '{topic}' does not exist.") from None
+        data = _state_json(leader, leader_epoch, isr, controller_epoch)
+        ops = [("create", path, data, -1)]
+        self._conditional(ops, epoch_zk_version, path, data, -1)
+        return PartitionState(leader, leader_epoch, list(isr), controller_epoch, 0)
+
+    def set_partition_state(self, topic: str, partition: int, leader: int, leader_epoch: int,
+                            isr: list[int], controller_epoch: int, expected_version: int,
+                            epoch_zk_version: int | None) -> PartitionState:
+        """Write the state if its znode is at ``expected_version`` (BadVersionError), and
+        when ``epoch_zk_version`` is given, if ``/controller_epoch`` is at it
+        (ControllerMovedError), atomically."""
+        path = _state_path(topic, partition)
+        data = _state_json(leader, leader_epoch, isr, controller_epoch)
+        version = self._conditional([("set", path, data, expected_version)], epoch_zk_version,
+                                    path, data, expected_version)
+        return PartitionState(leader, leader_epoch, list(isr), controller_epoch, version)
+
+    def _conditional(self, ops: list[tuple[str, str, bytes, int]],
+                     epoch_zk_version: int | None, path: str, data: bytes,
+                     expected_version: int) -> int:
+        """Run a create or set of ``path`` behind the optional controller epoch check;
+        returns the znode's new version."""
+        kind = ops[0][0]
+        try:
+            if epoch_zk_version is None:
+                if kind == "create":
+                    self._zk.create(path, data)
+                    return 0
+                return int(self._zk.set(path, data, version=expected_version).version)
+            tx = self._zk.transaction()
+            tx.check(CONTROLLER_EPOCH, epoch_zk_version)
+            if kind == "create":
+                tx.create(path, data)
+            else:
+                tx.set_data(path, data, version=expected_version)
+            results = tx.commit()
+        except (kex.ConnectionLoss, kex.OperationTimeoutError):
+            # The answer was lost: did our write land? (Kafka's ReplicationUtils checker.)
+            got = self._get(path)
+            if got is not None and got[0] == data and got[1].version == expected_version + 1:
+                return int(got[1].version)
+            raise
+        except kex.NodeExistsError:
+            raise BadVersionError(f"{path} exists already") from None
+        except (kex.BadVersionError, kex.NoNodeError):
+            raise BadVersionError(f"{path} is not at version {expected_version}") from None
+        if isinstance(results[0], Exception) and not isinstance(results[0], kex.RolledBackError):
+            raise ControllerMovedError(
+                f"{CONTROLLER_EPOCH} is not at version {epoch_zk_version}: the controller "
+                "moved") from None
+        if isinstance(results[1], Exception):
+            raise BadVersionError(f"{path} is not at version {expected_version} "
+                                  f"({type(results[1]).__name__})")
+        return 0 if kind == "create" else int(results[1].version)
+
+    # notifications ---------------------------------------------------------------------
+
+    def notify_isr_change(self, partitions: list[tuple[str, int]]) -> None:
+        self._zk.retry(self._zk.create, f"{ISR_CHANGES}/{ISR_CHANGE_PREFIX}",
+                       _dumps({"version": 1, "partitions": [
+                           {"topic": t, "partition": p} for t, p in partitions]}),
+                       sequence=True)
+
+    def watch_isr_changes(self, fn: Callable[[list[tuple[str, int]]], None]) -> None:
+        """``fn(changed partitions)`` for every batch of notifications; each notification is
+        deleted as it is consumed, and only the deleter reports it (exactly once)."""
+        self._watch_children(ISR_CHANGES, "ISR changes", lambda c: self._isr_changes(c, fn))
+
+    def _isr_changes(self, children: list[str],
+                     fn: Callable[[list[tuple[str, int]]], None]) -> None:
+        names = sorted((c for c in children if c.startswith(ISR_CHANGE_PREFIX)), key=_seq)
+        if not names:
+            return
+        got = self._get_many(f"{ISR_CHANGES}/{c}" for c in names)
+        changed: list[tuple[str, int]] = []
+        for child in names:
+            entry = got.get(f"{ISR_CHANGES}/{child}")
+            if entry is None:
+                continue
+            try:
+                self._zk.retry(self._zk.delete, f"{ISR_CHANGES}/{child}")
+            except kex.NoNodeError:
+                continue  # consumed by another reader
+            for item in (_loads(entry[0]) or {}).get("partitions", []):
+                key = (str(item["topic"]), int(item["partition"]))
+                if key not in changed:
+                    changed.append(key)
+        if changed:
+            fn(changed)
+
+    def request_topic_deletion(self, name: str) -> None:
+        try:
+            self._zk.retry(self._zk.create, f"{DELETE_TOPICS}/{name}", b"")
+        except kex.NodeExistsError:
+            pass
+
+    def watch_topic_deletions(self, fn: Callable[[list[str]], None]) -> None:
+        """``fn(topic names pending deletion)`` now and whenever the set changes."""
+        self._watch_children(DELETE_TOPICS, "topic deletions", fn)
+
+    def delete_topic(self, name: str) -> None:
+        """Remove the topic's znodes (assignment, partition states, configs) and its
+        deletion request: the controller's last step of a deletion."""
+        for path in (f"{TOPICS}/{name}", f"{CONFIG_TOPICS}/{name}", f"{DELETE_TOPICS}/{name}"):
+            try:
+                self._zk.retry(self._zk.delete, path, recursive=True)
+            except kex.NoNodeError:
+                pass
