@@ -173,3 +173,5 @@ UnknownProducerIdError = _error("UnknownProducerIdError", ErrorCode.UNKNOWN_PROD
 NotEnoughReplicasError = _error("NotEnoughReplicasError", ErrorCode.NOT_ENOUGH_REPLICAS)
 NotLeaderOrFollowerError = _error("NotLeaderOrFollowerError", ErrorCode.NOT_LEADER_OR_FOLLOWER)
 KafkaStorageError = _error("KafkaStorageError", ErrorCode.KAFKA_STORAGE_ERROR)
+FencedLeaderEpochError = _error("FencedLeaderEpochError", ErrorCode.FENCED_LEADER_EPOCH)
+UnknownLeaderEpochError = _error("UnknownLeaderEpochError", ErrorCode.UNKNOWN_LEADER_EPOCH)

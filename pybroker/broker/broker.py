@@ -20,6 +20,11 @@ sendfile/splice vs bytes sent from memory) and request counts are written as JSO
 ``stats.file`` (default ``<data_dir>/broker-stats.json``) every ``stats.interval.ms`` when
 they changed, on SIGUSR1 at once, and at shutdown.
 
+Cluster mode (``zookeeper.connect`` set; docs/REPLICATION.md): a :class:`ClusterNode`
+joins the cluster through ZooKeeper (the cluster id comes from there), the MetadataCache
+answers for the cluster, and the controller decides which partitions this broker leads;
+topics are created through ZooKeeper (:meth:`Broker.create_topic`).
+
 Not thread-safe: everything runs on the event loop thread.
 """
 
@@ -70,6 +75,9 @@ class Broker:
         self.topics: TopicManager
         self.producer_ids: ProducerIdManager
         self.server: Server | None = None
+        self.cluster_mode = bool(config["zookeeper.connect"])
+        self.cluster: Any = None  # the ClusterNode, in cluster mode
+        self.metadata: Any = None  # MetadataCache (cluster) or SingleNodeMetadata
         self.advertised: tuple[str, int] = ("127.0.0.1", 0)
         self.shutting_down = False
         self.requests = 0
@@ -91,7 +99,17 @@ class Broker:
         if changed:
             log.info("settings: %s", ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
         os.makedirs(self.data_dir, exist_ok=True)
-        self.cluster_id = self._read_meta()
+        if self.cluster_mode:
+            from pybroker.cluster.node import ClusterNode
+
+            self.cluster = ClusterNode(self)
+            self.metadata = self.cluster.metadata
+            self.cluster_id = self._read_meta(await self.cluster.connect(self._read_meta()))
+        else:
+            from pybroker.cluster.metadata_cache import SingleNodeMetadata
+
+            self.metadata = SingleNodeMetadata(self)
+            self.cluster_id = self._read_meta()
         self.logs = LogManager(self.data_dir)
         self.topics = TopicManager(self.config, self.logs)
         self.topics.read()
@@ -112,6 +130,8 @@ class Broker:
                              network_threads=self.config["num.network.threads"])
         bound = self.server.start()
         self.advertised = self.config.advertised(bound)
+        if self.cluster is not None:
+            await self.cluster.start()
         self._tasks = [asyncio.create_task(t) for t in (
             self._every(self.config["log.retention.check.interval.ms"], self._retention),
             self._every(self.config["log.flush.scheduler.interval.ms"], self.logs.flush_due),
@@ -120,17 +140,37 @@ class Broker:
         )]
         return bound
 
-    def _read_meta(self) -> str:
-        """Cluster id from ``meta.properties`` (created on first start), Kafka's file name."""
+    def _read_meta(self, cluster_id: str | None = None) -> str:
+        """Cluster id from ``meta.properties`` (created on first start), Kafka's file name;
+        ``cluster_id``: ZooKeeper's, which wins (cluster mode)."""
         path = os.path.join(self.data_dir, "meta.properties")
         props: dict[str, str] = {}
         if os.path.exists(path):
             from pybroker.config import read_properties
             props = read_properties(path)
-        cluster_id = self.config["cluster.id"] or props.get("cluster.id") or _new_cluster_id()
+        cluster_id = (cluster_id or self.config["cluster.id"] or props.get("cluster.id")
+                      or _new_cluster_id())
         if props.get("cluster.id") != cluster_id or props.get("node.id") != str(self.broker_id):
             replace_file(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.broker_id}\n")
         return cluster_id
+
+    def on_leadership_change(self, fn: Callable[[Any, bool], None]) -> None:
+        """Call ``fn(partition, is_leader)`` on the loop whenever this broker becomes the
+        leader or a follower of a partition (cluster mode; on one node every partition is
+        led from the start and ``fn`` is never called)."""
+        if self.cluster is not None:
+            self.cluster.replicas.add_leadership_listener(fn)
+
+    async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                           configs: dict[str, str | None] | None = None) -> None:
+        """Create a topic in either mode: on one node its logs, in a cluster through
+        ZooKeeper, returning once this broker's metadata shows leaders for it."""
+        if self.cluster is None:
+            await self.topics.create_async(name, partitions, replication_factor, configs)
+            return
+        from pybroker.cluster.admin import create_topic
+
+        await create_topic(self, name, partitions, replication_factor, configs or {})
 
     async def _every(self, interval_ms: int, fn: Any) -> None:
         while True:
@@ -186,6 +226,8 @@ class Broker:
             for partition in self.topics.partitions():
                 partition.wake()  # long-polling fetches answer now
             await self.server.drain(SHUTDOWN_DRAIN_SECONDS)
+        if self.cluster is not None:
+            await self.cluster.stop()  # the fetchers stop appending before the logs close
         await self._run_hooks(handler_registry.SHUTDOWN)
         if self.logs is not None:
             self._snapshot_producer_state()

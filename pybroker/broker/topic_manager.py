@@ -18,6 +18,14 @@ checked against while the logs are being created; a broker stopped in the middle
 the rest at its next start. A request may not make a topic larger than
 ``MAX_PARTITIONS_PER_TOPIC`` (INVALID_PARTITIONS).
 
+Cluster mode (docs/REPLICATION.md): ZooKeeper holds the topics; this manager holds the
+partitions this broker has a replica of. The controller's LeaderAndIsr creates them
+(:meth:`TopicManager.ensure_replica`); the others of a topic are placeholders (a
+``Partition`` with no log, never leader) so handlers answer NOT_LEADER_OR_FOLLOWER for
+them. ``topics.json`` still lists the local topics, so a restart reopens their logs; the
+logs start as neither leader nor follower until the controller speaks, with the high
+watermark of the last checkpoint.
+
 Not thread-safe: used from the event loop thread only.
 """
 
@@ -37,10 +45,13 @@ from pybroker.broker.files import read_json, write_json
 from pybroker.broker.partition import Partition
 from pybroker.config import BrokerConfig
 from pybroker.errors import (
+    FencedLeaderEpochError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
+    NotLeaderOrFollowerError,
     TopicAlreadyExistsError,
+    UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
 )
 from pybroker.log.log_config import LogConfig
@@ -80,6 +91,20 @@ def check_partition_limit(partitions: int) -> None:
             f"{MAX_PARTITIONS_PER_TOPIC} partitions per topic on this broker.")
 
 
+def check_leader(partition: Partition, current_leader_epoch: int = -1) -> None:
+    if not partition.is_leader:
+        raise NotLeaderOrFollowerError(f"This broker is not the leader of {partition.topic}-"
+                                       f"{partition.index}")
+    if current_leader_epoch >= 0 and current_leader_epoch != partition.leader_epoch:
+        if current_leader_epoch < partition.leader_epoch:
+            raise FencedLeaderEpochError(
+                f"{partition.topic}-{partition.index}: leader epoch {current_leader_epoch} "
+                f"is older than the current {partition.leader_epoch}")
+        raise UnknownLeaderEpochError(
+            f"{partition.topic}-{partition.index}: leader epoch {current_leader_epoch} is "
+            f"newer than this broker's {partition.leader_epoch}")
+
+
 @dataclass
 class Topic:
     name: str
@@ -104,6 +129,8 @@ class TopicManager:
         self.broker_defaults_set = config.topic_defaults_set()
         # topics whose logs are being created: name -> partition count declared
         self._growing: dict[str, int] = {}
+        self.cluster_mode = bool(config["zookeeper.connect"])
+        self.broker_id = config.broker_id
         self.stopping = False  # broker shutdown: growing topics stop, the next start ends them
 
     # queries --------------------------------------------------------------------------
@@ -123,8 +150,17 @@ class TopicManager:
             raise UnknownTopicOrPartitionError(f"{name}-{index}")
         return topic.partitions[index]
 
+    def led_partition(self, name: str, index: int, current_leader_epoch: int = -1) -> Partition:
+        """The partition if this broker leads it, in the client's leader epoch if it names
+        one (KIP-320: -1 names none): else NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH (the
+        client's epoch is older) or UNKNOWN_LEADER_EPOCH (newer than ours)."""
+        partition = self.partition(name, index)
+        check_leader(partition, current_leader_epoch)
+        return partition
+
     def partitions(self) -> list[Partition]:
-        return [p for t in self._topics.values() for p in t.partitions]
+        """The partitions this broker has a log of (in cluster mode: a replica of)."""
+        return [p for t in self._topics.values() for p in t.partitions if p.log is not None]
 
     def partition_count(self, topic: Topic) -> int:
         """Partitions declared, including those whose logs are still being created."""
@@ -168,9 +204,10 @@ class TopicManager:
             self._add(Topic(name, uuid.uuid4(), {}), partitions)
         if orphans:
             self._save()
-        for partition in self.partitions():
-            # One node: everything that survived recovery is committed.
-            partition.log.high_watermark = partition.log.log_end_offset
+        if not self.cluster_mode:
+            for partition in self.partitions():
+                # One node: everything that survived recovery is committed.
+                partition.log.high_watermark = partition.log.log_end_offset
         self._stored = {}
 
     def _save(self) -> None:
@@ -195,8 +232,49 @@ class TopicManager:
         # One directory fsync per batch of partitions, not per partition: topics.json
         # already holds the partition count, and a log lost before the sync is created
         # again at the next start.
+        if self.cluster_mode:  # only the logs this broker has; the controller adds others
+            plog = self.logs.get(topic.name, index)
+            topic.partitions.append(Partition(topic.name, index, plog, self.broker_id,
+                                              is_leader=False))
+            return
         plog = self.logs.get_or_create(topic.name, index, config, sync_dir=False)
-        topic.partitions.append(Partition(topic.name, index, plog))
+        topic.partitions.append(Partition(topic.name, index, plog, self.broker_id))
+
+    def ensure_replica(self, name: str, topic_id: uuid.UUID, index: int,
+                       overrides: dict[str, str]) -> Partition:
+        """Cluster mode: the partition ``index`` of topic ``name``, with a log on this
+        broker (created if missing; the topic too, with ZooKeeper's id and configs)."""
+        topic = self._topics.get(name)
+        if topic is not None and topic.topic_id != topic_id:
+            log.warning("topic %s has a new id %s (was %s): deleting the old local logs",
+                        name, topic_id, topic.topic_id)
+            self.delete(name)
+            topic = None
+        changed = False
+        if topic is None:
+            topic = Topic(name, topic_id, dict(overrides))
+            self._topics[name] = topic
+            self._by_id[topic_id] = topic
+            changed = True
+        elif topic.overrides != overrides:
+            topic.overrides = dict(overrides)
+            config = self.log_config(topic.overrides)
+            for partition in topic.partitions:
+                if partition.log is not None:
+                    partition.log.update_config(config)
+            changed = True
+        while len(topic.partitions) <= index:
+            topic.partitions.append(Partition(name, len(topic.partitions), None,
+                                              self.broker_id, is_leader=False))
+            changed = True
+        partition = topic.partitions[index]
+        if changed:
+            self._save()
+        if partition.log is None:
+            partition.log = self.logs.get_or_create(name, index, self.log_config(
+                topic.overrides), sync_dir=True)
+            log.info("created the replica of %s-%d", name, index)
+        return partition
 
     def _declare(self, topic: Topic, partitions: int) -> None:
         """Record that ``topic`` has ``partitions`` partitions, durably, before their logs."""
@@ -313,7 +391,8 @@ class TopicManager:
         topic.overrides = overrides
         self._save()
         for partition in topic.partitions:
-            partition.log.update_config(config)
+            if partition.log is not None:
+                partition.log.update_config(config)
         return topic
 
     def delete(self, name: str) -> None:
@@ -325,5 +404,6 @@ class TopicManager:
         for partition in topic.partitions:
             partition.deleted = True
             partition.wake()
-            self.logs.delete(name, partition.index)
+            if partition.log is not None:
+                self.logs.delete(name, partition.index)
         log.info("deleted topic %s", name)

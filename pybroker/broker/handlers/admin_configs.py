@@ -313,6 +313,8 @@ def _apply_topic(ctx: RequestContext, topic: Topic, overrides: dict[str, str],
     ctx.broker.topics.log_config(checked)  # with the broker defaults (segment sizes etc.)
     if not validate_only:
         ctx.broker.topics.alter_configs(topic.name, checked)
+        if ctx.broker.cluster is not None:  # the others apply ZooKeeper's change notification
+            ctx.broker.cluster.publish_topic_configs(topic.name, checked)
 
 
 def _alter_logger(ctx: RequestContext, name: str, configs: list[dict], validate_only: bool,

@@ -54,8 +54,25 @@ def _delete_targets(ctx: RequestContext, request: dict) -> list[tuple[str | None
     return [(t.get("name"), t.get("topic_id") or ZERO_UUID) for t in request.get("topics") or []]
 
 
-def _delete_one(ctx: RequestContext, name: str | None, topic_id: uuid.UUID,
-                duplicated: bool) -> dict[str, Any]:
+async def _delete_in_cluster(ctx: RequestContext, name: str | None, topic_id: uuid.UUID,
+                             result: dict[str, Any]) -> dict[str, Any]:
+    from pybroker.cluster import admin
+
+    cache = ctx.broker.metadata
+    info = cache.topic(name) if name is not None else cache.topic_by_id(topic_id)
+    if info is None and name is None:
+        return {**result, "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
+                "error_message": f"Topic id {topic_id} does not exist."}
+    try:
+        await admin.delete_topic(ctx.broker, info.name if info is not None else name)
+    except KafkaError as exc:
+        return {**result, **error_fields(exc)}
+    return {"name": info.name if info else name,
+            "topic_id": info.topic_id if info else topic_id, **_ok()}
+
+
+async def _delete_one(ctx: RequestContext, name: str | None, topic_id: uuid.UUID,
+                      duplicated: bool) -> dict[str, Any]:
     topics = ctx.broker.topics
     result = {"name": name, "topic_id": topic_id}
     if (name is None) == (topic_id == ZERO_UUID):
@@ -69,6 +86,8 @@ def _delete_one(ctx: RequestContext, name: str | None, topic_id: uuid.UUID,
     if not ctx.broker.config["delete.topic.enable"]:
         return {**result, "error_code": ErrorCode.TOPIC_DELETION_DISABLED,
                 "error_message": "Topic deletion is disabled."}
+    if ctx.broker.cluster is not None:
+        return await _delete_in_cluster(ctx, name, topic_id, result)
     topic = topics.get(name) if name is not None else topics.by_id(topic_id)
     if topic is None:
         if name is None:
@@ -87,8 +106,8 @@ def _delete_one(ctx: RequestContext, name: str | None, topic_id: uuid.UUID,
 async def delete_topics(ctx: RequestContext, request: dict) -> dict:
     targets = _delete_targets(ctx, request)
     seen = Counter(name if name is not None else topic_id for name, topic_id in targets)
-    responses = [_delete_one(ctx, name, topic_id,
-                             seen[name if name is not None else topic_id] > 1)
+    responses = [await _delete_one(ctx, name, topic_id,
+                                   seen[name if name is not None else topic_id] > 1)
                  for name, topic_id in targets]
     return {"throttle_time_ms": 0, "responses": responses}
 
@@ -139,6 +158,12 @@ async def _create_partitions_one(ctx: RequestContext, item: dict, duplicated: bo
         return {"name": name, "error_code": ErrorCode.INVALID_REQUEST,
                 "error_message": "Duplicate topic name."}
     try:
+        if ctx.broker.cluster is not None:
+            from pybroker.cluster import admin
+
+            if not validate_only:
+                await admin.add_partitions(ctx.broker, name, item["count"])
+            return {"name": name, **_ok()}
         check_new_partitions(ctx, name, item["count"], item["assignments"])
         if not validate_only:
             await ctx.broker.topics.add_partitions_async(name, item["count"])

@@ -1,4 +1,8 @@
-"""CreateTopics (key 19): partitions, replication factor 1, validated configs, validate_only.
+"""CreateTopics (key 19): partitions, replication factor, validated configs, validate_only.
+
+Cluster mode: the topic is written to ZooKeeper with its replicas placed round-robin over
+the live brokers (or as the request assigns them), and answered once this broker's
+metadata shows its leaders (``pybroker.cluster.admin``). Single node, below:
 
 Per topic, as Kafka answers: an illegal name INVALID_TOPIC_EXCEPTION, an existing one
 TOPIC_ALREADY_EXISTS, a name twice in one request INVALID_REQUEST, partitions <= 0
@@ -44,23 +48,58 @@ def _from_assignments(item: dict, broker_id: int) -> tuple[int, int]:
     return len(indexes), 1
 
 
+async def _create_in_cluster(ctx: RequestContext, item: dict, partitions: int,
+                             replication: int, configs: dict[str, str | None],
+                             validate_only: bool) -> tuple[Any, int, int, dict[str, str]]:
+    from pybroker.cluster import admin
+
+    assignment = None
+    if item.get("assignments"):
+        if partitions != -1 or replication != -1:
+            raise InvalidRequestError("Both numPartitions or replicationFactor and "
+                                      "replicasAssignments were set. Both cannot be used at "
+                                      "the same time.")
+        assignment = {a["partition_index"]: list(a["broker_ids"]) for a in item["assignments"]}
+        if sorted(assignment) != list(range(len(assignment))) or len(
+                {len(r) for r in assignment.values()}) != 1:
+            raise _bad_assignment("Partitions should be a consecutive 0-based integer "
+                                  "sequence with the same replication factor")
+        live = set(ctx.broker.metadata.brokers)
+        for index, replicas in assignment.items():
+            if not set(replicas) <= live or len(set(replicas)) != len(replicas):
+                raise _bad_assignment(f"Unknown or repeated broker(s) in assignment "
+                                      f"{replicas} of partition {index}")
+    if validate_only:
+        if assignment is not None:
+            partitions, replication = len(assignment), len(assignment[0])
+        partitions, replication, overrides = await admin.check_new_topic(
+            ctx.broker, item["name"], partitions, replication, configs)
+        return ZERO_UUID, partitions, replication, overrides
+    return await admin.create_topic(ctx.broker, item["name"], partitions, replication, configs,
+                                    assignment)
+
+
 async def _create(ctx: RequestContext, item: dict, validate_only: bool) -> dict[str, Any]:
     topics = ctx.broker.topics
     name = item["name"]
     partitions, replication = item["num_partitions"], item["replication_factor"]
-    if item.get("assignments"):
+    if item.get("assignments") and ctx.broker.cluster is None:
         partitions, replication = _from_assignments(item, ctx.broker.broker_id)
     configs = {c["name"]: c["value"] for c in item.get("configs") or ()}
-    if validate_only:
+    if ctx.broker.cluster is not None:
+        topic_id, partitions, replication, overrides = await _create_in_cluster(
+            ctx, item, partitions, replication, configs, validate_only)
+    elif validate_only:
         partitions, overrides = topics.check_new(name, partitions, replication, configs)
         topic_id = ZERO_UUID
     else:
         topic = await topics.create_async(name, partitions, replication, configs)
         overrides, topic_id, partitions = topic.overrides, topic.topic_id, \
             topics.partition_count(topic)
+        replication = 1
     return {
         "name": name, "topic_id": topic_id, "error_code": ErrorCode.NONE,
-        "error_message": None, "num_partitions": partitions, "replication_factor": 1,
+        "error_message": None, "num_partitions": partitions, "replication_factor": replication,
         "configs": [{"name": key, "value": value, "read_only": False, "config_source": source,
                      "is_sensitive": False}
                     for key, value, source in topics.describe_config(overrides)],

@@ -21,7 +21,7 @@ HIGH_WATERMARK = -1
 
 
 def _delete_before(ctx: RequestContext, topic: str, index: int, offset: int) -> int:
-    partition = ctx.broker.topics.partition(topic, index)
+    partition = ctx.broker.topics.led_partition(topic, index)
     if not partition.config.deletes:
         raise KafkaError(f"Records of partition {topic}-{index} can not be deleted due to "
                          "the configured policy", ErrorCode.POLICY_VIOLATION)

@@ -1,4 +1,4 @@
-"""DescribeCluster (key 60): this one broker is the whole cluster and its controller."""
+"""DescribeCluster (key 60): the live brokers and the controller (on one node: this broker)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,12 @@ async def describe_cluster(ctx: RequestContext, request: dict) -> dict:
         return {"error_code": UNSUPPORTED_ENDPOINT_TYPE,
                 "error_message": "only broker endpoints are served", "cluster_id": "",
                 "brokers": []}
+    live = broker.metadata.live_brokers() or []
+    brokers = [{"broker_id": b.broker_id, "host": b.host, "port": b.port} for b in live] \
+        or [{"broker_id": broker.broker_id, "host": host, "port": port}]
     return {
         "error_code": ErrorCode.NONE,
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.broker_id,
-        "brokers": [{"broker_id": broker.broker_id, "host": host, "port": port}],
+        "controller_id": broker.metadata.controller_id,
+        "brokers": brokers,
     }

@@ -15,6 +15,12 @@ Long polling: if fewer than ``min_bytes`` are available and no partition has an 
 request waits up to ``max_wait_ms`` for appends to any of its partitions, re-reading after
 each, then answers with what there is. Shutdown wakes it at once.
 
+Replication: only the leader serves a partition (NOT_LEADER_OR_FOLLOWER; a
+``current_leader_epoch`` older than ours FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH).
+A fetch with ``replica_id`` >= 0 comes from a follower: its fetch offset tells the leader
+what it has (``Partition.follower_fetched``: ISR and high watermark), and it reads up to
+the log end, not the high watermark.
+
 Fetch sessions (KIP-227): the broker keeps none. Every response says session id 0, which
 tells v7+ clients to send full requests; a request naming a session id gets
 FETCH_SESSION_ID_NOT_FOUND, after which clients start over without one. v13+ address
@@ -31,6 +37,7 @@ from pybroker._native.wire import build_fetch
 from pybroker.broker.handlers import handler
 from pybroker.broker.partition import Partition
 from pybroker.broker.request import Encoded, RequestContext
+from pybroker.broker.topic_manager import check_leader
 from pybroker.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("pybroker.fetch")
@@ -42,7 +49,16 @@ FIRST_TOPIC_ID_VERSION = 13
 Wanted = tuple[int, "Partition | None", int, int, int]
 
 
-def _resolve(ctx: RequestContext, request: dict) -> list[tuple[Any, list[Wanted]]]:
+def _replica_id(request: dict) -> int:
+    """The fetching follower's broker id (v15+ in ``replica_state``), -1 for consumers."""
+    state = request.get("replica_state")
+    if state is not None and state.get("replica_id", -1) >= 0:
+        return state["replica_id"]
+    return request.get("replica_id", -1)
+
+
+def _resolve(ctx: RequestContext, request: dict,
+             replica_id: int) -> list[tuple[Any, list[Wanted]]]:
     topics = ctx.broker.topics
     by_id = ctx.api_version >= FIRST_TOPIC_ID_VERSION
     wanted = []
@@ -61,14 +77,22 @@ def _resolve(ctx: RequestContext, request: dict) -> list[tuple[Any, list[Wanted]
             elif not 0 <= index < len(topic.partitions):
                 parts.append((index, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0, 0))
             else:
-                parts.append((index, topic.partitions[index], ErrorCode.NONE, p["fetch_offset"],
+                partition = topic.partitions[index]
+                try:
+                    check_leader(partition, p.get("current_leader_epoch", -1))
+                except KafkaError as exc:
+                    parts.append((index, None, exc.code, 0, 0))
+                    continue
+                if replica_id >= 0:
+                    partition.follower_fetched(replica_id, p["fetch_offset"])
+                parts.append((index, partition, ErrorCode.NONE, p["fetch_offset"],
                               p["partition_max_bytes"]))
         wanted.append((key, parts))
     return wanted
 
 
 def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
-          committed: bool) -> tuple[list, int, bool]:
+          committed: bool, follower: bool = False) -> tuple[list, int, bool]:
     """One pass over the partitions: (response topics, bytes found, any partition error)."""
     remaining = max_bytes
     total = 0
@@ -91,8 +115,9 @@ def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
                 if offset < start or offset > plog.log_end_offset:
                     raise KafkaError(f"offset {offset} not in [{start}, {plog.log_end_offset}]",
                                      ErrorCode.OFFSET_OUT_OF_RANGE)
-                if offset < hw and remaining > 0:
-                    result = plog.read(offset, min(partition_max, remaining), max_offset=hw,
+                bound = plog.log_end_offset if follower else hw
+                if offset < bound and remaining > 0:
+                    result = plog.read(offset, min(partition_max, remaining), max_offset=bound,
                                        min_one=total == 0)
                     if result.size:
                         records = result.regions
@@ -115,14 +140,15 @@ async def fetch(ctx: RequestContext, request: dict) -> Encoded:
         parts, _ = build_fetch(version, ctx.correlation_id, 0,
                                ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])
         return Encoded(parts)
-    wanted = _resolve(ctx, request)
+    replica_id = _replica_id(request)
+    wanted = _resolve(ctx, request, replica_id)
     max_bytes = min(request["max_bytes"], broker.config["fetch.max.bytes"])
     committed = request["isolation_level"] == READ_COMMITTED
     min_bytes = request["min_bytes"]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request["max_wait_ms"] / 1000
     while True:
-        topics, total, errors = _read(wanted, max_bytes, committed)
+        topics, total, errors = _read(wanted, max_bytes, committed, replica_id >= 0)
         remaining = deadline - loop.time()
         if total >= min_bytes or errors or remaining <= 0 or broker.shutting_down:
             break

@@ -4,7 +4,9 @@
 offset for read_committed is the same here, there are no transactions), -3 the record with
 the largest timestamp (v7+, KIP-734), -4 earliest local (v8+, KIP-405: no tiered storage,
 so the log start). A timestamp >= 0 finds the first record with a timestamp at or after it
-below the high watermark; none gives offset and timestamp -1, as Kafka answers.
+below the high watermark; none gives offset and timestamp -1, as Kafka answers. Only the
+leader answers (NOT_LEADER_OR_FOLLOWER; a stale or future ``current_leader_epoch``:
+FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import logging
 from typing import Any
 
 from pybroker.broker.handlers import handler
-from pybroker.broker.partition import LEADER_EPOCH, Partition
+from pybroker.broker.partition import Partition
 from pybroker.broker.request import RequestContext
 from pybroker.errors import ErrorCode, KafkaError, UnsupportedVersionError
 
@@ -50,11 +52,12 @@ async def list_offsets(ctx: RequestContext, request: dict) -> dict:
         for p in t["partitions"]:
             index = p["partition_index"]
             try:
-                partition = topics.partition(t["name"], index)
+                partition = topics.led_partition(t["name"], index,
+                                                 p.get("current_leader_epoch", -1))
                 timestamp, offset = _offset(partition, p["timestamp"], ctx.api_version)
                 parts.append({"partition_index": index, "error_code": ErrorCode.NONE,
                               "timestamp": timestamp, "offset": offset,
-                              "leader_epoch": LEADER_EPOCH})
+                              "leader_epoch": partition.leader_epoch})
             except KafkaError as exc:
                 parts.append({"partition_index": index, "error_code": exc.code,
                               "timestamp": -1, "offset": -1, "leader_epoch": -1})

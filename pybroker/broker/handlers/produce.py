@@ -20,10 +20,14 @@ right in the handler, with no coroutine of its own (the one-record produce round
 after a partition that waits, the rest wait their turn, keeping the request's order.
 The response is built by the Cython ``build_produce_response``.
 
-acks: 0 gets no response (and a failed acks=0 request closes the connection, Kafka's way
-of telling a producer that is not listening), 1 and -1 are answered once appended: on one
-node the ISR is this broker, so all replicas have it (acks=-1 to a topic asking
-``min.insync.replicas`` > 1 gets NOT_ENOUGH_REPLICAS, as Kafka would with an ISR of one).
+Only the partition's leader appends (NOT_LEADER_OR_FOLLOWER: the client refreshes its
+metadata). acks: 0 gets no response (and a failed acks=0 request closes the connection,
+Kafka's way of telling a producer that is not listening), 1 is answered once appended
+here, -1 (all) once every ISR member has the batch: refused before the append with
+NOT_ENOUGH_REPLICAS when the ISR is smaller than ``min.insync.replicas``; after it the
+answer waits for the high watermark (``Partition.wait_for_high_watermark``: REQUEST_TIMED_OUT
+after the request's timeout, NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the
+minimum meanwhile). On one node the ISR is this broker, so acks=-1 is answered as acks=1.
 Anything else: INVALID_REQUIRED_ACKS.
 """
 
@@ -47,6 +51,7 @@ from pybroker.errors import (
     KafkaError,
     MessageTooLargeError,
     NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
 )
 from pybroker.net.connection import CloseConnection
 
@@ -65,11 +70,14 @@ def _checked(ctx: RequestContext, topic: str, index: int, records: Any,
              acks: int) -> tuple[Partition, Any]:
     """The partition and the validated batch's ``BatchInfo``, or the KafkaError to answer."""
     partition = ctx.broker.topics.partition(topic, index)
+    if not partition.is_leader:
+        raise NotLeaderOrFollowerError(f"This broker is not the leader of {topic}-{index}")
     config = partition.config
-    if acks == -1 and config.min_insync_replicas > 1:
+    if acks == -1 and len(partition.isr) < config.min_insync_replicas:
         raise NotEnoughReplicasError(
-            f"The size of the current ISR 1 is insufficient to satisfy the min.isr "
-            f"requirement of {config.min_insync_replicas} for partition {topic}-{index}")
+            f"The size of the current ISR {len(partition.isr)} is insufficient to satisfy "
+            f"the min.isr requirement of {config.min_insync_replicas} for partition "
+            f"{topic}-{index}")
     if records is None or len(records) == 0:
         raise InvalidRecordError("Produce requests with version 3+ must have at least one "
                                  "record batch per partition")
@@ -104,12 +112,15 @@ def _topic_error(topics: Any, name: str) -> int:
 
 
 def _produce_now(ctx: RequestContext, topic: str, index: int, records: Any,
-                 acks: int) -> PartitionResult | Coroutine[Any, Any, PartitionResult]:
+                 acks: int, timeout_ms: int) -> PartitionResult | Coroutine[Any, Any, PartitionResult]:
     """The partition's answer, when its batch is written synchronously (a small batch
     and no append of the partition under way: the one-record produce, with no coroutine
-    to create and await); else the coroutine that appends it asynchronously."""
+    to create and await); else the coroutine that appends it asynchronously (or that
+    appends and waits for the ISR: acks=-1 with followers in the ISR)."""
     try:
         partition, info = _checked(ctx, topic, index, records, acks)
+        if acks == -1 and len(partition.isr) > 1:
+            return _append_replicated(topic, index, partition, records, info, timeout_ms)
         if not partition.appends_synchronously(len(records)):
             return _append_async(topic, index, partition, records, info)
         result = partition.append(records, info)
@@ -127,11 +138,25 @@ async def _append_async(topic: str, index: int, partition: Partition, records: A
     return _answer(index, result)
 
 
+async def _append_replicated(topic: str, index: int, partition: Partition, records: Any,
+                             info: Any, timeout_ms: int) -> PartitionResult:
+    """acks=-1: append, then answer once the ISR has the batch."""
+    try:
+        result = await partition.append_async(records, info)
+    except Exception as exc:
+        return _failed(topic, index, exc)
+    code = await partition.wait_for_high_watermark(
+        result.base_offset + info.last_offset_delta + 1, max(timeout_ms, 0) / 1000)
+    if code:
+        return _error(index, code)
+    return _answer(index, result)
+
+
 async def _produce_later(ctx: RequestContext, topic: str, index: int, records: Any,
-                         acks: int) -> PartitionResult:
+                         acks: int, timeout_ms: int) -> PartitionResult:
     """``_produce_now`` for a partition after one that waits: it waits its turn, so the
     appends of one request keep their order (gather starts them in order)."""
-    answer = _produce_now(ctx, topic, index, records, acks)
+    answer = _produce_now(ctx, topic, index, records, acks, timeout_ms)
     return answer if isinstance(answer, tuple) else await answer
 
 
@@ -149,7 +174,7 @@ def _failed(topic: str, index: int, exc: Exception) -> PartitionResult:
 
 @handler(api_key=0, versions=(3, 11), decode=parse_produce)
 async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
-    _transactional_id, acks, _timeout_ms, topic_data = request
+    _transactional_id, acks, timeout_ms, topic_data = request
     topics = ctx.broker.topics
     responses: list[tuple[str, list[PartitionResult]]] = []
     appends: list[tuple[list[PartitionResult], int, Any]] = []  # (results, slot, coroutine)
@@ -161,9 +186,9 @@ async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
             if topic_code:
                 answer: Any = _error(index, topic_code)
             elif appends:
-                answer = _produce_later(ctx, name, index, records, acks)
+                answer = _produce_later(ctx, name, index, records, acks, timeout_ms)
             else:
-                answer = _produce_now(ctx, name, index, records, acks)
+                answer = _produce_now(ctx, name, index, records, acks, timeout_ms)
             if not isinstance(answer, tuple):
                 appends.append((results, len(results), answer))
                 answer = _error(index, ErrorCode.UNKNOWN_SERVER_ERROR)  # placeholder

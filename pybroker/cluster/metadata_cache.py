@@ -1,0 +1,135 @@
+"""What this broker knows of the cluster, for Metadata and FindCoordinator.
+
+Cluster mode: the controller's UpdateMetadata requests (v7) are the only writer; each
+replaces what it names (live brokers as a whole, partition states one by one; a topic
+whose partitions all come with leader -2 is deleted, Kafka's marker). Single node:
+:class:`SingleNodeMetadata` answers the same questions with this broker.
+
+Not thread-safe: used from the event loop thread only.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, NamedTuple
+
+DELETED_LEADER = -2  # UpdateMetadata's mark of a partition of a deleted topic (Kafka's)
+
+
+class Endpoint(NamedTuple):
+    broker_id: int
+    host: str
+    port: int
+
+
+class PartitionInfo(NamedTuple):
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    offline: list[int]
+
+
+class TopicInfo(NamedTuple):
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionInfo]
+
+
+class MetadataCache:
+    def __init__(self, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self.controller_id = -1
+        self.brokers: dict[int, Endpoint] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, str] = {}
+        self.updates = 0  # UpdateMetadata requests applied
+
+    def update(self, body: dict[str, Any]) -> list[str]:
+        """Apply an UpdateMetadata (v7) body; returns the topics deleted by it."""
+        self.controller_id = body["controller_id"]
+        brokers = {}
+        for b in body["live_brokers"]:
+            endpoint = b["endpoints"][0] if b["endpoints"] else {"host": "", "port": -1}
+            brokers[b["id"]] = Endpoint(b["id"], endpoint["host"], endpoint["port"])
+        self.brokers = brokers
+        deleted = []
+        for t in body["topic_states"]:
+            name = t["topic_name"]
+            states = t["partition_states"]
+            if states and all(p["leader"] == DELETED_LEADER for p in states):
+                self._drop(name)
+                deleted.append(name)
+                continue
+            known = self.topics.get(name)
+            if known is None or known.topic_id != t["topic_id"]:
+                if known is not None:
+                    self._drop(name)
+                known = TopicInfo(name, t["topic_id"], {})
+                self.topics[name] = known
+                self._by_id[known.topic_id] = name
+            for p in states:
+                known.partitions[p["partition_index"]] = PartitionInfo(
+                    p["leader"], p["leader_epoch"], list(p["replicas"]), list(p["isr"]),
+                    list(p["offline_replicas"]))
+        self.updates += 1
+        return deleted
+
+    def _drop(self, name: str) -> None:
+        topic = self.topics.pop(name, None)
+        if topic is not None:
+            self._by_id.pop(topic.topic_id, None)
+
+    # questions -------------------------------------------------------------------------
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self.topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        name = self._by_id.get(topic_id)
+        return self.topics.get(name) if name is not None else None
+
+    def leader_of(self, topic: str, partition: int) -> Endpoint | None:
+        known = self.topics.get(topic)
+        info = known.partitions.get(partition) if known is not None else None
+        if info is None:
+            return None
+        return self.brokers.get(info.leader)
+
+    def live_brokers(self) -> list[Endpoint]:
+        return sorted(self.brokers.values())
+
+    def has_leaders(self, topic: str, partitions: int) -> bool:
+        """Whether every one of the topic's first ``partitions`` partitions has a live leader."""
+        known = self.topics.get(topic)
+        if known is None:
+            return False
+        for index in range(partitions):
+            info = known.partitions.get(index)
+            if info is None or info.leader not in self.brokers:
+                return False
+        return True
+
+
+class SingleNodeMetadata:
+    """The single-node answers: this broker is every broker and leads everything."""
+
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+
+    @property
+    def controller_id(self) -> int:
+        return self._broker.broker_id
+
+    def _self(self) -> Endpoint:
+        host, port = self._broker.advertised
+        return Endpoint(self._broker.broker_id, host, port)
+
+    def leader_of(self, topic: str, partition: int) -> Endpoint | None:
+        known = self._broker.topics.get(topic)
+        if known is None or not 0 <= partition < len(known.partitions):
+            return None
+        return self._self()
+
+    def live_brokers(self) -> list[Endpoint]:
+        return [self._self()]

@@ -1,0 +1,150 @@
+"""A broker's membership of a cluster: everything cluster mode adds to one broker process.
+
+Start order (the listener is already bound, so the registration names a port that
+answers): connect to ZooKeeper and agree on the cluster id (before the logs load, so
+``meta.properties`` gets ZooKeeper's), then open the control channel, register in
+``/brokers/ids`` (the znode's creation id is this registration's broker epoch), and enter
+the controller election. Stop: leave the election, stop the fetchers, close the channel,
+close the ZooKeeper session, which removes the registration at once (the controller
+moves leadership away; a SIGKILLed broker's goes when its session times out).
+
+A session ZooKeeper expired (a broker paused or cut off longer than
+zookeeper.session.timeout.ms) loses the registration with it: when kazoo reconnects
+with a new session, the broker registers again, with a new broker epoch, and the
+controller sends it the state it must follow, requests for its old epoch being refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from pybroker.cluster.metadata_cache import MetadataCache
+from pybroker.config import parse_address
+
+log = logging.getLogger("pybroker.cluster")
+
+
+class ClusterNode:
+    def __init__(self, broker: Any) -> None:
+        from pybroker.cluster.zk_store import ClusterStore
+        from pybroker.repl.fetcher import ReplicaFetcherManager
+        from pybroker.repl.replica_manager import ReplicaManager
+
+        self.broker = broker
+        config = broker.config
+        self.config = config
+        self.store = ClusterStore(config["zookeeper.connect"],
+                                  config["zookeeper.session.timeout.ms"],
+                                  config["zookeeper.connection.timeout.ms"])
+        self.metadata = MetadataCache(broker.broker_id)
+        self.fetchers = ReplicaFetcherManager(broker, config)
+        self.replicas = ReplicaManager(broker, self.store, self.fetchers)
+        self.controller: Any = None
+        self.control: Any = None
+        self.control_address = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session_lost = False
+        self._stopping = False
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def connect(self, proposed_cluster_id: str) -> str:
+        """Connect to ZooKeeper; returns the cluster id (``proposed`` if it had none)."""
+        self._loop = asyncio.get_running_loop()
+        log.info("connecting to ZooKeeper at %s", self.config["zookeeper.connect"])
+        await asyncio.to_thread(self.store.start)
+        self.store.add_state_listener(self._on_session_state)
+        return await asyncio.to_thread(self.store.cluster_id, proposed_cluster_id)
+
+    async def start(self) -> None:
+        from pybroker.cluster.channel import ControlClient, ControlServer
+        from pybroker.cluster.controller import Controller
+
+        listen_host = self.broker.advertised[0]
+        host, port = (parse_address(self.config["control.listener"])
+                      if self.config["control.listener"] else (listen_host, 0))
+        self.control = ControlServer(host, port, self.replicas.handle)
+        bound = self.control.start()
+        self.control_address = f"{bound[0]}:{bound[1]}"
+        self.replicas.start()
+        await self._register()
+        loop = asyncio.get_running_loop()
+        self.store.watch_config_changes(
+            lambda names: loop.call_soon_threadsafe(self._spawn, self._apply_configs(names)))
+        self.controller = Controller(
+            self.broker.broker_id, self.store, self.config,
+            lambda info: ControlClient(info.broker_id, info.control))
+        await self.controller.start()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def publish_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
+        """Write a topic's new overrides to ZooKeeper (AlterConfigs applied them here
+        already); every broker applies the change notification."""
+        async def write() -> None:
+            try:
+                await asyncio.to_thread(self.store.set_topic_configs, name, overrides)
+            except Exception:
+                log.exception("writing the configs of topic %s to ZooKeeper", name)
+        self._spawn(write())
+
+    async def _apply_configs(self, names: list[str]) -> None:
+        topics = self.broker.topics
+        for name in names:
+            topic = topics.get(name)
+            if topic is None:
+                continue
+            try:
+                overrides = await asyncio.to_thread(self.store.topic_configs, name)
+                if overrides != topic.overrides:
+                    topics.alter_configs(name, overrides)
+                    log.info("topic %s: configs now %s", name, overrides)
+            except Exception:
+                log.exception("applying the configs of topic %s", name)
+
+    async def _register(self) -> None:
+        host, port = self.broker.advertised
+        epoch = await asyncio.to_thread(self.store.register_broker, self.broker.broker_id,
+                                        host, port, self.control_address)
+        self.replicas.broker_epoch = epoch
+        log.info("registered as broker %d (%s:%d, control %s), broker epoch %d",
+                 self.broker.broker_id, host, port, self.control_address, epoch)
+
+    def _on_session_state(self, state: str) -> None:
+        """kazoo's thread: a lost session is registered again once reconnected."""
+        if state == "LOST":
+            self._session_lost = True
+            log.warning("ZooKeeper session lost: this broker's registration is gone")
+        elif state == "CONNECTED" and self._session_lost and not self._stopping:
+            self._session_lost = False
+            loop = self._loop
+            if loop is not None:
+                loop.call_soon_threadsafe(lambda: loop.create_task(self._register_again()))
+
+    async def _register_again(self) -> None:
+        try:
+            await self._register()
+        except Exception:
+            log.exception("registering again after a lost ZooKeeper session failed")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self.controller is not None:
+            await _quietly(self.controller.stop(), "controller")
+        await _quietly(self.fetchers.close(), "replica fetchers")
+        await _quietly(self.replicas.stop(), "replica manager")
+        if self.control is not None:
+            await _quietly(self.control.close(), "control channel")
+        await _quietly(asyncio.to_thread(self.store.stop), "ZooKeeper session")
+
+
+async def _quietly(awaitable: Any, what: str) -> None:
+    try:
+        if asyncio.iscoroutine(awaitable) or isinstance(awaitable, asyncio.Future):
+            await awaitable
+    except Exception:
+        log.exception("stopping the %s failed", what)
