@@ -17,6 +17,21 @@ Persistence: committed offsets and group metadata are written to ``__consumer_of
 session deadlines, so members that keep heartbeating across a broker restart see no
 rebalance.
 
+Cluster mode (``replicated``, issue 7), as Kafka: this broker coordinates the groups whose
+``__consumer_offsets`` partition it leads. ``leadership_changed`` (the broker's
+``on_leadership_change`` listener) loads a partition's groups when it becomes leader, in
+slices of at most ``LOAD_SLICE_S`` of loop time, reading up to the log end of the moment
+the load starts (requests for those groups get COORDINATOR_LOAD_IN_PROGRESS meanwhile),
+and unloads them when it stops leading: parked joins and syncs are answered
+NOT_COORDINATOR, the state is dropped. A group of a partition led elsewhere gets
+NOT_COORDINATOR, so its clients ask FindCoordinator again. A commit or a group's metadata
+is answered only once replicated: the high watermark has passed it
+(``Partition.wait_for_high_watermark``, ``offsets.commit.timeout.ms``); committed offsets
+enter the in-memory state only then, so OffsetFetch never shows an offset a failover could
+lose. Tombstones (deletions, expiry) are not waited for: a lost one is written again by
+the next expiry pass, as Kafka does. On one node every partition is led from the start and
+all of this is inert: writes are committed when written, answers come without suspending.
+
 The semantics follow Kafka's classic ``GroupCoordinator``; departures are noted inline.
 Not thread-safe: every method runs on the broker's event loop thread.
 """
@@ -42,6 +57,9 @@ from pybroker.errors import ErrorCode, KafkaError
 log = logging.getLogger("pybroker.coordinator")
 
 TICK_S = 0.1  # timer resolution; session timeouts are seconds, so 100 ms is plenty
+# A partition's load gives the loop back after this much work: requests of the groups
+# this broker already coordinates wait at most this long behind a big partition's replay.
+LOAD_SLICE_S = 0.005
 COMPACT_RATIO = 4
 COMPACT_CHECK_MS = 60_000
 
@@ -65,9 +83,15 @@ class CoordinatorConfig:
     # (see ``compact``): a partition is rewritten once its log holds this many records
     # and COMPACT_RATIO times more than it has live keys.
     offsets_compact_min_records: int = 10_000
+    # cluster mode: how long a write waits to be replicated, and the offsets topic's
+    # replication factor (at most the live brokers when it is created)
+    offsets_commit_timeout_ms: int = 5000
+    offsets_topic_replication_factor: int = 3
 
     KEYS = {
         "offsets.topic.num.partitions": "offsets_topic_num_partitions",
+        "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
+        "offsets.topic.replication.factor": "offsets_topic_replication_factor",
         "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
         "group.initial.rebalance.delay.ms": "initial_rebalance_delay_ms",
         "group.min.session.timeout.ms": "min_session_timeout_ms",
@@ -142,17 +166,45 @@ class OffsetCommit(NamedTuple):
     commit_timestamp: int = -1
 
 
+class _Led:
+    """An offsets partition this broker leads (cluster mode): loading, then loaded."""
+
+    __slots__ = ("partition", "loading", "task")
+
+    def __init__(self, partition: Any) -> None:
+        self.partition = partition
+        self.loading = True
+        self.task: asyncio.Task[None] | None = None
+
+
+class _PendingCommit(NamedTuple):
+    group: Group
+    accepted: dict[tuple[str, int], OffsetAndMetadata]
+    written: records.Written | None
+
+
 class GroupCoordinator:
     def __init__(self, topics: Any = None, config: CoordinatorConfig | None = None,
                  clock: Callable[[], float] = time.time,
-                 partition_exists: Callable[[str, int], bool] | None = None) -> None:
+                 partition_exists: Callable[[str, int], bool] | None = None,
+                 replicated: bool = False,
+                 partition_count: Callable[[], int | None] | None = None) -> None:
         """``topics``: the broker's ``TopicManager`` (None keeps everything in memory, for
-        tests of the protocol alone); ``partition_exists`` vets committed partitions."""
+        tests of the protocol alone); ``partition_exists`` vets committed partitions.
+        ``replicated``: cluster mode (module docstring), with ``partition_count`` giving
+        the offsets topic's partition count as the cluster knows it."""
+        if replicated and topics is None:
+            raise ValueError("a replicated coordinator needs the broker's topics")
         self._closing = False  # shutdown began: long polls are answered, none parks
         self.config = config or CoordinatorConfig()
         self._clock = clock
+        self.replicated = replicated
         self._store = None if topics is None else \
-            records.OffsetStore(topics, self.config.offsets_topic_num_partitions)
+            records.OffsetStore(topics, self.config.offsets_topic_num_partitions,
+                                replicated=replicated, partition_count=partition_count)
+        # cluster mode: the offsets partitions this broker leads; None: one node, all
+        self._led: dict[int, _Led] | None = {} if replicated else None
+        self._background: set[asyncio.Task[Any]] = set()  # replication waits, loads
         self._partition_exists = partition_exists
         self.groups: dict[str, Group] = {}
         self._timers: list[tuple[int, int, str]] = []
@@ -169,18 +221,21 @@ class GroupCoordinator:
     # lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Load the groups from ``__consumer_offsets``, then start the timer task."""
-        self.load()
+        """Load the groups from ``__consumer_offsets`` (one node; in cluster mode each
+        partition loads when this broker becomes its leader), then start the timers."""
+        if not self.replicated:
+            self.load()
         self._next_expiry = self.now_ms() + self.config.offsets_retention_check_interval_ms
         self._next_compaction = self.now_ms() + COMPACT_CHECK_MS
         self._task = asyncio.get_running_loop().create_task(self._run(), name="groups")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._closing = True
+        tasks = [t for t in (self._task, *self._background) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
         self.release_waiters()
 
     def begin_shutdown(self) -> None:
@@ -205,18 +260,22 @@ class GroupCoordinator:
                 log.exception("group timers")
 
     def load(self) -> None:
-        """Rebuild every group from the log (startup only)."""
+        """Rebuild every group from the log (startup on one node)."""
         if self._store is None:
             return
-        now = self.now_ms()
         # The topic is a changelog: only the last value of each key matters. Keep the raw
         # bytes of the last one per key (a dict store per record), parse the survivors.
         latest: dict[bytes, bytes | None] = {}
         count = 0
         for batch in self._store.read_all():
-            for record in batch:
-                latest[record.key] = record.value
-            count += len(batch)
+            count += _latest_values(latest, batch)
+        loaded = self._install(latest)
+        log.info("loaded %d groups from %d records of %s", loaded, count,
+                 records.OFFSETS_TOPIC)
+
+    def _install(self, latest: dict[bytes, bytes | None]) -> int:
+        """Build the groups of the last value of each key; returns how many."""
+        now = self.now_ms()
         latest.pop(None, None)  # type: ignore[call-overload]  # not ours: no key
         metadata: dict[str, records.GroupRecord] = {}
         offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
@@ -233,6 +292,7 @@ class GroupCoordinator:
                     self._group_values[key.group] = raw_value
             except (KafkaError, UnicodeDecodeError) as exc:
                 log.warning("%s: skipping unreadable record: %s", records.OFFSETS_TOPIC, exc)
+        loaded = 0
         for group_id in set(metadata) | set(offsets):
             record = metadata.get(group_id)
             group_offsets = offsets.get(group_id, {})
@@ -243,8 +303,8 @@ class GroupCoordinator:
             if record is not None:
                 self._restore(group, record, now)
             self.groups[group_id] = group
-        log.info("loaded %d groups from %d records of %s", len(self.groups), count,
-                 records.OFFSETS_TOPIC)
+            loaded += 1
+        return loaded
 
     def _restore(self, group: Group, record: records.GroupRecord, now: int) -> None:
         group.generation = record.generation
@@ -263,6 +323,111 @@ class GroupCoordinator:
         group.leader_id = record.leader if record.leader in group.members \
             else next(iter(group.members), None)
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+
+    # leadership of the offsets partitions (cluster mode) --------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition of a group (0 without a store)."""
+        return self._store.partition_for(group_id) if self._store is not None else 0
+
+    def leadership_changed(self, partition: Any, is_leader: bool) -> None:
+        """The broker's ``on_leadership_change`` listener: load the groups of an offsets
+        partition this broker now leads, unload those of one it no longer leads. Being
+        told leader again (a new leader epoch) keeps what is loaded: this broker was the
+        partition's only writer all along, or it would have been told follower between."""
+        if self._led is None or partition.topic != records.OFFSETS_TOPIC:
+            return
+        index = partition.index
+        if is_leader:
+            if index in self._led or self._closing:
+                return
+            led = self._led[index] = _Led(partition)
+            led.task = self._spawn(self._load_partition(index, led))
+            return
+        lost = self._led.pop(index, None)
+        if lost is None:
+            return
+        if lost.task is not None and not lost.task.done():
+            lost.task.cancel()
+        self._unload(index)
+
+    async def _load_partition(self, index: int, led: _Led) -> None:
+        """Replay one partition's log up to its end of now, giving the loop back every
+        ``LOAD_SLICE_S``; then its groups are served. The log cannot change under the
+        replay: nothing is written to a partition while it loads, and a replica that
+        stops leading (checked after each pause) stops the load before the fetcher may
+        truncate it."""
+        partition = led.partition
+        started = time.monotonic()
+        latest: dict[bytes, bytes | None] = {}
+        count = 0
+        try:
+            slice_end = started + LOAD_SLICE_S
+            for batch in records.read_log(partition.log):
+                count += _latest_values(latest, batch)
+                if time.monotonic() >= slice_end:
+                    await asyncio.sleep(0)
+                    slice_end = time.monotonic() + LOAD_SLICE_S
+                    if not self._still_led(index, led):
+                        break
+            else:
+                if self._still_led(index, led):
+                    loaded = self._install(latest)
+                    led.loading = False
+                    log.info("%s-%d: loaded %d groups from %d records in %.3f s",
+                             records.OFFSETS_TOPIC, index, loaded, count,
+                             time.monotonic() - started)
+                    return
+        except Exception:
+            log.exception("%s-%d: loading the groups failed", records.OFFSETS_TOPIC, index)
+        # Stopped: not leader any more, or the log would not read. Its groups answer
+        # NOT_COORDINATOR (their clients look for the coordinator again), not a load that
+        # would never end.
+        if self._led is not None and self._led.get(index) is led:
+            del self._led[index]
+
+    def _still_led(self, index: int, led: _Led) -> bool:
+        return led.partition.is_leader and self._led is not None \
+            and self._led.get(index) is led
+
+    def _unload(self, index: int) -> None:
+        """Drop the groups of an offsets partition this broker no longer leads."""
+        now = self.now_ms()
+        gone = [g for g in self.groups.values() if self.partition_for(g.group_id) == index]
+        for group in gone:
+            for member in group.members.values():
+                member.complete_join(JoinResult(ErrorCode.NOT_COORDINATOR, member.member_id))
+                member.complete_sync(SyncResult(ErrorCode.NOT_COORDINATOR))
+            group.transition_to(GroupState.DEAD, now)  # writes in flight see it is gone
+            del self.groups[group.group_id]
+            self._group_values.pop(group.group_id, None)
+        log.info("%s-%d: not the leader any more, %d groups unloaded", records.OFFSETS_TOPIC,
+                 index, len(gone))
+
+    def coordinator_error(self, group_id: str) -> ErrorCode:
+        """NONE when this broker coordinates ``group_id`` now; NOT_COORDINATOR when
+        another does, COORDINATOR_LOAD_IN_PROGRESS while its partition loads (cluster
+        mode; one node coordinates every group)."""
+        return self.coordinator_error_of(self.partition_for(group_id))
+
+    def coordinator_error_of(self, partition: int) -> ErrorCode:
+        """``coordinator_error`` for the groups of an offsets partition."""
+        if self._led is None:
+            return ErrorCode.NONE
+        led = self._led.get(partition)
+        if led is None:
+            return ErrorCode.NOT_COORDINATOR
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if led.loading else ErrorCode.NONE
+
+    def loading(self) -> bool:
+        """Whether a partition's groups are still loading (ListGroups says so)."""
+        return self._led is not None and any(led.loading for led in self._led.values())
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
     # timers ----------------------------------------------------------------------------
 
@@ -317,6 +482,9 @@ class GroupCoordinator:
             rebalance_timeout_ms = session_timeout_ms
         if not group_id:
             return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id)
+        error = self.coordinator_error(group_id)
+        if error:
+            return JoinResult(error, member_id)
         if not (self.config.min_session_timeout_ms <= session_timeout_ms
                 <= self.config.max_session_timeout_ms):
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
@@ -446,21 +614,41 @@ class GroupCoordinator:
         member.heartbeat_deadline = now + session_ms
         self._schedule(group, member.heartbeat_deadline)
         if group.is_in(GroupState.STABLE) and group.select_protocol() == group.protocol_name:
-            try:
-                self._store_group(group, now)
-            except KafkaError as exc:
+            def revert() -> None:
                 group.replace_static_member(instance_id, old_id)
                 member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = saved
+
+            try:
+                written = self._store_group(group, now)
+            except KafkaError as exc:
+                revert()
                 future.set_result(JoinResult(_store_error(exc), ""))
                 return
             # The old leader id is returned so that a restarted leader does not compute an
             # assignment a Stable group would never distribute.
-            future.set_result(JoinResult(ErrorCode.NONE, new_id, group.generation,
-                                         group.protocol_type, group.protocol_name,
-                                         leader_before, []))
+            answer = JoinResult(ErrorCode.NONE, new_id, group.generation, group.protocol_type,
+                                group.protocol_name, leader_before, [])
+            if written is None:
+                future.set_result(answer)
+            else:
+                self._spawn(self._answer_static_rejoin(group, instance_id, new_id, written,
+                                                       future, answer, revert))
             return
         member.join_future = future
         self._maybe_prepare_rebalance(group, f"static member {instance_id} rejoined", now)
+
+    async def _answer_static_rejoin(self, group: Group, instance_id: str, new_id: str,
+                                    written: records.Written,
+                                    future: asyncio.Future[JoinResult], answer: JoinResult,
+                                    revert: Callable[[], None]) -> None:
+        """Cluster mode: a static member's takeover is answered once its record is
+        replicated; refused, it is undone if nothing has moved the group on since."""
+        error = await self._replication(written)
+        if error and self.groups.get(group.group_id) is group \
+                and group.static_members.get(instance_id) == new_id:
+            revert()
+        if not future.done():
+            future.set_result(JoinResult(error, "") if error else answer)
 
     # rebalance -------------------------------------------------------------------------
 
@@ -567,6 +755,13 @@ class GroupCoordinator:
                          assignments: dict[str, bytes]) -> SyncResult:
         if self._closing:
             return SyncResult(ErrorCode.NOT_COORDINATOR)
+        error = self.coordinator_error(group_id)
+        if error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            # Kafka's answer: the rebalance in progress was lost with the old coordinator,
+            # and older clients do not know the loading error; they rejoin.
+            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+        if error:
+            return SyncResult(error)
         now = self.now_ms()
         group = self.groups.get(group_id)
         if group is None:
@@ -600,20 +795,46 @@ class GroupCoordinator:
             for mid, m in group.members.items():
                 m.assignment = bytes(assignments.get(mid, b""))
             try:
-                self._store_group(group, now)
+                written = self._store_group(group, now)
             except KafkaError as exc:
-                self._propagate_assignment_error(group, _store_error(exc))
-                self._prepare_rebalance(group, "storing the assignment failed", now)
+                self._assignment_failed(group, _store_error(exc), now)
             else:
-                group.transition_to(GroupState.STABLE, now)
-                for m in group.members.values():
-                    m.complete_sync(SyncResult(ErrorCode.NONE, group.protocol_type,
-                                               group.protocol_name, m.assignment))
-                log.info("group %s: generation %d stable", group_id, group.generation)
+                if written is None:
+                    self._assignment_stored(group, now)
+                else:
+                    self._spawn(self._await_assignment(group, group.generation, written))
         return await future
+
+    def _assignment_stored(self, group: Group, now: int) -> None:
+        group.transition_to(GroupState.STABLE, now)
+        for m in group.members.values():
+            m.complete_sync(SyncResult(ErrorCode.NONE, group.protocol_type,
+                                       group.protocol_name, m.assignment))
+        log.info("group %s: generation %d stable", group.group_id, group.generation)
+
+    def _assignment_failed(self, group: Group, error: ErrorCode, now: int) -> None:
+        self._propagate_assignment_error(group, error)
+        self._prepare_rebalance(group, "storing the assignment failed", now)
+
+    async def _await_assignment(self, group: Group, generation: int,
+                                written: records.Written) -> None:
+        """Cluster mode: the group turns Stable (and the syncs are answered) once its
+        assignment is replicated, unless the rebalance moved on meanwhile."""
+        error = await self._replication(written)
+        if self.groups.get(group.group_id) is not group or group.generation != generation \
+                or not group.is_in(GroupState.COMPLETING_REBALANCE):
+            return
+        if error:
+            self._assignment_failed(group, error, self.now_ms())
+        else:
+            self._assignment_stored(group, self.now_ms())
 
     def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None,
                   generation: int) -> ErrorCode:
+        error = self.coordinator_error(group_id)
+        if error:
+            # Kafka answers a heartbeat blindly while the group loads
+            return ErrorCode.NONE if error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else error
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
@@ -637,6 +858,9 @@ class GroupCoordinator:
                     ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
         """``leaving`` is ``(member_id, group_instance_id)``; a static member may be named
         by its instance id alone (member id ""). Returns the group error and one per member."""
+        error = self.coordinator_error(group_id)
+        if error:
+            return error, []
         now = self.now_ms()
         group = self.groups.get(group_id)
         if group is None:
@@ -663,16 +887,51 @@ class GroupCoordinator:
     def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None,
                        generation: int, commits: list[OffsetCommit],
                        retention_ms: int = -1) -> dict[tuple[str, int], ErrorCode]:
+        """Commit and apply at once: one node, where written is committed (cluster mode
+        commits through ``commit_offsets_async``)."""
+        results, pending = self._commit(group_id, member_id, group_instance_id, generation,
+                                        commits, retention_ms)
+        if pending is not None:
+            pending.group.offsets.update(pending.accepted)
+            results.update(dict.fromkeys(pending.accepted, ErrorCode.NONE))
+        return {(c.topic, c.partition): results[(c.topic, c.partition)] for c in commits}
+
+    async def commit_offsets_async(self, group_id: str, member_id: str,
+                                   group_instance_id: str | None, generation: int,
+                                   commits: list[OffsetCommit], retention_ms: int = -1
+                                   ) -> dict[tuple[str, int], ErrorCode]:
+        """OffsetCommit: answered once the commit is replicated (cluster mode); the
+        offsets are applied then, and only if it was."""
+        if not self.replicated:
+            return self.commit_offsets(group_id, member_id, group_instance_id, generation,
+                                       commits, retention_ms)
+        results, pending = self._commit(group_id, member_id, group_instance_id, generation,
+                                        commits, retention_ms)
+        if pending is not None:
+            error = await self._replication(pending.written)
+            if not error and self.groups.get(group_id) is pending.group:
+                pending.group.offsets.update(pending.accepted)
+            results.update(dict.fromkeys(pending.accepted, error))
+        return {(c.topic, c.partition): results[(c.topic, c.partition)] for c in commits}
+
+    def _commit(self, group_id: str, member_id: str, group_instance_id: str | None,
+                generation: int, commits: list[OffsetCommit], retention_ms: int
+                ) -> tuple[dict[tuple[str, int], ErrorCode], _PendingCommit | None]:
+        """Validate and write a commit: the errors of the partitions refused, and the
+        written ones to apply (None when none was)."""
         now = self.now_ms()
         keys = [(c.topic, c.partition) for c in commits]
+        error = self.coordinator_error(group_id)
+        if error:
+            return dict.fromkeys(keys, error), None
         group = self.groups.get(group_id)
         if group is None:
             if generation >= 0:  # a member of a group this coordinator does not know
-                return dict.fromkeys(keys, ErrorCode.ILLEGAL_GENERATION)
+                return dict.fromkeys(keys, ErrorCode.ILLEGAL_GENERATION), None
             group = self.groups[group_id] = Group(group_id, now)  # offsets-only group
         error = self._validate_commit(group, member_id, group_instance_id, generation)
         if error:
-            return dict.fromkeys(keys, error)
+            return dict.fromkeys(keys, error), None
         member = group.members.get(member_id)
         if member is not None:  # a commit proves the member is alive, as a heartbeat does
             member.heartbeat_deadline = now + member.session_timeout_ms
@@ -692,16 +951,16 @@ class GroupCoordinator:
                     c.offset, c.leader_epoch, metadata,
                     c.commit_timestamp if c.commit_timestamp >= 0 else now,
                     now + retention_ms if retention_ms >= 0 else -1)
-        if accepted:
-            try:
-                self._append(group_id, [(records.offset_key(group_id, t, p),
-                                         records.offset_value(o))
-                                        for (t, p), o in accepted.items()], now)
-            except KafkaError as exc:
-                return {**results, **dict.fromkeys(accepted, _store_error(exc))}
-            group.offsets.update(accepted)
-            results.update(dict.fromkeys(accepted, ErrorCode.NONE))
-        return {key: results[key] for key in keys}
+        if not accepted:
+            return results, None
+        try:
+            written = self._append(group_id, [(records.offset_key(group_id, t, p),
+                                               records.offset_value(o))
+                                              for (t, p), o in accepted.items()], now)
+        except KafkaError as exc:
+            results.update(dict.fromkeys(accepted, _store_error(exc)))
+            return results, None
+        return results, _PendingCommit(group, accepted, written)
 
     @staticmethod
     def _validate_commit(group: Group, member_id: str, instance_id: str | None,
@@ -724,7 +983,8 @@ class GroupCoordinator:
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> dict[tuple[str, int], OffsetAndMetadata | None]:
-        """Committed offsets; ``partitions`` None means all the group has."""
+        """Committed offsets; ``partitions`` None means all the group has. The caller
+        checks ``coordinator_error`` first (the error's place depends on the version)."""
         group = self.groups.get(group_id)
         offsets = group.offsets if group is not None else {}
         if partitions is None:
@@ -733,6 +993,9 @@ class GroupCoordinator:
 
     def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
                        ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        error = self.coordinator_error(group_id)
+        if error:
+            return error, {}
         now = self.now_ms()
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
@@ -804,6 +1067,9 @@ class GroupCoordinator:
     # admin -----------------------------------------------------------------------------
 
     def describe_group(self, group_id: str) -> GroupDescription:
+        error = self.coordinator_error(group_id)
+        if error:
+            return GroupDescription(error, group_id, "", "", "", [])
         group = self.groups.get(group_id)
         if group is None:
             return GroupDescription(ErrorCode.NONE, group_id, GroupState.DEAD.value, "", "", [])
@@ -836,6 +1102,8 @@ class GroupCoordinator:
             group = self.groups.get(group_id)
             if not group_id:
                 results[group_id] = ErrorCode.INVALID_GROUP_ID
+            elif self.coordinator_error(group_id):
+                results[group_id] = self.coordinator_error(group_id)
             elif group is None or group.is_in(GroupState.DEAD):
                 results[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
             elif not group.is_in(GroupState.EMPTY):
@@ -865,6 +1133,8 @@ class GroupCoordinator:
         Safe at any crash point: the copy holds the last value of every live key, so a
         replay from the old start or the new one ends in the same state, and a key deleted
         earlier has its tombstone and its values on the same side of the new start.
+        Cluster mode: only partitions this broker leads and has loaded, and the log start
+        moves once the copy is replicated (the log start never passes the high watermark).
         Returns the number of partitions rewritten."""
         if self._store is None:
             return 0
@@ -874,6 +1144,8 @@ class GroupCoordinator:
             by_partition.setdefault(self._store.partition_for(group.group_id), []).append(group)
         rewritten = 0
         for partition, (start, end) in self._store.extents().items():
+            if self.coordinator_error_of(partition):
+                continue  # led elsewhere or loading: its groups are not all here
             groups = by_partition.get(partition, [])
             live = sum(len(g.offsets) + (g.group_id in self._group_values) for g in groups)
             if end - start < max(self.config.offsets_compact_min_records, COMPACT_RATIO * live):
@@ -885,7 +1157,11 @@ class GroupCoordinator:
                 if g.group_id in self._group_values:
                     batch.append((records.group_key(g.group_id), self._group_values[g.group_id]))
             try:
-                new_start = self._store.rewrite(partition, batch, now)
+                if self.replicated:
+                    written, new_start = self._store.copy_live(partition, batch, now)
+                    self._spawn(self._move_log_start(written, new_start))
+                else:
+                    new_start = self._store.rewrite(partition, batch, now)
             except KafkaError as exc:
                 log.warning("%s-%d: compaction failed: %s", records.OFFSETS_TOPIC, partition, exc)
                 continue
@@ -894,11 +1170,35 @@ class GroupCoordinator:
             rewritten += 1
         return rewritten
 
-    def _append(self, group_id: str, batch: list[tuple[bytes, bytes | None]], now: int) -> None:
-        if self._store is not None and batch:
-            self._store.append(group_id, batch, now)
+    async def _move_log_start(self, written: records.Written, new_start: int) -> None:
+        partition = written.partition
+        code = await partition.wait_for_high_watermark(
+            written.end_offset, self.config.offsets_commit_timeout_ms / 1000)
+        if code in (ErrorCode.NONE, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND) \
+                and partition.is_leader:
+            partition.log.delete_records_before(new_start)
+        else:  # the copy stays; the next check copies again
+            log.warning("%s: compacted copy not replicated (%s); log start kept", partition,
+                        ErrorCode(code).name)
 
-    def _store_group(self, group: Group, now: int) -> None:
+    def _append(self, group_id: str, batch: list[tuple[bytes, bytes | None]],
+                now: int) -> records.Written | None:
+        """Write one group's records; where they went, for ``_replication`` (None when
+        nothing was written)."""
+        if self._store is not None and batch:
+            return self._store.append(group_id, batch, now)
+        return None
+
+    async def _replication(self, written: records.Written | None) -> ErrorCode:
+        """Wait until a write is replicated (cluster mode; at once on one node), and
+        say what the client is told if it was not (Kafka's mapping)."""
+        if written is None or not self.replicated:
+            return ErrorCode.NONE
+        code = await written.partition.wait_for_high_watermark(
+            written.end_offset, self.config.offsets_commit_timeout_ms / 1000)
+        return _replication_error(code)
+
+    def _store_group(self, group: Group, now: int) -> records.Written | None:
         protocol = group.protocol_name
         record = records.GroupRecord(
             group.protocol_type or "", group.generation, protocol, group.leader_id,
@@ -908,8 +1208,10 @@ class GroupCoordinator:
                                   m.metadata(protocol or ""), m.assignment)
              for m in group.members.values()])
         value = records.group_value(record)
-        self._append(group.group_id, [(records.group_key(group.group_id), value)], now)
+        written = self._append(group.group_id, [(records.group_key(group.group_id), value)],
+                               now)
         self._group_values[group.group_id] = value
+        return written
 
     def _store_group_or_log(self, group: Group, now: int) -> None:
         try:
@@ -918,9 +1220,28 @@ class GroupCoordinator:
             log.warning("group %s: storing metadata failed: %s", group.group_id, exc)
 
 
+def _latest_values(latest: dict[bytes, bytes | None], batch: list[Any]) -> int:
+    """Keep the last value of each key of a batch of records; returns the record count."""
+    for record in batch:
+        latest[record.key] = record.value
+    return len(batch)
+
+
 def _store_error(exc: KafkaError) -> ErrorCode:
     """What a client is told when ``__consumer_offsets`` refused a write (Kafka's mapping)."""
     if exc.code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
                     ErrorCode.INVALID_FETCH_SIZE):
         return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:  # cluster mode: leadership moved
+        return ErrorCode.NOT_COORDINATOR
     return ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+def _replication_error(code: int) -> ErrorCode:
+    """What a client is told when a written record did not reach the ISR (Kafka's
+    mapping: the coordinator is unavailable for now, or is not this broker any more)."""
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if code == ErrorCode.NONE:
+        return ErrorCode.NONE
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE  # NOT_ENOUGH_REPLICAS*, REQUEST_TIMED_OUT

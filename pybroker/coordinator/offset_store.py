@@ -20,19 +20,27 @@ layouts (apache/kafka group-coordinator ``OffsetCommitKey``/``OffsetCommitValue`
 
 Values v0-v3 are read (v4 is Kafka's flexible encoding, which pybroker never writes).
 Writes are one record batch per request through the native encoder onto the native log;
-reading back happens once, at broker start, and is the only Python loop over records here.
+reading back happens once per partition (at broker start, or in cluster mode when this
+broker becomes the partition's leader) and is the only Python loop over records here.
+
+Cluster mode (``replicated``): the topic is created through the controller (the
+FindCoordinator handler does it), so the store never creates it; it appends only to the
+partitions this broker leads, refusing the others with NOT_LEADER_OR_FOLLOWER and a
+partition whose ISR is below min.insync.replicas with NOT_ENOUGH_REPLICAS (acks=all, as
+Kafka's coordinator writes). The partition count comes from the cluster's metadata, so
+every broker hashes a group to the same partition.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from pybroker.coordinator.group import OffsetAndMetadata
 from pybroker.coordinator.wire import Reader, Writer
-from pybroker.errors import CorruptRecordError
+from pybroker.errors import CorruptRecordError, NotEnoughReplicasError, NotLeaderOrFollowerError
 
 log = logging.getLogger("pybroker.coordinator")
 
@@ -188,23 +196,45 @@ def parse_group_value(data: bytes) -> GroupRecord:
 
 # the log -------------------------------------------------------------------------------
 
+class Written(NamedTuple):
+    """Where an append went: the partition, and the offset after its last record (what
+    the high watermark must reach for the write to be replicated)."""
+
+    partition: Any
+    end_offset: int
+
+
 class OffsetStore:
-    """Appends coordinator records to ``__consumer_offsets`` and replays them at start.
+    """Appends coordinator records to ``__consumer_offsets`` and replays them.
 
     ``topics`` is the broker's ``TopicManager``: the offsets topic is an ordinary (internal)
-    topic to it, so Metadata, Fetch and the dump tool see it like any other. It is created
-    on the first write, as Kafka creates it on first use, and an existing topic's partition
-    count wins over the configured one. Not thread-safe (event loop only).
+    topic to it, so Metadata, Fetch and the dump tool see it like any other. On one node
+    it is created on the first write, as Kafka creates it on first use, and an existing
+    topic's partition count wins over the configured one. ``replicated`` (cluster mode):
+    see the module docstring; ``partition_count`` then gives the topic's partition count
+    as the cluster knows it (None while it has no such topic). Not thread-safe (event
+    loop only).
     """
 
     def __init__(self, topics: Any, num_partitions: int = 50,
-                 topic_config: dict[str, Any] | None = None) -> None:
+                 topic_config: dict[str, Any] | None = None, replicated: bool = False,
+                 partition_count: Callable[[], int | None] | None = None) -> None:
         self._topics = topics
+        self.replicated = replicated
+        self._partition_count = partition_count
         existing = topics.get(OFFSETS_TOPIC)
-        self.num_partitions = len(existing.partitions) if existing and existing.partitions \
-            else num_partitions
+        self._num_partitions = len(existing.partitions) \
+            if existing and existing.partitions and not replicated else num_partitions
         self._topic_config = {k: str(v) for k, v in
                               {**OFFSETS_TOPIC_CONFIG, **(topic_config or {})}.items()}
+
+    @property
+    def num_partitions(self) -> int:
+        if self._partition_count is not None:
+            count = self._partition_count()
+            if count:
+                self._num_partitions = count  # kept: the topic's count never shrinks
+        return self._num_partitions
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
@@ -213,8 +243,12 @@ class OffsetStore:
         """The offsets topic with all its partitions (None if absent and not ``create``).
 
         A topic recorded with no partitions (metadata saved, logs not yet attached when the
-        broker stopped) is grown back to its count; the logs it had are picked up again."""
+        broker stopped) is grown back to its count; the logs it had are picked up again.
+        Cluster mode: the local topic as it is (its partitions are this broker's replicas
+        and placeholders), never created here."""
         topic = self._topics.get(OFFSETS_TOPIC)
+        if self.replicated:
+            return topic
         if topic is None:
             if not create:
                 return None
@@ -227,13 +261,27 @@ class OffsetStore:
         return self._topics.get(OFFSETS_TOPIC)
 
     def _partition(self, index: int) -> Any:
-        return self._topic(create=True).partitions[index]
+        """The partition to append to; in cluster mode only one this broker leads."""
+        if not self.replicated:
+            return self._topic(create=True).partitions[index]
+        topic = self._topics.get(OFFSETS_TOPIC)
+        partition = topic.partitions[index] \
+            if topic is not None and index < len(topic.partitions) else None
+        if partition is None or partition.log is None or not partition.is_leader:
+            raise NotLeaderOrFollowerError(f"{OFFSETS_TOPIC}-{index} is not led here")
+        if len(partition.isr) < partition.config.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"{OFFSETS_TOPIC}-{index}: ISR {partition.isr} is below "
+                f"min.insync.replicas={partition.config.min_insync_replicas}")
+        return partition
 
     def append(self, group_id: str, records: list[tuple[bytes, bytes | None]],
-               now_ms: int) -> None:
+               now_ms: int) -> Written:
         """Write ``(key, value)`` records of one group as one batch (``value`` None =
         tombstone). Raises ``KafkaError`` if the log refuses it."""
-        self._append_to(self._partition(self.partition_for(group_id)), records, now_ms)
+        partition = self._partition(self.partition_for(group_id))
+        self._append_to(partition, records, now_ms)
+        return Written(partition, partition.log.log_end_offset)
 
     @staticmethod
     def _append_to(partition: Any, records: list[tuple[bytes, bytes | None]],
@@ -249,27 +297,38 @@ class OffsetStore:
         partition.append(memoryview(buf), info)
 
     def extents(self) -> dict[int, tuple[int, int]]:
-        """``partition -> (log start offset, log end offset)`` of the existing topic."""
+        """``partition -> (log start offset, log end offset)`` of the existing topic (in
+        cluster mode: of the partitions this broker leads)."""
         topic = self._topic(create=False)
         return {p.index: (p.log.log_start_offset, p.log.log_end_offset)
-                for p in (topic.partitions if topic is not None else ())}
+                for p in (topic.partitions if topic is not None else ())
+                if p.log is not None and (p.is_leader or not self.replicated)}
 
-    def rewrite(self, index: int, records: list[tuple[bytes, bytes | None]],
-                now_ms: int) -> int:
-        """Append ``records`` (the partition's whole live state) and make the first of them
-        the log start. Returns the new log start offset."""
+    def copy_live(self, index: int, records: list[tuple[bytes, bytes | None]],
+                  now_ms: int) -> tuple[Written, int]:
+        """Append ``records`` (the partition's whole live state): where they went, and the
+        offset of the first, the log start once they are committed (``rewrite``)."""
         partition = self._partition(index)
         first = partition.log.log_end_offset
         for i in range(0, len(records), _REWRITE_BATCH):
             self._append_to(partition, records[i:i + _REWRITE_BATCH], now_ms)
-        return int(partition.log.delete_records_before(first))
+        return Written(partition, partition.log.log_end_offset), first
+
+    def rewrite(self, index: int, records: list[tuple[bytes, bytes | None]],
+                now_ms: int) -> int:
+        """Append ``records`` (the partition's whole live state) and make the first of them
+        the log start, on one node where written is committed. Returns the new log start
+        offset."""
+        written, first = self.copy_live(index, records, now_ms)
+        return int(written.partition.log.delete_records_before(first))
 
     def read_all(self) -> Iterator[list[Any]]:
         """The data records of the topic, a batch at a time (``Record`` lists with
         ``key``/``value``), in log order within each partition."""
         topic = self._topic(create=False)
         for partition in topic.partitions if topic is not None else ():
-            yield from read_log(partition.log)
+            if partition.log is not None:
+                yield from read_log(partition.log)
 
 
 def read_log(partition_log: Any) -> Iterator[list[Any]]:

@@ -10,6 +10,15 @@ the response dict of the same version; the group semantics live in the coordinat
 single node coordinates every group (and every transactional id), so FindCoordinator
 always names this broker.
 
+Cluster mode (``broker.cluster_mode``): a group's coordinator is the leader of its
+``__consumer_offsets`` partition, which FindCoordinator names from the metadata (any
+broker answers it). The first FindCoordinator of a group creates the topic, as Kafka
+does: ``offsets.topic.num.partitions`` partitions, replication factor
+min(``offsets.topic.replication.factor``, live brokers), compacted; until the group's
+partition has a leader the answer is COORDINATOR_NOT_AVAILABLE. The coordinator follows
+the leadership of those partitions through ``broker.on_leadership_change``. Transactional
+ids still name the broker asked (pybroker has no transaction coordinator).
+
 The coordinator is created and loaded by :func:`start_coordinator`, a broker start hook
 (``on_start``), before the listener opens; :func:`stop_coordinator` runs at shutdown. Long
 polls parked in the coordinator are answered as soon as the broker starts shutting down
@@ -19,14 +28,24 @@ handled after that are answered at once, so none holds the drain up.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 from pybroker.broker.handlers import handler, on_start, on_stop
 from pybroker.broker.request import RequestContext
 from pybroker.coordinator import CoordinatorConfig, GroupCoordinator, OffsetCommit
-from pybroker.errors import ErrorCode
+from pybroker.coordinator.offset_store import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
+from pybroker.errors import ErrorCode, TopicAlreadyExistsError
+
+log = logging.getLogger("pybroker.coordinator")
 
 _ATTR = "group_coordinator"
+_CREATING_ATTR = "_offsets_topic_creation"  # the task creating __consumer_offsets
+# How long a FindCoordinator waits for the offsets topic it asked for; after that it answers
+# COORDINATOR_NOT_AVAILABLE (the client asks again) while the creation goes on.
+_CREATE_WAIT_S = 5.0
+_GROUP_KEY = 0
 # DescribeGroups authorized_operations without ACLs: READ(3), DELETE(6), DESCRIBE(8)
 _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 _NOT_REQUESTED = -(1 << 31)
@@ -40,16 +59,37 @@ async def start_coordinator(broker: Any) -> GroupCoordinator:
     if existing is not None:
         return existing
 
+    cluster = _cluster_mode(broker)
+
     def partition_exists(topic: str, index: int) -> bool:
-        known = broker.topics.get(topic)
+        known = broker.metadata.topic(topic) if cluster else broker.topics.get(topic)
         return known is not None and 0 <= index < len(known.partitions)
 
     coordinator = GroupCoordinator(broker.topics, CoordinatorConfig.from_config(broker.config),
-                                   partition_exists=partition_exists)
+                                   partition_exists=partition_exists, replicated=cluster,
+                                   partition_count=lambda: _offsets_partitions(broker))
     setattr(broker, _ATTR, coordinator)
     await coordinator.start()
     broker.on_shutdown_begin(_release_long_polls)
+    if cluster:
+        broker.on_leadership_change(coordinator.leadership_changed)
+        offsets = broker.topics.get(OFFSETS_TOPIC)  # led before we listened (restarts)
+        for partition in offsets.partitions if offsets is not None else ():
+            if partition.log is not None and partition.is_leader:
+                coordinator.leadership_changed(partition, True)
     return coordinator
+
+
+def _cluster_mode(broker: Any) -> bool:
+    return bool(getattr(broker, "cluster_mode", False))
+
+
+def _offsets_partitions(broker: Any) -> int | None:
+    """The offsets topic's partition count as the cluster knows it (cluster mode)."""
+    if not _cluster_mode(broker):
+        return None
+    known = broker.metadata.topic(OFFSETS_TOPIC)
+    return len(known.partitions) if known is not None and known.partitions else None
 
 
 async def _release_long_polls(broker: Any) -> None:
@@ -83,10 +123,62 @@ async def find_coordinator(ctx: RequestContext, request: dict) -> dict:
     host, port = ctx.broker.advertised
     node = {"node_id": ctx.broker.broker_id, "host": host, "port": port,
             "error_code": ErrorCode.NONE, "error_message": None}
+    key_type = request.get("key_type", _GROUP_KEY)
+    cluster = _cluster_mode(ctx.broker) and key_type == _GROUP_KEY
     if ctx.api_version >= 4:
-        return {"throttle_time_ms": 0,
-                "coordinators": [{"key": key, **node} for key in request["coordinator_keys"]]}
+        return {"throttle_time_ms": 0, "coordinators": [
+            {"key": key, **(await _group_coordinator_node(ctx, key) if cluster else node)}
+            for key in request["coordinator_keys"]]}
+    if cluster:
+        node = await _group_coordinator_node(ctx, request["key"])
     return {"throttle_time_ms": 0, **node}
+
+
+async def _group_coordinator_node(ctx: RequestContext, group_id: str) -> dict:
+    """Cluster mode: the leader of the group's offsets partition, creating the topic on
+    first use."""
+    broker = ctx.broker
+    if _offsets_partitions(broker) is None:
+        await _create_offsets_topic(broker)
+    leader = None
+    if _offsets_partitions(broker) is not None:
+        coordinator = await _coordinator(ctx)
+        leader = broker.metadata.leader_of(OFFSETS_TOPIC, coordinator.partition_for(group_id))
+    if leader is None:
+        return {"node_id": -1, "host": "", "port": -1,
+                "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "error_message": None}
+    node_id, host, port = leader
+    return {"node_id": node_id, "host": host, "port": port, "error_code": ErrorCode.NONE,
+            "error_message": None}
+
+
+async def _create_offsets_topic(broker: Any) -> None:
+    """Create ``__consumer_offsets`` through the controller (one creation at a time per
+    broker; concurrent callers share it), waiting at most ``_CREATE_WAIT_S``."""
+    task = getattr(broker, _CREATING_ATTR, None)
+    if task is None or task.done():
+        config = CoordinatorConfig.from_config(broker.config)
+        replication = max(1, min(config.offsets_topic_replication_factor,
+                                 len(broker.metadata.live_brokers())))
+        task = asyncio.get_running_loop().create_task(_create_topic(
+            broker, config.offsets_topic_num_partitions, replication))
+        setattr(broker, _CREATING_ATTR, task)
+    try:
+        await asyncio.wait_for(asyncio.shield(task), _CREATE_WAIT_S)
+    except asyncio.TimeoutError:
+        pass
+
+
+async def _create_topic(broker: Any, partitions: int, replication: int) -> None:
+    try:
+        await broker.create_topic(OFFSETS_TOPIC, partitions, replication,
+                                  {k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items()})
+        log.info("created %s: %d partitions, replication factor %d", OFFSETS_TOPIC,
+                 partitions, replication)
+    except TopicAlreadyExistsError:
+        pass  # another broker created it first
+    except Exception as exc:  # ZooKeeper away, no controller: the client asks again
+        log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
 
 
 # membership ---------------------------------------------------------------------------
@@ -158,7 +250,7 @@ async def offset_commit(ctx: RequestContext, request: dict) -> dict:
                             p.get("committed_leader_epoch", -1), p.get("committed_metadata"),
                             p.get("commit_timestamp", -1))
                for t in topics for p in t["partitions"]]
-    results = coordinator.commit_offsets(
+    results = await coordinator.commit_offsets_async(
         request["group_id"], request.get("member_id") or "", request.get("group_instance_id"),
         request.get("generation_id_or_member_epoch", -1), commits,
         request.get("retention_time_ms", -1))
@@ -190,12 +282,26 @@ def _fetched_topics(coordinator: GroupCoordinator, group_id: str,
 async def offset_fetch(ctx: RequestContext, request: dict) -> dict:
     coordinator = await _coordinator(ctx)
     if ctx.api_version >= 8:
-        return {"throttle_time_ms": 0, "groups": [
-            {"group_id": g["group_id"], "error_code": ErrorCode.NONE,
-             "topics": _fetched_topics(coordinator, g["group_id"], g["topics"])}
-            for g in request["groups"]]}
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
-            "topics": _fetched_topics(coordinator, request["group_id"], request["topics"])}
+        groups = []
+        for g in request["groups"]:
+            error = coordinator.coordinator_error(g["group_id"])
+            groups.append({"group_id": g["group_id"], "error_code": error, "topics":
+                           [] if error else _fetched_topics(coordinator, g["group_id"],
+                                                            g["topics"])})
+        return {"throttle_time_ms": 0, "groups": groups}
+    group_id = request["group_id"]
+    error = coordinator.coordinator_error(group_id)
+    if not error:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+                "topics": _fetched_topics(coordinator, group_id, request["topics"])}
+    if ctx.api_version >= 2:
+        return {"throttle_time_ms": 0, "error_code": error, "topics": []}
+    # v0-v1 have no top-level error: each partition asked for carries it
+    return {"throttle_time_ms": 0, "topics": [
+        {"name": t["name"], "partitions": [
+            {"partition_index": p, "committed_offset": -1, "metadata": "", "error_code": error}
+            for p in t["partition_indexes"]]}
+        for t in request["topics"] or []]}
 
 
 @handler(api_key=47, versions=(0, 0))
@@ -240,7 +346,8 @@ async def describe_groups(ctx: RequestContext, request: dict) -> dict:
 async def list_groups(ctx: RequestContext, request: dict) -> dict:
     coordinator = await _coordinator(ctx)
     listed = coordinator.list_groups(request.get("states_filter"), request.get("types_filter"))
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": [
+    error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading() else ErrorCode.NONE
+    return {"throttle_time_ms": 0, "error_code": error, "groups": [
         {"group_id": g, "protocol_type": t, "group_state": s, "group_type": "classic"}
         for g, t, s in listed]}
 
