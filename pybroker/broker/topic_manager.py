@@ -302,10 +302,13 @@ class TopicManager:
     # changes --------------------------------------------------------------------------
 
     def check_new(self, name: str, partitions: int, replication_factor: int,
-                  configs: dict[str, str | None]) -> tuple[int, dict[str, str]]:
-        """Validate a topic creation; (partitions, overrides) with defaults resolved."""
+                  configs: dict[str, str | None], live_brokers: int = 1,
+                  exists: bool | None = None) -> tuple[int, int, dict[str, str]]:
+        """Validate a topic creation; (partitions, replication factor, overrides) with the
+        defaults resolved. ``live_brokers`` bounds the replication factor (one here;
+        cluster mode passes its count, and ``exists``: whether ZooKeeper has the name)."""
         validate_topic_name(name)
-        if name in self._topics:
+        if name in self._topics if exists is None else exists:
             raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
         if partitions == -1:
             partitions = self.config["num.partitions"]
@@ -314,13 +317,15 @@ class TopicManager:
         check_partition_limit(partitions)
         if replication_factor == -1:
             replication_factor = self.config["default.replication.factor"]
-        if replication_factor != 1:
+        if replication_factor <= 0:
+            raise InvalidReplicationFactorError("Replication factor must be larger than 0.")
+        if replication_factor > live_brokers:
             raise InvalidReplicationFactorError(
-                f"Replication factor: {replication_factor} larger than available brokers: 1."
-                if replication_factor > 1 else "Replication factor must be larger than 0.")
+                f"Replication factor: {replication_factor} larger than available brokers: "
+                f"{live_brokers}.")
         overrides = topic_config.validate(configs)
         self.log_config(overrides)  # with the broker defaults too (e.g. segment sizes)
-        return partitions, overrides
+        return partitions, replication_factor, overrides
 
     def create(self, name: str, partitions: int = -1, replication_factor: int = -1,
                configs: dict[str, str | None] | None = None) -> Topic:
@@ -340,8 +345,8 @@ class TopicManager:
 
     def _new_topic(self, name: str, partitions: int, replication_factor: int,
                    configs: dict[str, str | None] | None) -> Topic:
-        partitions, overrides = self.check_new(name, partitions, replication_factor,
-                                               configs or {})
+        partitions, _, overrides = self.check_new(name, partitions, replication_factor,
+                                                  configs or {})
         topic = Topic(name, uuid.uuid4(), overrides)
         self._declare(topic, partitions)
         return topic

@@ -19,13 +19,11 @@ import uuid
 from typing import Any
 
 from pybroker.broker import topic_config
-from pybroker.broker.topic_manager import check_partition_limit, validate_topic_name
+from pybroker.broker.topic_manager import check_partition_limit
 from pybroker.errors import (
     ErrorCode,
     InvalidPartitionsError,
-    InvalidReplicationFactorError,
     KafkaError,
-    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 
@@ -40,26 +38,9 @@ def _live_ids(broker: Any) -> list[int]:
 async def check_new_topic(broker: Any, name: str, partitions: int, replication_factor: int,
                           configs: dict[str, str | None]) -> tuple[int, int, dict[str, str]]:
     """(partitions, replication factor, overrides), defaults resolved, or a KafkaError."""
-    validate_topic_name(name)
-    store = broker.cluster.store
-    if await asyncio.to_thread(store.topic, name) is not None:
-        raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
-    if partitions == -1:
-        partitions = broker.config["num.partitions"]
-    if partitions <= 0:
-        raise InvalidPartitionsError("Number of partitions must be larger than 0.")
-    check_partition_limit(partitions)
-    if replication_factor == -1:
-        replication_factor = broker.config["default.replication.factor"]
-    live = len(_live_ids(broker))
-    if replication_factor <= 0:
-        raise InvalidReplicationFactorError("Replication factor must be larger than 0.")
-    if replication_factor > live:
-        raise InvalidReplicationFactorError(
-            f"Replication factor: {replication_factor} larger than available brokers: {live}.")
-    overrides = topic_config.validate(configs)
-    broker.topics.log_config(overrides)  # with the broker defaults too
-    return partitions, replication_factor, overrides
+    exists = await asyncio.to_thread(broker.cluster.store.topic, name) is not None
+    return broker.topics.check_new(name, partitions, replication_factor, configs,
+                                   live_brokers=len(_live_ids(broker)), exists=exists)
 
 
 async def create_topic(broker: Any, name: str, partitions: int, replication_factor: int,

@@ -90,7 +90,7 @@ async def _create(ctx: RequestContext, item: dict, validate_only: bool) -> dict[
         topic_id, partitions, replication, overrides = await _create_in_cluster(
             ctx, item, partitions, replication, configs, validate_only)
     elif validate_only:
-        partitions, overrides = topics.check_new(name, partitions, replication, configs)
+        partitions, _, overrides = topics.check_new(name, partitions, replication, configs)
         topic_id = ZERO_UUID
     else:
         topic = await topics.create_async(name, partitions, replication, configs)
