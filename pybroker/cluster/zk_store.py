@@ -243,6 +243,8 @@ class ClusterStore:
 
     def stop(self) -> None:
         """Close the session: its ephemeral nodes (registration, /controller) go at once."""
+        if self._stopping:
+            return
         self._stopping = True
         self._zk.stop()
         self._zk.close()

@@ -33,7 +33,6 @@ import signal
 import socket
 import subprocess
 import time
-import weakref
 from typing import NamedTuple
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -122,7 +121,7 @@ def four_letter_word(host: str, port: int, word: str, timeout_s: float = 2.0) ->
     return b"".join(chunks).decode(errors="replace")
 
 
-_running: weakref.WeakSet[ZooKeeperProcess] = weakref.WeakSet()
+_running: set[ZooKeeperProcess] = set()  # strong references: a dropped one is killed too
 
 
 @atexit.register
@@ -231,13 +230,44 @@ def _write_config(data_dir: str, host: str, port: int, tick_ms: int) -> str:
     return cfg
 
 
-def _serving(host: str, port: int) -> bool:
-    """``srvr`` names the mode only once the server serves requests (``ruok`` says imok
-    as soon as the port is open)."""
+def _listens(pid: int, port: int) -> bool:
+    """Does process ``pid`` hold the socket listening on ``port``? (Linux /proc; elsewhere
+    assumed.) Without this, another server on the port would pass for ours."""
     try:
-        return "Mode:" in four_letter_word(host, port, "srvr", timeout_s=1.0)
+        inodes = {os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1]
+                  for fd in os.listdir(f"/proc/{pid}/fd")}
+    except OSError:
+        return not os.path.isdir("/proc/self/fd")
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                # local_address is HEXIP:HEXPORT, state 0A is LISTEN, field 9 the inode
+                if (fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port
+                        and fields[9] in inodes):
+                    return True
+    return False
+
+
+def _serving(zk: ZooKeeperProcess) -> bool:
+    """Ours listens and ``srvr`` names the mode (it does only once the server serves
+    requests; ``ruok`` says imok as soon as the port is open)."""
+    if not _listens(zk.pid, zk.port):
+        return False
+    try:
+        return "Mode:" in four_letter_word(zk.host, zk.port, "srvr", timeout_s=1.0)
     except OSError:
         return False
+
+
+def _check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ZooKeeper binds
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ZooKeeperStartError(
+                f"cannot start ZooKeeper on {host}:{port}: {exc.strerror}") from None
 
 
 def start_zookeeper(data_dir: str, port: int = 0, tick_ms: int = 200,
@@ -260,6 +290,7 @@ def start_zookeeper(data_dir: str, port: int = 0, tick_ms: int = 200,
     for attempt in range(attempts):
         chosen = port or _free_port(host)
         try:
+            _check_port_free(host, chosen)
             return _start(install, data_dir, host, chosen, tick_ms)
         except ZooKeeperStartError as exc:
             if attempt + 1 == attempts or "Address already in use" not in str(exc):
@@ -287,7 +318,7 @@ def _start(install: ZooKeeperInstall, data_dir: str, host: str, port: int,
             raise ZooKeeperStartError(
                 f"ZooKeeper exited with code {process.returncode} while starting on "
                 f"{host}:{port}:\n{_log_tail(data_dir, 40)}")
-        if _serving(host, port):
+        if _serving(zk):
             return zk
         if time.monotonic() > deadline:
             zk.kill()

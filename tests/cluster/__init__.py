@@ -1,0 +1,1 @@
+"""Cluster mode tests: ZooKeeper access, the control channel, placement and real clusters."""
