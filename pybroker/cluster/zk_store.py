@@ -1,7 +1,8 @@
 """ClusterStore: every ZooKeeper read and write of cluster mode, in Kafka's znode layout.
 
-The contract is docs/REPLICATION.md's ``ClusterStore``, with one refinement of meaning
-(not of signature): ``try_become_controller`` increments ``/controller_epoch`` in the same
+The contract is docs/REPLICATION.md's ``ClusterStore``, with one addition,
+``watch_topic(name, fn(TopicAssignment | None))`` (the controller's watch for new
+partitions), and one refinement of meaning (not of signature): ``try_become_controller`` increments ``/controller_epoch`` in the same
 ZooKeeper transaction that creates ``/controller`` (Kafka's
 ``registerControllerAndIncrementControllerEpoch``), and the ``increment_controller_epoch``
 that follows a won election returns that increment instead of making another. A separate
@@ -478,6 +479,18 @@ class ClusterStore:
     def watch_topics(self, fn: Callable[[list[str]], None]) -> None:
         """``fn(all topic names)`` now and whenever a topic is created or deleted."""
         self._watch_children(TOPICS, "topics", fn)
+
+    def watch_topic(self, name: str, fn: Callable[[TopicAssignment | None], None]) -> None:
+        """``fn(assignment, or None while there is no such topic)`` now and at every change
+        of ``/brokers/topics/<name>`` (new partitions; deletion; re-creation). An addition
+        to the contract, for the controller (Kafka's PartitionModificationsHandler). Each
+        call adds a watch: call it once per topic."""
+        def on_data(data: bytes | None, stat: ZnodeStat | None) -> None:
+            try:
+                fn(None if data is None else _topic_assignment(name, data))
+            except Exception:
+                log.exception("ZooKeeper watch of topic %s failed; still watching", name)
+        DataWatch(self._zk, f"{TOPICS}/{name}", on_data)
 
     def topic(self, name: str) -> TopicAssignment | None:
         got = self._get(f"{TOPICS}/{name}")

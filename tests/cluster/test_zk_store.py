@@ -273,6 +273,25 @@ def test_topic_create_read_and_assignment_change(store_factory, zk_connect):
     assert other.topic("orders").topic_id == topic_id
 
 
+def test_watch_topic_sees_new_partitions_deletion_and_recreation(store_factory):
+    admin, controller = store_factory(), store_factory()
+    seen = Recorder()
+    controller.watch_topic("grows", seen)
+    assert seen.last is None
+    first_id = uuid.uuid4()
+    admin.create_topic("grows", first_id, {0: [1]}, {})
+    wait_for(lambda: seen.last is not None, "the topic")
+    assert seen.last.partitions == {0: [1]}
+    admin.set_assignment("grows", first_id, {0: [1], 1: [2]})
+    wait_for(lambda: seen.last.partitions == {0: [1], 1: [2]}, "the new partition")
+    admin.delete_topic("grows")
+    wait_for(lambda: seen.last is None, "the deletion")
+    second_id = uuid.uuid4()
+    admin.create_topic("grows", second_id, {0: [3]}, {})
+    wait_for(lambda: seen.last is not None and seen.last.topic_id == second_id,
+             "the topic created again")
+
+
 def test_config_changes(store_factory, zk_connect):
     store, broker = store_factory(), store_factory()
     store.create_topic("a", uuid.uuid4(), {0: [1]}, {})
