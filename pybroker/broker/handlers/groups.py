@@ -59,7 +59,7 @@ async def start_coordinator(broker: Any) -> GroupCoordinator:
     if existing is not None:
         return existing
 
-    cluster = _cluster_mode(broker)
+    cluster = broker.cluster_mode
 
     def partition_exists(topic: str, index: int) -> bool:
         known = broker.metadata.topic(topic) if cluster else broker.topics.get(topic)
@@ -80,13 +80,9 @@ async def start_coordinator(broker: Any) -> GroupCoordinator:
     return coordinator
 
 
-def _cluster_mode(broker: Any) -> bool:
-    return bool(getattr(broker, "cluster_mode", False))
-
-
 def _offsets_partitions(broker: Any) -> int | None:
     """The offsets topic's partition count as the cluster knows it (cluster mode)."""
-    if not _cluster_mode(broker):
+    if not broker.cluster_mode:
         return None
     known = broker.metadata.topic(OFFSETS_TOPIC)
     return len(known.partitions) if known is not None and known.partitions else None
@@ -124,7 +120,7 @@ async def find_coordinator(ctx: RequestContext, request: dict) -> dict:
     node = {"node_id": ctx.broker.broker_id, "host": host, "port": port,
             "error_code": ErrorCode.NONE, "error_message": None}
     key_type = request.get("key_type", _GROUP_KEY)
-    cluster = _cluster_mode(ctx.broker) and key_type == _GROUP_KEY
+    cluster = ctx.broker.cluster_mode and key_type == _GROUP_KEY
     if ctx.api_version >= 4:
         return {"throttle_time_ms": 0, "coordinators": [
             {"key": key, **(await _group_coordinator_node(ctx, key) if cluster else node)}
