@@ -1,0 +1,665 @@
+"""The controller: one broker of the cluster decides partition leadership for all of them.
+
+Kafka's classic (ZooKeeper) controller, docs/REPLICATION.md. Every broker runs a
+:class:`Controller`; the one that creates ``/controller`` is active until its ZooKeeper
+session ends or another controller's epoch fences it.
+
+Events, one queue, one task, in order (Kafka's ControllerEventManager): election (epoch
++ 1, read everything, repair, send the whole state to every broker), broker change,
+topic change, topic data change (new partitions), deletion, ISR change notification,
+preferred-leader check, resignation. ZooKeeper's watch callbacks run on kazoo's thread:
+they only queue an event on the loop (``call_soon_threadsafe``); every store call runs in
+a worker thread (``asyncio.to_thread``) so ZooKeeper never stalls the broker's loop.
+
+Decisions (each logged at INFO with partition, old -> new leader, leader epoch, ISR):
+- new partition: leader = first live replica of the assignment, ISR = live replicas,
+  leader epoch 0 (none live: no state yet, retried when brokers change);
+- broker gone: a partition it led gets the first replica in assignment order that is
+  live and in the ISR; the dead broker leaves every ISR; leader epoch + 1. No live ISR
+  member: leader -1 and the ISR is left as it is (so it keeps its last member, as
+  Kafka's does; brokers that died together all stay, any of them may lead when back),
+  unless ``unclean.leader.election.enable`` (topic config over the broker's) lets the
+  first live replica lead with an ISR of itself. A broker that registered again (new
+  broker epoch) is first handled as gone, then as back, as Kafka's "bounced" brokers:
+  its unflushed tail may be lost, so it must not stay leader;
+- broker back: UpdateMetadata to all and LeaderAndIsr for every partition it hosts; an
+  offline partition whose ISR holds it gets it as leader;
+- preferred leader (every ``leader.imbalance.check.interval.seconds`` with
+  ``auto.leader.rebalance.enable``, or :meth:`Controller.elect_preferred`): the first
+  replica leads when it is live, in the ISR and not the leader; ISR unchanged, epoch + 1.
+
+Writes: ``set_partition_state`` conditional on the state's znode version and on
+``/controller_epoch``'s version from this controller's election. BadVersionError (a
+leader changed its ISR meanwhile): re-read, decide again. ControllerMovedError: resign at
+once and go back to watching ``/controller``.
+
+Requests: each live broker has a :class:`_Sender` (one ControlClient), which sends its
+requests one at a time in order, each retried after ``controller.socket.timeout.ms``
+while the broker is live (Kafka's RequestSendThread); a broker that leaves has its
+queue dropped. Every request carries this controller's id and epoch and the target's
+broker epoch.
+
+Contract addition (docs/REPLICATION.md lists no per-topic data watch): new partitions of
+an existing topic are seen through ``store.watch_topic(name, fn(TopicAssignment | None))``
+(a DataWatch on ``/brokers/topics/<t>``) when the store has it; without it they start at
+the next controller election.
+
+Not thread-safe: runs on the broker's event loop; only the watch callbacks come from
+kazoo's thread, and they only hop to the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from pybroker.cluster.metadata_cache import DELETED_LEADER
+from pybroker.cluster.zk_store import (
+    BadVersionError,
+    BrokerInfo,
+    ControllerMovedError,
+    PartitionState,
+    TopicAssignment,
+)
+from pybroker.config import parse_bool
+from pybroker.errors import ErrorCode, UnknownTopicOrPartitionError
+
+log = logging.getLogger("pybroker.controller")
+
+LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 4, 5, 6
+VERSIONS = {LEADER_AND_ISR: 5, STOP_REPLICA: 3, UPDATE_METADATA: 7}
+NO_LEADER = -1
+EPOCH_DURING_DELETE = -2  # StopReplica's leader epoch for a deleted partition (Kafka's)
+INCREMENTAL, FULL = 1, 2  # LeaderAndIsr's Type: FULL names every partition the broker hosts
+BAD_VERSION_RETRIES = 10
+# Store writes of one event run this many at a time (kazoo pipelines them on its session).
+WRITE_CONCURRENCY = 32
+
+TP = tuple[str, int]
+Decide = Callable[[TP, PartitionState], Awaitable[tuple[int, list[int]] | None]]
+
+
+class _Sender:
+    """One broker's requests: one at a time, in order, each sent again after the timeout
+    until answered; :meth:`close` drops whatever is left."""
+
+    def __init__(self, info: BrokerInfo, client: Any, timeout_s: float) -> None:
+        self.info = info
+        self.client = client
+        self.timeout_s = timeout_s
+        self._queue: asyncio.Queue[tuple[int, dict]] = asyncio.Queue()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def put(self, api_key: int, body: dict) -> None:
+        self._queue.put_nowait((api_key, body))
+
+    def close(self) -> None:
+        self._task.cancel()
+        self.client.close()
+
+    async def _run(self) -> None:
+        broker = self.info.broker_id
+        while True:
+            api_key, body = await self._queue.get()
+            version = VERSIONS[api_key]
+            while True:
+                try:
+                    answer = await self.client.request(api_key, version, body, self.timeout_s)
+                    break
+                except TimeoutError:
+                    log.warning("broker %d did not answer %s within %.0f ms: sending it again",
+                                broker, _NAMES[api_key], self.timeout_s * 1000)
+                except ConnectionError:
+                    return
+            code = answer.get("error_code", 0)
+            if code:
+                log.warning("broker %d answered %s with %s", broker, _NAMES[api_key],
+                            _error_name(code))
+
+
+_NAMES = {LEADER_AND_ISR: "LeaderAndIsr", STOP_REPLICA: "StopReplica",
+          UPDATE_METADATA: "UpdateMetadata"}
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
+class Controller:
+    def __init__(self, broker_id: int, store: Any, config: Any,
+                 clients: Callable[[BrokerInfo], Any]) -> None:
+        self.broker_id = broker_id
+        self.store = store
+        self.config = config
+        self._new_client = clients
+        self._timeout_s = config["controller.socket.timeout.ms"] / 1000
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._events: asyncio.Queue[tuple[Callable[..., Awaitable[Any]], tuple,
+                                          asyncio.Future | None]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task] = []
+        self._stopped = False
+        self._active = False
+        self._epoch = -1
+        self._epoch_version = -1  # /controller_epoch's znode version from our election
+        # the state of an active controller
+        self._live: dict[int, BrokerInfo] = {}
+        self._senders: dict[int, _Sender] = {}
+        self._topics: dict[str, TopicAssignment] = {}
+        self._states: dict[TP, PartitionState] = {}
+        # what the watches said last, kept while inactive too
+        self._pending_deletions: list[str] = []
+        self._watched_topics: set[str] = set()
+
+    # lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def is_active(self) -> bool:
+        return self._active
+
+    @property
+    def epoch(self) -> int:
+        """The controller epoch of this controller's last election (-1: never won)."""
+        return self._epoch
+
+    async def start(self) -> None:
+        """Enter the election and watch what the controller acts on."""
+        loop = self._loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._run()))
+        store = self.store
+        await asyncio.to_thread(store.add_state_listener, self._session_changed)
+        await asyncio.to_thread(store.watch_controller, self._zk_event(self._controller_changed))
+        await asyncio.to_thread(store.watch_brokers, self._zk_event(self._brokers_changed))
+        await asyncio.to_thread(store.watch_topics, self._zk_event(self._topics_changed))
+        await asyncio.to_thread(store.watch_topic_deletions,
+                                self._zk_event(self._deletions_changed))
+        await asyncio.to_thread(store.watch_isr_changes, self._zk_event(self._isr_changed))
+        self._post(self._elect)
+        if self.config["auto.leader.rebalance.enable"]:
+            self._tasks.append(loop.create_task(self._preferred_ticks()))
+
+    async def stop(self) -> None:
+        self._stopped = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        while not self._events.empty():  # nobody will run them: callers waiting get None
+            _fn, _args, done = self._events.get_nowait()
+            if done is not None and not done.done():
+                done.set_result(None)
+        self._resign("stopping")
+
+    async def elect_preferred(self, partitions: Iterable[TP] | None = None) -> dict[TP, int]:
+        """Move leadership to the preferred replicas (all partitions, or those named) where
+        the preferred replica is live and in the ISR; returns {partition: new leader}.
+        Nothing when this controller is not active."""
+        wanted = None if partitions is None else list(partitions)
+        result: dict[TP, int] | None = await self._call(self._preferred, wanted)
+        return result or {}
+
+    # events ------------------------------------------------------------------------------
+
+    def _post(self, fn: Callable[..., Awaitable[Any]], *args: Any,
+              done: asyncio.Future | None = None) -> None:
+        self._events.put_nowait((fn, args, done))
+
+    async def _call(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        assert self._loop is not None, "start() first"
+        done = self._loop.create_future()
+        self._post(fn, *args, done=done)
+        return await done
+
+    def _zk_event(self, handler: Callable[..., Awaitable[Any]]) -> Callable[..., None]:
+        """A watch callback (kazoo's thread) that queues ``handler(*args)`` on the loop."""
+        def callback(*args: Any) -> None:
+            loop = self._loop
+            if self._stopped or loop is None:
+                return
+            try:
+                loop.call_soon_threadsafe(self._post, handler, *args)
+            except RuntimeError:  # the loop is closed: the broker is gone
+                pass
+        return callback
+
+    def _session_changed(self, state: str) -> None:
+        """kazoo's thread: a lost session took /controller with it."""
+        if state == "LOST":
+            self._zk_event(self._session_lost)()
+        elif state == "CONNECTED":
+            self._zk_event(self._check_controller)()
+
+    async def _run(self) -> None:
+        while True:
+            fn, args, done = await self._events.get()
+            result = None
+            try:
+                result = await fn(*args)
+            except ControllerMovedError as e:
+                self._resign(f"another controller has a newer epoch ({e})")
+                self._post(self._check_controller)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("controller event %s failed", fn.__name__)
+            if done is not None and not done.done():
+                done.set_result(result)
+
+    async def _preferred_ticks(self) -> None:
+        interval = self.config["leader.imbalance.check.interval.seconds"]
+        while True:
+            await asyncio.sleep(interval)
+            if self._active:
+                self._post(self._preferred, None)
+
+    # election and resignation ------------------------------------------------------------
+
+    async def _controller_changed(self, controller_id: int | None) -> None:
+        if controller_id is None:
+            await self._elect()
+        elif controller_id != self.broker_id and self._active:
+            self._resign(f"/controller now names broker {controller_id}")
+
+    async def _check_controller(self) -> None:
+        if not self._active and await asyncio.to_thread(self.store.controller_id) is None:
+            await self._elect()
+
+    async def _session_lost(self) -> None:
+        self._resign("the ZooKeeper session was lost")
+
+    async def _elect(self) -> None:
+        if self._active or self._stopped:
+            return
+        if not await asyncio.to_thread(self.store.try_become_controller, self.broker_id):
+            return
+        self._epoch, self._epoch_version = await asyncio.to_thread(
+            self.store.increment_controller_epoch)
+        self._active = True
+        log.info("broker %d is the active controller, epoch %d", self.broker_id, self._epoch)
+        await self._on_elected()
+
+    def _resign(self, why: str) -> None:
+        for sender in self._senders.values():
+            sender.close()
+        self._senders.clear()
+        if self._active:
+            log.warning("broker %d resigns as controller (epoch %d): %s", self.broker_id,
+                        self._epoch, why)
+        self._active = False
+        self._live = {}
+        self._topics = {}
+        self._states = {}
+
+    async def _on_elected(self) -> None:
+        store = self.store
+        self._live = await asyncio.to_thread(store.brokers)
+        names = await asyncio.to_thread(store.topic_names)
+        self._topics = await asyncio.to_thread(store.topics, names)
+        self._states = {}
+        for name in self._topics:
+            await self._read_states(name)
+            await self._watch_topic(name)
+        for info in self._live.values():
+            self._open(info)
+        created = await self._initialize(self._all_partitions())
+        await self._apply(self._all_partitions(), self._decide_failover)
+        self._send_update_metadata(None)
+        for broker in self._live:
+            self._send_leader_and_isr({broker: self._hosted_by(broker)}, created, FULL)
+        if self._pending_deletions:
+            await self._delete_topics(list(self._pending_deletions))
+
+    # brokers -----------------------------------------------------------------------------
+
+    def _open(self, info: BrokerInfo) -> None:
+        self._senders[info.broker_id] = _Sender(info, self._new_client(info), self._timeout_s)
+
+    def _close(self, broker: int) -> None:
+        sender = self._senders.pop(broker, None)
+        if sender is not None:
+            sender.close()
+
+    async def _brokers_changed(self, brokers: dict[int, BrokerInfo]) -> None:
+        if not self._active:
+            return
+        old = self._live
+        bounced = {b for b in brokers if b in old and brokers[b].epoch != old[b].epoch}
+        gone = {b for b in old if b not in brokers} | bounced
+        back = {b for b in brokers if b not in old} | bounced
+        if not gone and not back:
+            self._live = dict(brokers)
+            return
+        log.info("brokers changed: live %s, gone %s, new %s", sorted(brokers), sorted(gone),
+                 sorted(back))
+        for broker in gone:
+            self._close(broker)
+        # first as Kafka's onBrokerFailure (bounced brokers count as dead), then startup
+        self._live = {b: info for b, info in brokers.items() if b not in bounced}
+        changed = await self._apply(self._needing_failover(), self._decide_failover)
+        self._live = dict(brokers)
+        changed |= await self._apply(self._needing_failover(), self._decide_failover)
+        created = await self._initialize(self._all_partitions())
+        for broker in sorted(back):
+            self._open(brokers[broker])
+        self._send_update_metadata(None)
+        targets = self._to_replicas(changed | created)
+        for broker in back:
+            targets[broker] = self._hosted_by(broker)
+        self._send_leader_and_isr(targets, created)
+
+    def _needing_failover(self) -> list[TP]:
+        live = self._live
+        return [tp for tp, s in self._states.items()
+                if s.leader not in live or any(b not in live for b in s.isr)]
+
+    # topics ------------------------------------------------------------------------------
+
+    async def _topics_changed(self, names: list[str]) -> None:
+        if not self._active:
+            return
+        present = set(names)
+        for name in [n for n in self._topics if n not in present]:
+            self._forget_topic(name)
+        new = [n for n in names if n not in self._topics]
+        if not new:
+            return
+        found = await asyncio.to_thread(self.store.topics, new)
+        await self._add_partitions(found)
+
+    async def _topic_changed(self, name: str, assignment: TopicAssignment | None) -> None:
+        """A topic's assignment changed: new partitions (CreatePartitions)."""
+        known = self._topics.get(name)
+        if not self._active or assignment is None or known is None:
+            return  # deletions and creations go through the topics watch
+        if assignment.topic_id != known.topic_id:
+            return
+        added = {p: r for p, r in assignment.partitions.items() if p not in known.partitions}
+        self._topics[name] = assignment
+        if added:
+            log.info("topic %s has new partitions %s", name, sorted(added))
+            await self._add_partitions({name: assignment})
+
+    async def _add_partitions(self, topics: dict[str, TopicAssignment]) -> None:
+        """Start the partitions of ``topics`` that have no state: LeaderAndIsr (is_new) to
+        their replicas, UpdateMetadata to everyone."""
+        self._topics.update(topics)
+        for name in topics:
+            await self._read_states(name)
+            await self._watch_topic(name)
+        wanted = [(n, p) for n, t in topics.items() for p in t.partitions]
+        created = await self._initialize(wanted)
+        self._send_leader_and_isr(self._to_replicas(created), created)
+        self._send_update_metadata([tp for tp in wanted if tp in self._states])
+
+    async def _read_states(self, name: str) -> None:
+        states = await asyncio.to_thread(self.store.partition_states, name)
+        topic = self._topics[name]
+        for p, state in states.items():
+            if p in topic.partitions:
+                self._states[(name, p)] = state
+
+    async def _watch_topic(self, name: str) -> None:
+        watch = getattr(self.store, "watch_topic", None)
+        if watch is None or name in self._watched_topics:
+            return
+        self._watched_topics.add(name)
+        handler = self._zk_event(self._topic_changed)
+        await asyncio.to_thread(watch, name, lambda assignment: handler(name, assignment))
+
+    def _forget_topic(self, name: str) -> None:
+        topic = self._topics.pop(name, None)
+        if topic is not None:
+            for p in topic.partitions:
+                self._states.pop((name, p), None)
+
+    async def _deletions_changed(self, names: list[str]) -> None:
+        self._pending_deletions = list(names)
+        if self._active and names:
+            await self._delete_topics(names)
+
+    async def _delete_topics(self, names: list[str]) -> None:
+        """StopReplica (delete) to the replicas, the znodes removed, then UpdateMetadata
+        marking the partitions deleted (leader -2)."""
+        for name in names:
+            topic = self._topics.get(name) or await asyncio.to_thread(self.store.topic, name)
+            if topic is not None:
+                per_broker: dict[int, list[int]] = collections.defaultdict(list)
+                for p, replicas in topic.partitions.items():
+                    for r in replicas:
+                        per_broker[r].append(p)
+                for broker, partitions in per_broker.items():
+                    self._send(broker, STOP_REPLICA, {"topic_states": [
+                        {"topic_name": name, "partition_states": [
+                            {"partition_index": p, "leader_epoch": EPOCH_DURING_DELETE,
+                             "delete_partition": True} for p in sorted(partitions)]}]})
+            await asyncio.to_thread(self.store.delete_topic, name)
+            log.info("topic %s deleted", name)
+            if topic is not None:
+                self._forget_topic(name)
+                self._send_update_metadata([], deleted=[topic])
+
+    async def _isr_changed(self, partitions: list[tuple[str, int]]) -> None:
+        if not self._active:
+            return
+        fresh: list[TP] = []
+        for name in sorted({t for t, _ in partitions}):
+            if name not in self._topics:
+                continue
+            states = await asyncio.to_thread(self.store.partition_states, name)
+            for t, p in partitions:
+                if t == name and p in states:
+                    self._states[(t, p)] = states[p]
+                    fresh.append((t, p))
+        if fresh:
+            self._send_update_metadata(fresh)
+
+    # decisions ---------------------------------------------------------------------------
+
+    def _all_partitions(self) -> list[TP]:
+        return [(n, p) for n, t in self._topics.items() for p in t.partitions]
+
+    def _replicas(self, tp: TP) -> list[int]:
+        return self._topics[tp[0]].partitions[tp[1]]
+
+    async def _initialize(self, partitions: Iterable[TP]) -> set[TP]:
+        """Create the states of partitions that have none; returns those created."""
+        missing = [tp for tp in partitions if tp not in self._states]
+        created: set[TP] = set()
+
+        async def create(tp: TP) -> None:
+            live = [r for r in self._replicas(tp) if r in self._live]
+            if not live:
+                log.warning("partition %s-%d: no live replica of %s, no leader yet", *tp,
+                            self._replicas(tp))
+                return
+            try:
+                state = await asyncio.to_thread(
+                    self.store.create_partition_state, tp[0], tp[1], live[0], 0, live,
+                    self._epoch, self._epoch_version)
+            except BadVersionError:  # created meanwhile (by a leader or our predecessor)
+                found = await asyncio.to_thread(self.store.partition_state, tp[0], tp[1])
+                if found is not None:
+                    self._states[tp] = found
+                return
+            except UnknownTopicOrPartitionError:
+                return  # deleted meanwhile
+            self._states[tp] = state
+            created.add(tp)
+            log.info("partition %s-%d: new, leader %d, leader epoch 0, ISR %s", *tp, live[0],
+                     live)
+
+        await self._each(missing, create)
+        return created
+
+    async def _apply(self, partitions: Iterable[TP], decide: Decide) -> set[TP]:
+        """Write what ``decide`` wants for each partition; returns the partitions changed."""
+        changed: set[TP] = set()
+
+        async def change(tp: TP) -> None:
+            state = self._states[tp]
+            for _ in range(BAD_VERSION_RETRIES):
+                target = await decide(tp, state)
+                if target is None:
+                    return
+                leader, isr = target
+                try:
+                    new = await asyncio.to_thread(
+                        self.store.set_partition_state, tp[0], tp[1], leader,
+                        state.leader_epoch + 1, isr, self._epoch, state.zk_version,
+                        self._epoch_version)
+                except BadVersionError:
+                    found = await asyncio.to_thread(self.store.partition_state, tp[0], tp[1])
+                    if found is None:
+                        return
+                    state = self._states[tp] = found
+                    continue
+                log.info("partition %s-%d: leader %d -> %d, leader epoch %d, ISR %s -> %s (%s)",
+                         *tp, state.leader, leader, new.leader_epoch, state.isr, isr,
+                         decide.__name__.removeprefix("_decide_"))
+                self._states[tp] = new
+                changed.add(tp)
+                return
+            log.warning("partition %s-%d: state kept changing under the controller; left as "
+                        "it is", *tp)
+
+        await self._each([tp for tp in partitions if tp in self._states], change)
+        return changed
+
+    async def _each(self, items: list[TP], fn: Callable[[TP], Awaitable[None]]) -> None:
+        """``fn`` over ``items``, WRITE_CONCURRENCY at a time; a ControllerMovedError from
+        any of them is raised once all have ended."""
+        for start in range(0, len(items), WRITE_CONCURRENCY):
+            results = await asyncio.gather(*(fn(tp) for tp in items[start:start + WRITE_CONCURRENCY]),
+                                           return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            for error in errors:
+                if isinstance(error, ControllerMovedError):
+                    raise error
+            if errors:
+                raise errors[0]
+
+    async def _decide_failover(self, tp: TP, state: PartitionState) -> tuple[int, list[int]] | None:
+        live = self._live
+        isr_live = [b for b in state.isr if b in live]
+        if state.leader in live:
+            return (state.leader, isr_live) if isr_live != state.isr else None
+        replicas = self._replicas(tp)
+        clean = [r for r in replicas if r in live and r in state.isr]
+        if clean:
+            return clean[0], isr_live
+        live_replicas = [r for r in replicas if r in live]
+        if live_replicas and await self._unclean_allowed(tp[0]):
+            log.warning("partition %s-%d: unclean election of %d, no ISR member of %s is live",
+                        *tp, live_replicas[0], state.isr)
+            return live_replicas[0], [live_replicas[0]]
+        if state.leader == NO_LEADER:
+            return None
+        return NO_LEADER, state.isr  # offline: the ISR is kept (see the module docstring)
+
+    async def _decide_preferred(self, tp: TP, state: PartitionState) -> tuple[int, list[int]] | None:
+        preferred = self._replicas(tp)[0]
+        if state.leader != preferred and preferred in self._live and preferred in state.isr:
+            return preferred, state.isr
+        return None
+
+    async def _unclean_allowed(self, topic: str) -> bool:
+        configs = await asyncio.to_thread(self.store.topic_configs, topic)
+        value = configs.get("unclean.leader.election.enable")
+        if value is not None:
+            return parse_bool(value)
+        return bool(self.config["unclean.leader.election.enable"])
+
+    async def _preferred(self, partitions: list[TP] | None) -> dict[TP, int]:
+        if not self._active:
+            return {}
+        wanted = self._all_partitions() if partitions is None else partitions
+        changed = await self._apply([tp for tp in wanted if tp in self._states],
+                                    self._decide_preferred)
+        if changed:
+            self._send_leader_and_isr(self._to_replicas(changed), set())
+            self._send_update_metadata(sorted(changed))
+        return {tp: self._states[tp].leader for tp in changed}
+
+    # requests ----------------------------------------------------------------------------
+
+    def _hosted_by(self, broker: int) -> list[TP]:
+        return [tp for tp in self._states if broker in self._replicas(tp)]
+
+    def _to_replicas(self, partitions: Iterable[TP]) -> dict[int, list[TP]]:
+        targets: dict[int, list[TP]] = collections.defaultdict(list)
+        for tp in partitions:
+            for r in self._replicas(tp):
+                if r in self._live:
+                    targets[r].append(tp)
+        return targets
+
+    def _send(self, broker: int, api_key: int, body: dict) -> None:
+        sender = self._senders.get(broker)
+        if sender is None:
+            return  # not live: it gets the whole state when it registers
+        sender.put(api_key, {"controller_id": self.broker_id,
+                             "controller_epoch": self._epoch,
+                             "broker_epoch": sender.info.epoch, **body})
+
+    def _send_leader_and_isr(self, targets: dict[int, list[TP]], new: set[TP],
+                             kind: int = INCREMENTAL) -> None:
+        for broker, partitions in targets.items():
+            if not partitions and kind != FULL:
+                continue
+            by_topic: dict[str, list[dict]] = collections.defaultdict(list)
+            leaders: set[int] = set()
+            for tp in sorted(partitions):
+                state = self._states[tp]
+                leaders.add(state.leader)
+                by_topic[tp[0]].append({
+                    "partition_index": tp[1], "controller_epoch": state.controller_epoch,
+                    "leader": state.leader, "leader_epoch": state.leader_epoch,
+                    "isr": state.isr, "partition_epoch": state.zk_version,
+                    "replicas": self._replicas(tp), "adding_replicas": [],
+                    "removing_replicas": [], "is_new": tp in new})
+            self._send(broker, LEADER_AND_ISR, {
+                "type": kind,
+                "topic_states": [{"topic_name": name, "topic_id": self._topics[name].topic_id,
+                                  "partition_states": states}
+                                 for name, states in by_topic.items()],
+                "live_leaders": [{"broker_id": b, "host_name": self._live[b].host,
+                                  "port": self._live[b].port}
+                                 for b in sorted(leaders) if b in self._live]})
+
+    def _send_update_metadata(self, partitions: Iterable[TP] | None,
+                              deleted: Iterable[TopicAssignment] = ()) -> None:
+        """UpdateMetadata to every live broker: the live brokers and the partitions named
+        (None: all), ``deleted`` topics' partitions marked with leader -2."""
+        by_topic: dict[str, list[dict]] = collections.defaultdict(list)
+        chosen = self._all_partitions() if partitions is None else partitions
+        for tp in sorted(chosen):
+            state = self._states.get(tp)
+            if state is None or tp[0] not in self._topics:
+                continue
+            replicas = self._replicas(tp)
+            by_topic[tp[0]].append({
+                "partition_index": tp[1], "controller_epoch": state.controller_epoch,
+                "leader": state.leader, "leader_epoch": state.leader_epoch, "isr": state.isr,
+                "zk_version": state.zk_version, "replicas": replicas,
+                "offline_replicas": [r for r in replicas if r not in self._live]})
+        topic_states = [{"topic_name": name, "topic_id": self._topics[name].topic_id,
+                         "partition_states": states} for name, states in by_topic.items()]
+        for topic in deleted:
+            topic_states.append({"topic_name": topic.name, "topic_id": topic.topic_id,
+                                 "partition_states": [
+                {"partition_index": p, "controller_epoch": self._epoch,
+                 "leader": DELETED_LEADER, "leader_epoch": EPOCH_DURING_DELETE, "isr": [],
+                 "zk_version": 0, "replicas": replicas, "offline_replicas": []}
+                for p, replicas in sorted(topic.partitions.items())]})
+        live_brokers = [{"id": b, "endpoints": [{"port": info.port, "host": info.host,
+                                                 "listener": "PLAINTEXT",
+                                                 "security_protocol": 0}], "rack": None}
+                        for b, info in sorted(self._live.items())]
+        for broker in list(self._senders):
+            self._send(broker, UPDATE_METADATA, {"topic_states": topic_states,
+                                                 "live_brokers": live_brokers})
