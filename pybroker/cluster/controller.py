@@ -39,10 +39,14 @@ while the broker is live (Kafka's RequestSendThread); a broker that leaves has i
 queue dropped. Every request carries this controller's id and epoch and the target's
 broker epoch.
 
-Contract addition (docs/REPLICATION.md lists no per-topic data watch): new partitions of
-an existing topic are seen through ``store.watch_topic(name, fn(TopicAssignment | None))``
-(a DataWatch on ``/brokers/topics/<t>``) when the store has it; without it they start at
-the next controller election.
+Contract addition (not in docs/REPLICATION.md's list, added by zk_store.py): new
+partitions of an existing topic are seen through ``store.watch_topic(name, fn(TopicAssignment
+| None))``, a data watch on ``/brokers/topics/<t>`` set once per topic name.
+
+After a ControllerMovedError this controller resigns but cannot delete ``/controller``
+(the contract has no such call): it runs again for the election only once ``/controller``
+is gone. A successor's election replaced ``/controller`` anyway, so this matters only
+when the epoch was moved by hand.
 
 Not thread-safe: runs on the broker's event loop; only the watch callbacks come from
 kazoo's thread, and they only hop to the loop.
@@ -404,12 +408,12 @@ class Controller:
                 self._states[(name, p)] = state
 
     async def _watch_topic(self, name: str) -> None:
-        watch = getattr(self.store, "watch_topic", None)
-        if watch is None or name in self._watched_topics:
-            return
+        if name in self._watched_topics:
+            return  # the watch outlives the topic: a topic created again is seen by it
         self._watched_topics.add(name)
         handler = self._zk_event(self._topic_changed)
-        await asyncio.to_thread(watch, name, lambda assignment: handler(name, assignment))
+        await asyncio.to_thread(self.store.watch_topic, name,
+                                lambda assignment: handler(name, assignment))
 
     def _forget_topic(self, name: str) -> None:
         topic = self._topics.pop(name, None)

@@ -425,3 +425,28 @@ def test_elect_preferred_on_demand(store_factory: Any) -> None:
         assert got is not None and (got.leader, got.leader_epoch) == (1, state.leader_epoch + 2)
         assert await controller.elect_preferred() == {}
     scene_test(body, store_factory)
+
+
+def test_new_partitions_of_an_existing_topic(store_factory: Any) -> None:
+    async def body(scene: Scene) -> None:
+        await scene.start_brokers(1, 2, 3)
+        t_id = await scene.create_topic("t", {0: [1, 2]})
+        await scene.controller(1)
+        await until_state(scene.admin, "t", 0, lambda s: s.leader == 1, "leader 1")
+        # CreatePartitions: the assignment grows (broker 3 hosts only the new partition)
+        await asyncio.to_thread(scene.admin.set_assignment, "t", t_id,
+                                {0: [1, 2], 1: [2, 3], 2: [3, 1]})
+        for p, replicas in ((1, [2, 3]), (2, [3, 1])):
+            state = await until_state(scene.admin, "t", p, lambda s: True, "a state")
+            assert (state.leader, state.leader_epoch, state.isr) == (replicas[0], 0, replicas)
+        three = scene.brokers[3]
+        for p in (1, 2):
+            got = await until(f"LeaderAndIsr for t-{p}", lambda p=p: three.leader_and_isr("t", p))
+            assert got["is_new"]
+        assert three.leader_and_isr("t", 0) is None
+        for broker in scene.brokers.values():
+            await until("UpdateMetadata with the new partitions",
+                        lambda b=broker: b.metadata("t", 2))
+        old = await state_of(scene.admin, "t", 0)
+        assert old is not None and old.leader_epoch == 0  # untouched
+    scene_test(body, store_factory)
