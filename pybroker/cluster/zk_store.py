@@ -442,8 +442,9 @@ class ClusterStore:
                 stat = self._zk.set(CONTROLLER_EPOCH, str(epoch).encode(),
                                          version=got[1].version)
                 return epoch, int(stat.version)
-            except (kex.NodeExistsError, kex.BadVersionError):
-                continue
+            except (kex.NodeExistsError, kex.BadVersionError, kex.ConnectionLoss,
+                    kex.OperationTimeoutError):
+                continue  # a lost answer's increment may have landed: harmless, read again
 
     # topics ----------------------------------------------------------------------------
 
@@ -589,8 +590,7 @@ class ClusterStore:
             except kex.NoNodeError:
                 raise UnknownTopicOrPartitionError(f"Topic '{topic}' does not exist.") from None
         data = _state_json(leader, leader_epoch, isr, controller_epoch)
-        ops = [("create", path, data, -1)]
-        self._conditional(ops, epoch_zk_version, path, data, -1)
+        self._conditional("create", path, data, -1, epoch_zk_version)
         return PartitionState(leader, leader_epoch, list(isr), controller_epoch, 0)
 
     def set_partition_state(self, topic: str, partition: int, leader: int, leader_epoch: int,
@@ -601,16 +601,29 @@ class ClusterStore:
         (ControllerMovedError), atomically."""
         path = _state_path(topic, partition)
         data = _state_json(leader, leader_epoch, isr, controller_epoch)
-        version = self._conditional([("set", path, data, expected_version)], epoch_zk_version,
-                                    path, data, expected_version)
+        version = self._conditional("set", path, data, expected_version, epoch_zk_version)
         return PartitionState(leader, leader_epoch, list(isr), controller_epoch, version)
 
-    def _conditional(self, ops: list[tuple[str, str, bytes, int]],
-                     epoch_zk_version: int | None, path: str, data: bytes,
-                     expected_version: int) -> int:
-        """Run a create or set of ``path`` behind the optional controller epoch check;
-        returns the znode's new version."""
-        kind = ops[0][0]
+    def _conditional(self, kind: str, path: str, data: bytes, expected_version: int,
+                     epoch_zk_version: int | None) -> int:
+        """Create (``kind`` "create") or set ``path`` at ``expected_version``, behind the
+        optional ``/controller_epoch`` check; returns the znode's new version. A write whose
+        answer was lost is recognised by reading it back (Kafka's ReplicationUtils
+        checker), else tried again until the command retry deadline."""
+        deadline = time.monotonic() + max(self.connection_timeout_ms,
+                                          self.session_timeout_ms) / 1000
+        while True:
+            try:
+                return self._write_once(kind, path, data, expected_version, epoch_zk_version)
+            except (kex.ConnectionLoss, kex.OperationTimeoutError):
+                got = self._get(path)
+                if got is not None and got[0] == data and got[1].version == expected_version + 1:
+                    return int(got[1].version)
+                if time.monotonic() > deadline:
+                    raise
+
+    def _write_once(self, kind: str, path: str, data: bytes, expected_version: int,
+                    epoch_zk_version: int | None) -> int:
         try:
             if epoch_zk_version is None:
                 if kind == "create":
@@ -624,20 +637,15 @@ class ClusterStore:
             else:
                 tx.set_data(path, data, version=expected_version)
             results = tx.commit()
-        except (kex.ConnectionLoss, kex.OperationTimeoutError):
-            # The answer was lost: did our write land? (Kafka's ReplicationUtils checker.)
-            got = self._get(path)
-            if got is not None and got[0] == data and got[1].version == expected_version + 1:
-                return int(got[1].version)
-            raise
         except kex.NodeExistsError:
             raise BadVersionError(f"{path} exists already") from None
         except (kex.BadVersionError, kex.NoNodeError):
             raise BadVersionError(f"{path} is not at version {expected_version}") from None
+        # A failed transaction answers the failing op's error, RolledBackError for the rest.
         if isinstance(results[0], Exception) and not isinstance(results[0], kex.RolledBackError):
             raise ControllerMovedError(
                 f"{CONTROLLER_EPOCH} is not at version {epoch_zk_version}: the controller "
-                "moved") from None
+                "moved")
         if isinstance(results[1], Exception):
             raise BadVersionError(f"{path} is not at version {expected_version} "
                                   f"({type(results[1]).__name__})")

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -433,32 +434,127 @@ def test_a_failing_callback_does_not_kill_the_watch(store_factory):
 
 # session loss -----------------------------------------------------------------------------
 
-def test_session_loss_is_reported(tmp_path):
-    # A ZooKeeper of its own: pausing it must not disturb the module's other tests.
+class TcpProxy:
+    """A loopback TCP relay in front of ZooKeeper that a test can cut (existing
+    connections closed, new ones refused at once) and restore: a network partition
+    between one client and a server that keeps running (and so expires the session)."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.blocked = False
+        self.conns: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            with self.lock:
+                if self.blocked:
+                    client.close()
+                    continue
+                server = socket.create_connection(self.upstream)
+                self.conns += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        with self.lock:
+            self.blocked = True
+            for sock in self.conns:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            self.conns.clear()
+
+    def restore(self) -> None:
+        with self.lock:
+            self.blocked = False
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()
+
+
+def test_session_loss_is_reported(zookeeper, zk_connect):
+    chroot = zk_connect[len(zookeeper.connect):]
+    proxy = TcpProxy((zookeeper.host, zookeeper.port))
+    store = ClusterStore(f"127.0.0.1:{proxy.port}{chroot}", 1200, 30_000)
+    store.start()
+    try:
+        states = Recorder()
+        store.add_state_listener(states)
+        brokers = Recorder()
+        store.watch_brokers(brokers)
+        epoch = store.register_broker(1, "127.0.0.1", 9092, "127.0.0.1:1")
+        wait_for(lambda: 1 in brokers.last, "the registration")
+
+        proxy.cut()
+        wait_for(lambda: "SUSPENDED" in states.snapshot(), "SUSPENDED")
+        # ZooKeeper itself runs on: it expires the session, and the registration goes.
+        wait_for(lambda: not exists(zk_connect, "/brokers/ids/1"), "the session expired")
+        proxy.restore()
+        wait_for(lambda: "LOST" in states.snapshot(), "LOST")
+        wait_for(lambda: states.last == "CONNECTED", "a new session")
+        assert states.snapshot().index("SUSPENDED") < states.snapshot().index("LOST")
+        # Registering again gives a new epoch, and the watch survived the new session.
+        assert store.register_broker(1, "127.0.0.1", 9092, "127.0.0.1:1") > epoch
+        wait_for(lambda: 1 in brokers.last, "the watch sees the new registration")
+    finally:
+        store.stop()
+        proxy.close()
+
+
+def test_a_conditional_write_through_a_connection_loss_lands_once(tmp_path):
+    # The write is sent while the server is paused: the connection drops before the answer.
+    # Whether the server then applied it (read back as ours) or not (written again), the
+    # caller gets the one new version and no BadVersionError for its own write.
     with start_zookeeper(str(tmp_path / "zk")) as zk:
-        store = ClusterStore(zk.connect + "/s", 1200, 30_000)
+        # 6 s: the connection drops after 4 s without answers (kazoo's 2/3), the session
+        # stays alive well past the resume even on a busy machine.
+        store = ClusterStore(zk.connect + "/w", 6000, 30_000)
         store.start()
         try:
             states = Recorder()
             store.add_state_listener(states)
-            brokers = Recorder()
-            store.watch_brokers(brokers)
-            epoch = store.register_broker(1, "127.0.0.1", 9092, "127.0.0.1:1")
-            wait_for(lambda: 1 in brokers.last, "the registration")
+            epoch, version = store.increment_controller_epoch()
+            store.create_topic("t", uuid.uuid4(), {0: [1, 2]}, {})
+            created = store.create_partition_state("t", 0, 1, 0, [1, 2], epoch, version)
+            outcome: list[Any] = []
+
+            def write() -> None:
+                try:
+                    outcome.append(store.set_partition_state(
+                        "t", 0, 1, 0, [1], epoch, created.zk_version, version))
+                except Exception as exc:
+                    outcome.append(exc)
 
             zk.pause()
             try:
-                wait_for(lambda: "SUSPENDED" in states.snapshot(), "SUSPENDED")
-                time.sleep(2.0)  # longer than the session timeout: it expires on resume
+                writer = threading.Thread(target=write)
+                writer.start()
+                wait_for(lambda: "SUSPENDED" in states.snapshot(), "the connection dropped")
             finally:
                 zk.resume()
-            wait_for(lambda: "LOST" in states.snapshot(), "LOST")
-            wait_for(lambda: states.last == "CONNECTED", "a new session")
-            assert states.snapshot().index("SUSPENDED") < states.snapshot().index("LOST")
-            # The registration went with the session; registering again gives a new epoch,
-            # and the watch survived the new session.
-            wait_for(lambda: brokers.last == {} or store.brokers() == {}, "registration gone")
-            assert store.register_broker(1, "127.0.0.1", 9092, "127.0.0.1:1") > epoch
-            wait_for(lambda: 1 in brokers.last, "the watch sees the new registration")
+            writer.join(30)
+            assert outcome == [PartitionState(1, 0, [1], epoch, created.zk_version + 1)]
+            assert "LOST" not in states.snapshot()
+            assert store.partition_state("t", 0) == outcome[0]
         finally:
             store.stop()
