@@ -207,7 +207,6 @@ class ClusterStore:
         self._listeners: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
         self._election: tuple[int, int] | None = None  # (epoch, version) of a won election
-        self._config_change_seen = -1
         self._stopping = False
         self._zk.add_listener(self._on_state)
 
@@ -376,7 +375,9 @@ class ClusterStore:
 
     def try_become_controller(self, broker_id: int) -> bool:
         """Create ``/controller`` and increment ``/controller_epoch`` in one transaction.
-        False when another broker holds ``/controller``."""
+        False when another session holds ``/controller``; True with a fresh epoch when this
+        session holds it already (a controller that resigned while ``/controller`` stayed
+        its own can take it up again)."""
         data = _dumps({"version": 1, "brokerid": broker_id, "timestamp": _now_ms()})
         while True:
             got = self._get(CONTROLLER_EPOCH)
@@ -396,14 +397,15 @@ class ClusterStore:
                 stat = results[1]
                 version = 0 if got is None else int(stat.version)
                 break
-            if results is not None and isinstance(results[0], kex.NodeExistsError):
-                return False
             owner = self._zk.retry(self._zk.exists, CONTROLLER)
             if owner is not None and owner.ephemeralOwner == self._session_id():
-                latest = self._get(CONTROLLER_EPOCH)
-                assert latest is not None  # our transaction wrote it
-                epoch, version = int(latest[0]), int(latest[1].version)
-                break
+                # Ours already: this attempt's lost answer, or an earlier win of this
+                # session. A fresh epoch either way (one more increment is harmless).
+                try:
+                    epoch, version = self._bump_epoch(owner.version)
+                    break
+                except ControllerMovedError:
+                    continue
             if owner is not None:
                 return False
             # The epoch moved under us (another contender's failed attempt?): again.
@@ -432,19 +434,32 @@ class ClusterStore:
             won, self._election = self._election, None
         if won is not None:
             return won
+        return self._bump_epoch(None)
+
+    def _bump_epoch(self, controller_version: int | None) -> tuple[int, int]:
+        """Compare-and-set ``/controller_epoch`` + 1 (created as 1), with ``/controller``
+        checked at ``controller_version`` in the same transaction when given
+        (ControllerMovedError when that check fails)."""
         while True:
             got = self._get(CONTROLLER_EPOCH)
+            epoch = 1 if got is None else int(got[0]) + 1
+            tx = self._zk.transaction()
+            if controller_version is not None:
+                tx.check(CONTROLLER, controller_version)
+            if got is None:
+                tx.create(CONTROLLER_EPOCH, b"1")
+            else:
+                tx.set_data(CONTROLLER_EPOCH, str(epoch).encode(), version=got[1].version)
             try:
-                if got is None:
-                    _, stat = self._zk.create(CONTROLLER_EPOCH, b"1", include_data=True)
-                    return 1, int(stat.version)
-                epoch = int(got[0]) + 1
-                stat = self._zk.set(CONTROLLER_EPOCH, str(epoch).encode(),
-                                         version=got[1].version)
-                return epoch, int(stat.version)
-            except (kex.NodeExistsError, kex.BadVersionError, kex.ConnectionLoss,
-                    kex.OperationTimeoutError):
-                continue  # a lost answer's increment may have landed: harmless, read again
+                results = tx.commit()
+            except (kex.ConnectionLoss, kex.OperationTimeoutError):
+                continue  # landed or not, read again: an extra increment is harmless
+            if controller_version is not None and isinstance(results[0], Exception) \
+                    and not isinstance(results[0], kex.RolledBackError):
+                raise ControllerMovedError(f"{CONTROLLER} is no longer this session's")
+            if not isinstance(results[-1], Exception):
+                return epoch, 0 if got is None else int(results[-1].version)
+            # Another increment came first: read again.
 
     # topics ----------------------------------------------------------------------------
 
@@ -532,12 +547,14 @@ class ClusterStore:
     def watch_config_changes(self, fn: Callable[[list[str]], None]) -> None:
         """``fn(topic names)`` for the notifications not seen yet (at first: all present,
         as Kafka's listener does); notifications older than 15 min are deleted."""
+        seen = [-1]  # the highest sequence number this watch has reported
         self._watch_children(CONFIG_CHANGES, "config changes",
-                             lambda c: self._config_changes(c, fn))
+                             lambda c: self._config_changes(c, seen, fn))
 
-    def _config_changes(self, children: list[str], fn: Callable[[list[str]], None]) -> None:
+    def _config_changes(self, children: list[str], seen: list[int],
+                        fn: Callable[[list[str]], None]) -> None:
         fresh = sorted((c for c in children if c.startswith(CONFIG_CHANGE_PREFIX)
-                        and _seq(c) > self._config_change_seen), key=_seq)
+                        and _seq(c) > seen[0]), key=_seq)
         if not fresh:
             return
         got = self._get_many(f"{CONFIG_CHANGES}/{c}" for c in fresh)
@@ -545,7 +562,7 @@ class ClusterStore:
         expired_before = time.time() * 1000 - CONFIG_CHANGE_EXPIRY_MS
         for child in fresh:
             entry = got.get(f"{CONFIG_CHANGES}/{child}")
-            self._config_change_seen = max(self._config_change_seen, _seq(child))
+            seen[0] = max(seen[0], _seq(child))
             if entry is None:
                 continue
             entity = (_loads(entry[0]) or {}).get("entity_path", "")

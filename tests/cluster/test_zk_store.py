@@ -211,6 +211,16 @@ def test_controller_election(store_factory, zk_connect):
     wait_for(lambda: seen_by_b.last == 2, "b sees itself")
 
 
+def test_a_controller_holding_the_node_can_take_it_up_again(store_factory):
+    holder, other = store_factory(), store_factory()
+    assert holder.try_become_controller(1)
+    assert holder.increment_controller_epoch() == (1, 0)
+    assert holder.try_become_controller(1)  # /controller is this session's: a fresh epoch
+    assert holder.increment_controller_epoch() == (2, 1)
+    assert not other.try_become_controller(2)
+    assert other.controller_id() == 1
+
+
 def test_only_one_of_many_contenders_wins(store_factory):
     stores = [store_factory() for _ in range(4)]
     results: dict[int, bool] = {}
