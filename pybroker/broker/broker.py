@@ -116,7 +116,9 @@ class Broker:
         log.info("recovering logs in %s", self.data_dir)
         self.logs.load(config_for=self.topics.config_for)
         self.topics.open()
-        self.producer_ids = ProducerIdManager(self.data_dir, self.config["producer.id.block.size"])
+        self.producer_ids = ProducerIdManager(
+            self.data_dir, self.config["producer.id.block.size"],
+            self.cluster.producer_id_block if self.cluster is not None else None)
         self._restore_producer_state()
         for hook in handler_registry.STARTUP:
             await hook(self)

@@ -77,6 +77,12 @@ class ClusterNode:
             lambda info: ControlClient(info.broker_id, info.control))
         await self.controller.start()
 
+    def producer_id_block(self, size: int) -> int:
+        """The first id of a new block of producer ids (blocking: a worker thread's)."""
+        from pybroker.cluster.producer_id_blocks import allocate_block
+
+        return allocate_block(self.store._zk, self.broker.broker_id, size)
+
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
@@ -133,18 +139,22 @@ class ClusterNode:
 
     async def stop(self) -> None:
         self._stopping = True
+        await _quietly(self.fetchers.close(), "replica fetchers")
         if self.controller is not None:
             await _quietly(self.controller.stop(), "controller")
-        await _quietly(self.fetchers.close(), "replica fetchers")
         await _quietly(self.replicas.stop(), "replica manager")
         if self.control is not None:
             await _quietly(self.control.close(), "control channel")
         await _quietly(asyncio.to_thread(self.store.stop), "ZooKeeper session")
 
 
+STOP_STEP_TIMEOUT_S = 5.0  # a stuck step (an unreachable ZooKeeper) must not hang shutdown
+
+
 async def _quietly(awaitable: Any, what: str) -> None:
     try:
-        if asyncio.iscoroutine(awaitable) or isinstance(awaitable, asyncio.Future):
-            await awaitable
+        await asyncio.wait_for(awaitable, STOP_STEP_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        log.error("stopping the %s took over %.0f s; going on", what, STOP_STEP_TIMEOUT_S)
     except Exception:
         log.exception("stopping the %s failed", what)

@@ -113,8 +113,10 @@ class ReplicaManager:
             log.warning("refusing a request of controller %d with stale epoch %d (current %d)",
                         body["controller_id"], epoch, self.controller_epoch)
             return ErrorCode.STALE_CONTROLLER_EPOCH
+        # Older than this registration: meant for a previous life of this broker. Newer:
+        # the registration is being written (the controller saw it before we returned).
         broker_epoch = body.get("broker_epoch", NO_BROKER_EPOCH)
-        if broker_epoch not in (NO_BROKER_EPOCH, self.broker_epoch):
+        if NO_BROKER_EPOCH < broker_epoch < self.broker_epoch:
             log.warning("refusing a request of controller %d for broker epoch %d (ours %d)",
                         body["controller_id"], broker_epoch, self.broker_epoch)
             return ErrorCode.STALE_BROKER_EPOCH
@@ -132,11 +134,16 @@ class ReplicaManager:
         endpoints = {b["broker_id"]: (b["host_name"], b["port"]) for b in body["live_leaders"]}
         for t in body["topic_states"]:
             errors = []
+            configs: dict[str, str] | None = None
             for p in t["partition_states"]:
                 code = stale
-                if not code:
+                if not code and self.broker_id in p["replicas"]:
                     try:
-                        code = await self._apply(t["topic_name"], t["topic_id"], p, endpoints)
+                        if configs is None:
+                            configs = await asyncio.to_thread(self.store.topic_configs,
+                                                              t["topic_name"])
+                        code = await self._apply(t["topic_name"], t["topic_id"], p, configs,
+                                                 endpoints)
                     except Exception:
                         log.exception("applying LeaderAndIsr to %s-%d", t["topic_name"],
                                       p["partition_index"])
@@ -145,12 +152,9 @@ class ReplicaManager:
             topics_out.append({"topic_id": t["topic_id"], "partition_errors": errors})
         return {"error_code": stale, "topics": topics_out}
 
-    async def _apply(self, topic: str, topic_id: Any, state: dict,
+    async def _apply(self, topic: str, topic_id: Any, state: dict, configs: dict[str, str],
                      endpoints: dict[int, tuple[str, int]]) -> int:
         index = state["partition_index"]
-        if self.broker_id not in state["replicas"]:
-            return ErrorCode.NONE  # not ours (sent to every broker of a full resync)
-        configs = await asyncio.to_thread(self.store.topic_configs, topic)
         partition = self.broker.topics.ensure_replica(topic, topic_id, index, configs)
         epoch = state["leader_epoch"]
         known = partition.leader_id >= 0 or partition.is_leader

@@ -14,5 +14,6 @@ from pybroker.errors import ErrorCode
 
 @handler(api_key=22, versions=(0, 5))
 async def init_producer_id(ctx: RequestContext, request: dict) -> dict:
-    pid, epoch = ctx.broker.producer_ids.init_producer(request.get("transactional_id"))
+    pid, epoch = await ctx.broker.producer_ids.init_producer_async(
+        request.get("transactional_id"))
     return {"error_code": ErrorCode.NONE, "producer_id": pid, "producer_epoch": epoch}
