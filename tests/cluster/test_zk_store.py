@@ -111,6 +111,40 @@ def test_zookeeper_on_a_taken_port_fails_with_its_log(zookeeper, tmp_path):
     assert "Address already in use" in str(info.value)
 
 
+def test_zookeeper_that_exits_says_why(tmp_path):
+    with pytest.raises(ZooKeeperStartError) as info:
+        start_zookeeper(str(tmp_path), tick_ms=0)  # ZooKeeper refuses tickTime=0
+    assert "exited with code" in str(info.value)
+    assert "tickTime is not set" in str(info.value)  # the log tail
+
+
+def test_java_is_found_on_path_alone(tmp_path, monkeypatch):
+    real = find_zookeeper()
+    assert real is not None
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "java").symlink_to(os.path.realpath(real.java))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    found = find_zookeeper()
+    assert found is not None and found.java == str(bin_dir / "java")
+    assert found.classpath == real.classpath
+
+
+def test_zookeeper_restarts_with_its_data(tmp_path):
+    zk = start_zookeeper(str(tmp_path))
+    try:
+        with bare_client(zk.connect) as client:
+            client.create("/kept", b"yes")
+        port = zk.port
+        assert zk.stop() in (0, 143)  # SIGTERM: the JVM's shutdown hooks ran
+        zk = start_zookeeper(str(tmp_path), port=port)
+        with bare_client(zk.connect) as client:
+            assert client.get("/kept")[0] == b"yes"
+    finally:
+        zk.stop()
+
+
 def test_chroot_is_created(zookeeper, store_factory):
     chroot = f"/pybroker-{uuid.uuid4().hex[:8]}/nested"
     store = store_factory(connect=zookeeper.connect + chroot)
