@@ -81,7 +81,7 @@ class ClusterNode:
         """The first id of a new block of producer ids (blocking: a worker thread's)."""
         from pybroker.cluster.producer_id_blocks import allocate_block
 
-        return allocate_block(self.store._zk, self.broker.broker_id, size)
+        return allocate_block(self.store.client, self.broker.broker_id, size)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -241,6 +241,12 @@ class ClusterStore:
             bare.stop()
             bare.close()
 
+    @property
+    def client(self) -> KazooClient:
+        """The kazoo client, for the few paths kept outside this store (producer id
+        blocks: pybroker/cluster/producer_id_blocks.py)."""
+        return self._zk
+
     def stop(self) -> None:
         """Close the session: its ephemeral nodes (registration, /controller) go at once."""
         if self._stopping:
