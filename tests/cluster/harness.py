@@ -28,6 +28,7 @@ test use their own clients).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -40,6 +41,9 @@ from pybroker.client.connection import BrokerConnection
 from tests.conftest import BrokerProcess, _require_native
 
 T = TypeVar("T")
+# librdkafka logs every refused connection to stderr: its log goes to Python logging
+# instead, which pytest shows with a failure.
+CLIENT_LOG = logging.getLogger("tests.cluster.client")
 
 METADATA, LIST_OFFSETS, CREATE_TOPICS = 3, 2, 19
 # Short timeouts so that failover happens within seconds. ZooKeeper's tickTime in the
@@ -400,12 +404,12 @@ class ContinuousProducer(threading.Thread):
         self.acked: list[tuple[int, int, int]] = []
         self.failed: list[tuple[int, str]] = []
         self.fatal: list[str] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self.producer = Producer({
             "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
             "linger.ms": 5, "message.timeout.ms": 120000, "retry.backoff.ms": 100,
             "topic.metadata.refresh.interval.ms": 1000, "error_cb": self._on_error,
-            **conf})
+            "logger": CLIENT_LOG, **conf})
         self.sent = 0
 
     def _on_error(self, err: Any) -> None:
@@ -420,7 +424,7 @@ class ContinuousProducer(threading.Thread):
             self.failed.append((n, err.name()))
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             n = self.sent
             try:
                 self.producer.produce(self.topic, value=str(n).encode(),
@@ -435,7 +439,7 @@ class ContinuousProducer(threading.Thread):
 
     def stop(self, flush_timeout: float = 120.0) -> None:
         """Stops producing and waits for every outstanding record's answer."""
-        self._stop.set()
+        self._halt.set()
         self.join(10)
         left = self.producer.flush(flush_timeout)
         assert left == 0, f"{left} records still unanswered after {flush_timeout} s"
@@ -450,22 +454,23 @@ class TailingConsumer(threading.Thread):
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         self.seen: list[tuple[int, int, bytes]] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tailing",
                                   "enable.auto.commit": False,
                                   "auto.offset.reset": "earliest",
-                                  "topic.metadata.refresh.interval.ms": 1000})
+                                  "topic.metadata.refresh.interval.ms": 1000,
+                                  "logger": CLIENT_LOG})
         self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)
                               for p in range(partitions)])
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             msg = self.consumer.poll(0.2)
             if msg is not None and msg.error() is None:
                 self.seen.append((msg.partition(), msg.offset(), msg.value()))
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(10)
         self.consumer.close()
 
@@ -477,7 +482,8 @@ def read_all(bootstrap: str, topic: str, partitions: int,
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "read-all",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "logger": CLIENT_LOG})
     try:
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
                 for p in range(partitions)}

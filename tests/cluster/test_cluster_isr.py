@@ -30,13 +30,13 @@ class HighWatermarkPoller(threading.Thread):
         self.conn = BrokerConnection("127.0.0.1", port, "hw-poller", timeout=30)
         self.seen: list[int] = []
         self.errors: list[int] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
         body = {"replica_id": -1, "isolation_level": 0, "topics": [{
             "name": TOPIC, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
                                            "timestamp": -1}]}]}
-        while not self._stop.wait(0.01):
+        while not self._halt.wait(0.01):
             part = self.conn.request(LIST_OFFSETS, 7, body)["topics"][0]["partitions"][0]
             if part["error_code"]:
                 self.errors.append(part["error_code"])
@@ -44,7 +44,7 @@ class HighWatermarkPoller(threading.Thread):
                 self.seen.append(int(part["offset"]))
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(30)
         self.conn.close()
 
