@@ -205,6 +205,9 @@ class GroupCoordinator:
         # cluster mode: the offsets partitions this broker leads; None: one node, all
         self._led: dict[int, _Led] | None = {} if replicated else None
         self._background: set[asyncio.Task[Any]] = set()  # replication waits, loads
+        # one partition loads at a time, so the loop is never held longer than one slice
+        # however many partitions this broker takes over at once
+        self._load_lock = asyncio.Lock()
         self._partition_exists = partition_exists
         self.groups: dict[str, Group] = {}
         self._timers: list[tuple[int, int, str]] = []
@@ -357,34 +360,44 @@ class GroupCoordinator:
         replay: nothing is written to a partition while it loads, and a replica that
         stops leading (checked after each pause) stops the load before the fetcher may
         truncate it."""
-        partition = led.partition
+        async with self._load_lock:
+            await self._replay_partition(index, led)
+
+    async def _replay_partition(self, index: int, led: _Led) -> None:
         started = time.monotonic()
-        latest: dict[bytes, bytes | None] = {}
-        count = 0
         try:
-            slice_end = started + LOAD_SLICE_S
-            for batch in records.read_log(partition.log):
-                count += _latest_values(latest, batch)
-                if time.monotonic() >= slice_end:
-                    await asyncio.sleep(0)
-                    slice_end = time.monotonic() + LOAD_SLICE_S
-                    if not self._still_led(index, led):
-                        break
-            else:
-                if self._still_led(index, led):
-                    loaded = self._install(latest)
-                    led.loading = False
-                    log.info("%s-%d: loaded %d groups from %d records in %.3f s",
-                             records.OFFSETS_TOPIC, index, loaded, count,
-                             time.monotonic() - started)
-                    return
+            replayed = await self._replay(index, led)
         except Exception:
             log.exception("%s-%d: loading the groups failed", records.OFFSETS_TOPIC, index)
-        # Stopped: not leader any more, or the log would not read. Its groups answer
-        # NOT_COORDINATOR (their clients look for the coordinator again), not a load that
-        # would never end.
-        if self._led is not None and self._led.get(index) is led:
+            replayed = None
+        if replayed is not None and self._still_led(index, led):
+            latest, count = replayed
+            loaded = self._install(latest)
+            led.loading = False
+            log.info("%s-%d: loaded %d groups from %d records in %.3f s",
+                     records.OFFSETS_TOPIC, index, loaded, count, time.monotonic() - started)
+        elif self._led is not None and self._led.get(index) is led:
+            # Not the leader any more, or the log would not read: its groups answer
+            # NOT_COORDINATOR (their clients look for the coordinator again), not a load
+            # that would never end.
             del self._led[index]
+
+    async def _replay(self, index: int, led: _Led) -> tuple[dict[bytes, bytes | None], int] | None:
+        """The last value of each key of the partition, and the record count; None when
+        this broker stopped leading it meanwhile."""
+        latest: dict[bytes, bytes | None] = {}
+        count = 0
+        if not self._still_led(index, led):
+            return None
+        slice_end = time.monotonic() + LOAD_SLICE_S
+        for batch in records.read_log(led.partition.log):
+            count += _latest_values(latest, batch)
+            if time.monotonic() >= slice_end:
+                await asyncio.sleep(0)
+                if not self._still_led(index, led):
+                    return None
+                slice_end = time.monotonic() + LOAD_SLICE_S
+        return latest, count
 
     def _still_led(self, index: int, led: _Led) -> bool:
         return led.partition.is_leader and self._led is not None \
@@ -408,6 +421,8 @@ class GroupCoordinator:
         """NONE when this broker coordinates ``group_id`` now; NOT_COORDINATOR when
         another does, COORDINATOR_LOAD_IN_PROGRESS while its partition loads (cluster
         mode; one node coordinates every group)."""
+        if self._led is None:  # before hashing the id: this is on every request's path
+            return ErrorCode.NONE
         return self.coordinator_error_of(self.partition_for(group_id))
 
     def coordinator_error_of(self, partition: int) -> ErrorCode:
