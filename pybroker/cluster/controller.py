@@ -81,6 +81,9 @@ INCREMENTAL, FULL = 1, 2  # LeaderAndIsr's Type: FULL names every partition the 
 BAD_VERSION_RETRIES = 10
 # Store writes of one event run this many at a time (kazoo pipelines them on its session).
 WRITE_CONCURRENCY = 32
+# A resigned controller's pause before it hands back the ISR change notifications its
+# watch still consumes (so the active controller's watch most likely takes the next copy).
+ISR_HAND_BACK_S = 1.0
 
 TP = tuple[str, int]
 Decide = Callable[[TP, PartitionState], Awaitable[tuple[int, list[int]] | None]]
@@ -124,6 +127,11 @@ class _Sender:
                             _error_name(code))
 
 
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("handing ISR change notifications back failed: %s", task.exception())
+
+
 _NAMES = {LEADER_AND_ISR: "LeaderAndIsr", STOP_REPLICA: "StopReplica",
           UPDATE_METADATA: "UpdateMetadata"}
 
@@ -159,6 +167,7 @@ class Controller:
         # what the watches said last, kept while inactive too
         self._pending_deletions: list[str] = []
         self._watched_topics: set[str] = set()
+        self._watching_isr_changes = False
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -182,7 +191,6 @@ class Controller:
         await asyncio.to_thread(store.watch_topics, self._zk_event(self._topics_changed))
         await asyncio.to_thread(store.watch_topic_deletions,
                                 self._zk_event(self._deletions_changed))
-        await asyncio.to_thread(store.watch_isr_changes, self._zk_event(self._isr_changed))
         self._post(self._elect)
         if self.config["auto.leader.rebalance.enable"]:
             self._tasks.append(loop.create_task(self._preferred_ticks()))
@@ -285,6 +293,10 @@ class Controller:
             self.store.increment_controller_epoch)
         self._active = True
         log.info("broker %d is the active controller, epoch %d", self.broker_id, self._epoch)
+        if not self._watching_isr_changes:  # see _isr_changed: only once elected
+            self._watching_isr_changes = True
+            await asyncio.to_thread(self.store.watch_isr_changes,
+                                    self._zk_event(self._isr_changed))
         await self._on_elected()
 
     def _resign(self, why: str) -> None:
@@ -448,7 +460,14 @@ class Controller:
                 self._send_update_metadata([], deleted=[topic])
 
     async def _isr_changed(self, partitions: list[tuple[str, int]]) -> None:
+        """Notifications are consumed by whoever reads them first (the store deletes them),
+        so the watch is set only once this controller has been elected (brokers that never
+        were controller never take them), and a controller that resigned hands what it
+        still takes back after a pause, for the active one to take: the store has no way to
+        end a watch."""
         if not self._active:
+            if not self._stopped and self._loop is not None:
+                self._loop.call_later(ISR_HAND_BACK_S, self._hand_back, partitions)
             return
         fresh: list[TP] = []
         for name in sorted({t for t, _ in partitions}):
@@ -461,6 +480,13 @@ class Controller:
                     fresh.append((t, p))
         if fresh:
             self._send_update_metadata(fresh)
+
+    def _hand_back(self, partitions: list[tuple[str, int]]) -> None:
+        if self._stopped or self._active or self._loop is None:
+            return
+        task = self._loop.create_task(
+            asyncio.to_thread(self.store.notify_isr_change, partitions))
+        task.add_done_callback(_log_failure)
 
     # decisions ---------------------------------------------------------------------------
 

@@ -450,3 +450,28 @@ def test_new_partitions_of_an_existing_topic(store_factory: Any) -> None:
         old = await state_of(scene.admin, "t", 0)
         assert old is not None and old.leader_epoch == 0  # untouched
     scene_test(body, store_factory)
+
+
+def test_isr_changes_reach_every_broker_whichever_controller_reads_first(
+        store_factory: Any) -> None:
+    # Every broker runs a Controller; notifications are consumed by their reader, so the
+    # ones that were never elected must not read them.
+    async def body(scene: Scene) -> None:
+        await scene.start_brokers(1, 2)
+        await scene.create_topic("t", {0: [1, 2]})
+        active = await scene.controller(1)
+        await until("the active controller", lambda: active.is_active)
+        others = [await scene.controller(2), await scene.controller(2)]
+        state = await until_state(scene.admin, "t", 0, lambda s: s.leader == 1, "leader 1")
+        for round_ in range(8):
+            isr = [1] if round_ % 2 == 0 else [1, 2]
+            state = await asyncio.to_thread(
+                scene.admin.set_partition_state, "t", 0, 1, state.leader_epoch, isr,
+                state.controller_epoch, state.zk_version, None)
+            await asyncio.to_thread(scene.admin.notify_isr_change, [("t", 0)])
+            for broker in scene.brokers.values():
+                await until(f"UpdateMetadata with ISR {isr} (round {round_})",
+                            lambda b=broker, isr=isr, v=state.zk_version:
+                            (b.metadata("t", 0) or {}).get("zk_version") == v)
+        assert not any(c.is_active for c in others)
+    scene_test(body, store_factory)
