@@ -1,0 +1,248 @@
+"""Produce throughput with replication factor 3 on this machine, as a fraction of the
+single-node figure measured in the same run.
+
+    python3 -m bench.replicated [--seconds 5] [--rounds 3] [--out DIR] [--set KEY=VALUE ...]
+
+(``--set`` passes a setting to the cluster's brokers, e.g. ``replica.fetch.wait.max.ms``.)
+
+Three figures per round, in this order, each on a fresh topic:
+
+- single node: one broker with no ZooKeeper, acks=1 (bench.single_node's produce figure);
+- RF 3, acks=1: a three-broker cluster (a local ZooKeeper, ``pybroker serve
+  --zookeeper``), the leader answers once its own log has the batch;
+- RF 3, acks=all: the same cluster, min.insync.replicas 2, the leader answers once
+  every in-sync follower has fetched the batch (the high watermark passed it).
+
+The load is bench.single_node's: 1 MiB batches of 1 KiB records over 4 connections, 4
+requests in flight on each, one partition per connection, the same frames. In the
+cluster every partition is led by broker 1 (replicas [1, 2, 3]), so the generator talks
+to one broker exactly as in the single-node figure, and that broker also serves its two
+followers' fetches (zero-copy, like a consumer's). The broker settings are the
+defaults but for short ZooKeeper timeouts; replica.fetch.max.bytes is Kafka's 1 MiB.
+
+The load generator counts what it sent, not what was accepted: a produce refused
+(NOT_ENOUGH_REPLICAS, a timeout) would look like throughput. So after each figure the
+high watermarks are read back (ListOffsets) and every batch sent must be there
+(``missing_batches`` 0), else the row says so.
+
+Everything runs on the same machine: the followers' fetches and appends, the three
+brokers and ZooKeeper share its CPUs and its page cache with the leader and the load
+generator, which is what the ratio measures (on separate hosts the followers' work
+would not slow the leader down). The result says how busy the machine was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench import single_node
+from bench.single_node import (
+    CONNECTIONS,
+    Broker,
+    _run_connections,
+    free_port,
+    machine,
+    one_mib_batch,
+    produce_frame,
+    produce_work,
+    wait_port,
+)
+from pybroker.client.connection import BrokerConnection
+
+CREATE_TOPICS, LIST_OFFSETS = 19, 2
+BROKERS = 3
+# Short enough that a broker lost during a run is noticed; not part of what is measured.
+CLUSTER_SETTINGS = {"zookeeper.session.timeout.ms": 6000, "offsets.topic.num.partitions": 3,
+                    "offsets.topic.replication.factor": BROKERS,
+                    "default.replication.factor": BROKERS}
+
+
+class Cluster:
+    """A local ZooKeeper and three brokers, each with a data dir of its own."""
+
+    def __init__(self, root: str, settings: dict[str, str]) -> None:
+        from pybroker.cluster.zookeeper_server import start_zookeeper
+
+        self.root = root
+        self.zookeeper = start_zookeeper(os.path.join(root, "zookeeper"))
+        self.ports = [free_port() for _ in range(BROKERS)]
+        self.procs: list[subprocess.Popen[bytes]] = []
+        for broker_id, port in enumerate(self.ports, 1):
+            data = os.path.join(root, f"broker-{broker_id}")
+            log = open(os.path.join(root, f"broker-{broker_id}.log"), "wb")
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "pybroker", "serve", "--zookeeper",
+                 self.zookeeper.connect, "--broker-id", str(broker_id), "--listen",
+                 f"127.0.0.1:{port}", "--data-dir", data,
+                 *(arg for k, v in {**CLUSTER_SETTINGS, **settings}.items()
+                   for arg in ("--set", f"{k}={v}"))],
+                stdout=subprocess.DEVNULL, stderr=log))
+            log.close()
+        for port in self.ports:
+            wait_port(port, timeout=60)
+        self._wait(lambda: len(self._metadata([])["brokers"]) == BROKERS, "brokers registered")
+
+    @property
+    def leader_port(self) -> int:
+        return self.ports[0]
+
+    def _request(self, api_key: int, version: int, body: dict) -> dict:
+        with BrokerConnection("127.0.0.1", self.leader_port, "bench") as conn:
+            return conn.request(api_key, version, body)
+
+    def _metadata(self, topics: list[str]) -> dict:
+        return self._request(3, 12, {"topics": [{"name": t} for t in topics],
+                                     "allow_auto_topic_creation": False,
+                                     "include_topic_authorized_operations": False})
+
+    def _wait(self, predicate, what: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cluster: no {what} in {timeout:.0f} s (logs in "
+                                   f"{self.root})")
+            time.sleep(0.1)
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        """Every partition led by broker 1, followed by 2 and 3; whole ISRs awaited."""
+        body = {"topics": [{
+            "name": topic, "num_partitions": -1, "replication_factor": -1,
+            "assignments": [{"partition_index": p, "broker_ids": [1, 2, 3]}
+                            for p in range(partitions)],
+            "configs": [{"name": "max.message.bytes", "value": str(2 * single_node.BATCH_BYTES)},
+                        {"name": "min.insync.replicas", "value": "2"}]}],
+            "timeout_ms": 30000, "validate_only": False}
+        error = self._request(CREATE_TOPICS, 5, body)["topics"][0]["error_code"]
+        if error:
+            raise RuntimeError(f"CreateTopics {topic}: error {error}")
+
+        def ready() -> bool:
+            found = self._metadata([topic])["topics"][0]
+            return found["error_code"] == 0 and all(
+                p["leader_id"] == 1 and len(p["isr_nodes"]) == BROKERS
+                for p in found["partitions"])
+        self._wait(ready, f"leaders and whole ISRs for {topic}")
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.zookeeper.stop()
+
+
+def high_watermarks(port: int, topic: str, partitions: int) -> list[int]:
+    body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+        {"partition_index": p, "current_leader_epoch": -1, "timestamp": -1}
+        for p in range(partitions)]}]}
+    with BrokerConnection("127.0.0.1", port, "bench") as conn:
+        answer = conn.request(LIST_OFFSETS, 7, body)
+    return [p["offset"] for p in sorted(answer["topics"][0]["partitions"],
+                                        key=lambda p: p["partition_index"])]
+
+
+def measure(port: int, topic: str, seconds: float, acks: int) -> dict:
+    """The single-node produce load against one port; checks every batch got in."""
+    batch = one_mib_batch()
+    frames = [produce_frame(topic, p, batch, acks) for p in range(CONNECTIONS)]
+    records_per_batch = single_node.BATCH_BYTES // (single_node.RECORD_BYTES + 16)
+    moved, elapsed = _run_connections(port, seconds, produce_work(frames, True))
+    batches = moved // len(frames[0])
+    # acks=1: the followers may still be fetching the tail; the high watermark gets there.
+    deadline = time.monotonic() + 60
+    while True:
+        stored = sum(high_watermarks(port, topic, CONNECTIONS)) // records_per_batch
+        if stored >= batches or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    return {"mb_s": moved / elapsed / 1e6, "batches": batches,
+            "missing_batches": batches - stored}
+
+
+def run_round(single: Broker, cluster: Cluster, seconds: float, round_no: int) -> dict:
+    figures = {}
+    topic = f"single-{round_no}"
+    single.create_topic(topic, CONNECTIONS)
+    figures["single_acks1"] = measure(single.port, topic, seconds, 1)
+    os.sync()  # the next figure is not charged with writing back this one's log
+    for acks, name in ((1, "rf3_acks1"), (-1, "rf3_acksall")):
+        topic = f"{name.replace('_', '-')}-{round_no}"
+        cluster.create_topic(topic, CONNECTIONS)
+        figures[name] = measure(cluster.leader_port, topic, seconds, acks)
+        os.sync()
+    return figures
+
+
+ROWS = [("single node, acks=1", "single_acks1"), ("RF 3, acks=1", "rf3_acks1"),
+        ("RF 3, acks=all (min.insync.replicas 2)", "rf3_acksall")]
+
+
+def table(rounds: list[dict]) -> str:
+    lines = ["| figure | MB/s (median) | fraction of single node | per round | missing batches |",
+             "|---|---|---|---|---|"]
+    base = [r["single_acks1"]["mb_s"] for r in rounds]
+    for label, key in ROWS:
+        values = [r[key]["mb_s"] for r in rounds]
+        ratios = [v / b for v, b in zip(values, base, strict=True)]
+        missing = sum(r[key]["missing_batches"] for r in rounds)
+        lines.append(f"| {label} | {statistics.median(values):.0f} | "
+                     f"{statistics.median(ratios):.2f} | "
+                     f"{', '.join(f'{x:.2f}' for x in ratios)} | {missing} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="per figure")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of the three figures; ratios are per round")
+    parser.add_argument("--out", default=None, help="directory for result.json/result.md")
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                        help="a setting of the cluster's brokers (repeatable)")
+    args = parser.parse_args(argv)
+    settings = dict(item.split("=", 1) for item in args.set)
+    result: dict = {
+        "command": " ".join(["python3 -m bench.replicated", *(argv or sys.argv[1:])]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),
+        "batch_bytes": single_node.BATCH_BYTES, "connections": CONNECTIONS,
+        "cluster_settings": {**CLUSTER_SETTINGS, **settings}}
+    root = tempfile.mkdtemp(prefix="pybroker-bench-replicated-")
+    single = Broker()
+    cluster = None
+    try:
+        cluster = Cluster(root, settings)
+        result["rounds"] = [run_round(single, cluster, args.seconds, i)
+                            for i in range(args.rounds)]
+    finally:
+        single.stop()
+        if cluster is not None:
+            cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    result["loadavg_1m_end"] = os.getloadavg()[0]
+    result["table"] = table(result["rounds"])
+    print(json.dumps({k: v for k, v in result.items() if k != "table"}, indent=2))
+    print(result["table"])
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "result.json"), "w") as fh:
+            json.dump(result, fh, indent=2)
+        with open(os.path.join(args.out, "result.md"), "w") as fh:
+            fh.write(result["table"] + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
