@@ -304,8 +304,9 @@ class Controller:
             sender.close()
         self._senders.clear()
         if self._active:
-            log.warning("broker %d resigns as controller (epoch %d): %s", self.broker_id,
-                        self._epoch, why)
+            log.log(logging.INFO if self._stopped else logging.WARNING,
+                    "broker %d resigns as controller (epoch %d): %s", self.broker_id,
+                    self._epoch, why)
         self._active = False
         self._live = {}
         self._topics = {}
@@ -333,7 +334,12 @@ class Controller:
     # brokers -----------------------------------------------------------------------------
 
     def _open(self, info: BrokerInfo) -> None:
-        self._senders[info.broker_id] = _Sender(info, self._new_client(info), self._timeout_s)
+        try:
+            client = self._new_client(info)
+        except Exception as e:  # a registration without a usable control address
+            log.error("no control channel to broker %d (%r): %s", info.broker_id, info.control, e)
+            return
+        self._senders[info.broker_id] = _Sender(info, client, self._timeout_s)
 
     def _close(self, broker: int) -> None:
         sender = self._senders.pop(broker, None)
