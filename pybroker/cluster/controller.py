@@ -84,6 +84,7 @@ WRITE_CONCURRENCY = 32
 # A resigned controller's pause before it hands back the ISR change notifications its
 # watch still consumes (so the active controller's watch most likely takes the next copy).
 ISR_HAND_BACK_S = 1.0
+RETAKE_S = 1.0  # pause before a failed take-over (election won) is tried again
 
 TP = tuple[str, int]
 Decide = Callable[[TP, PartitionState], Awaitable[tuple[int, list[int]] | None]]
@@ -297,7 +298,22 @@ class Controller:
             self._watching_isr_changes = True
             await asyncio.to_thread(self.store.watch_isr_changes,
                                     self._zk_event(self._isr_changed))
-        await self._on_elected()
+        await self._take_over()
+
+    async def _take_over(self) -> None:
+        """Read everything, repair, send; a failure (ZooKeeper unreachable for a while)
+        is tried again while this controller holds the role, as nobody else can take it."""
+        if not self._active:
+            return
+        try:
+            await self._on_elected()
+        except ControllerMovedError:
+            raise
+        except Exception:
+            log.exception("taking over as controller failed; trying again in %.0f s",
+                          RETAKE_S)
+            if self._loop is not None:
+                self._loop.call_later(RETAKE_S, self._post, self._take_over)
 
     def _resign(self, why: str) -> None:
         for sender in self._senders.values():
@@ -314,6 +330,8 @@ class Controller:
 
     async def _on_elected(self) -> None:
         store = self.store
+        for broker in list(self._senders):
+            self._close(broker)
         self._live = await asyncio.to_thread(store.brokers)
         names = await asyncio.to_thread(store.topic_names)
         self._topics = await asyncio.to_thread(store.topics, names)
