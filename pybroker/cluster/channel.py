@@ -14,7 +14,9 @@ ROUTER sees them prefixed with the peer's routing id, which the answer goes back
 Order: a server answers one peer's requests in the order they came (LeaderAndIsr before
 the UpdateMetadata that names the new leaders), peers independently of each other. A
 client may have several requests in flight; answers are matched by correlation id, and
-one that comes after its request timed out is dropped.
+one that comes after its request timed out is dropped. Beyond the contract's TimeoutError,
+``request`` raises ConnectionError once the client is closed (its waiters too), so a
+sender loop that retries on timeouts ends when the controller lets go of a broker.
 
 Both sockets have linger 0: closing never waits for unsent messages (a controller that
 lets go of a dead broker must not hang on its queue).
