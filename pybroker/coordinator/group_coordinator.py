@@ -45,7 +45,7 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -60,6 +60,7 @@ TICK_S = 0.1  # timer resolution; session timeouts are seconds, so 100 ms is ple
 # A partition's load gives the loop back after this much work: requests of the groups
 # this broker already coordinates wait at most this long behind a big partition's replay.
 LOAD_SLICE_S = 0.005
+_INSTALL_STEP = 256  # keys parsed (groups built) between looks at the slice's clock
 COMPACT_RATIO = 4
 COMPACT_CHECK_MS = 60_000
 
@@ -272,17 +273,24 @@ class GroupCoordinator:
         count = 0
         for batch in self._store.read_all():
             count += _latest_values(latest, batch)
-        loaded = self._install(latest)
-        log.info("loaded %d groups from %d records of %s", loaded, count,
+        steps = self._install(latest)
+        for _ in steps:
+            pass
+        log.info("loaded %d groups from %d records of %s", len(self.groups), count,
                  records.OFFSETS_TOPIC)
 
-    def _install(self, latest: dict[bytes, bytes | None]) -> int:
-        """Build the groups of the last value of each key; returns how many."""
+    def _install(self, latest: dict[bytes, bytes | None]) -> Iterator[int]:
+        """Build the groups of the last value of each key, yielding the groups built so
+        far every ``_INSTALL_STEP`` keys and groups (the cluster load pauses there)."""
         now = self.now_ms()
         latest.pop(None, None)  # type: ignore[call-overload]  # not ours: no key
         metadata: dict[str, records.GroupRecord] = {}
         offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        step = 0
         for raw_key, raw_value in latest.items():
+            step += 1
+            if step % _INSTALL_STEP == 0:
+                yield 0
             if raw_value is None:
                 continue  # a tombstone: the key is gone
             try:
@@ -307,7 +315,9 @@ class GroupCoordinator:
                 self._restore(group, record, now)
             self.groups[group_id] = group
             loaded += 1
-        return loaded
+            if loaded % _INSTALL_STEP == 0:
+                yield loaded
+        yield loaded
 
     def _restore(self, group: Group, record: records.GroupRecord, now: int) -> None:
         group.generation = record.generation
@@ -370,17 +380,27 @@ class GroupCoordinator:
         except Exception:
             log.exception("%s-%d: loading the groups failed", records.OFFSETS_TOPIC, index)
             replayed = None
-        if replayed is not None and self._still_led(index, led):
+        loaded = -1
+        if replayed is not None:
             latest, count = replayed
-            loaded = self._install(latest)
+            slice_end = time.monotonic() + LOAD_SLICE_S
+            for loaded in self._install(latest):
+                if time.monotonic() >= slice_end:
+                    await asyncio.sleep(0)
+                    slice_end = time.monotonic() + LOAD_SLICE_S
+                    if not self._still_led(index, led):
+                        loaded = -1
+                        break
+        if loaded >= 0 and self._still_led(index, led):
             led.loading = False
             log.info("%s-%d: loaded %d groups from %d records in %.3f s",
                      records.OFFSETS_TOPIC, index, loaded, count, time.monotonic() - started)
         elif self._led is not None and self._led.get(index) is led:
             # Not the leader any more, or the log would not read: its groups answer
             # NOT_COORDINATOR (their clients look for the coordinator again), not a load
-            # that would never end.
+            # that would never end; what was installed goes.
             del self._led[index]
+            self._unload(index)
 
     async def _replay(self, index: int, led: _Led) -> tuple[dict[bytes, bytes | None], int] | None:
         """The last value of each key of the partition, and the record count; None when

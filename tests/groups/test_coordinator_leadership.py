@@ -228,9 +228,11 @@ def test_a_commit_below_min_insync_replicas_is_refused(topics: Any) -> None:
 
 def test_a_big_partition_loads_in_slices(topics: Any, monkeypatch: Any) -> None:
     earlier = GroupCoordinator(topics, CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS))
-    for i in range(50):  # 50 batches
+    keys = 3 * coordinator_module._INSTALL_STEP  # parsed in 3 steps
+    earlier.commit_offsets(GROUP, "", None, -1, [OffsetCommit("t", p, p) for p in range(keys)])
+    for i in range(50):  # 50 more batches
         earlier.commit_offsets(GROUP, "", None, -1, [OffsetCommit("t", 0, i)])
-    monkeypatch.setattr(coordinator_module, "LOAD_SLICE_S", 0.0)  # a pause after each batch
+    monkeypatch.setattr(coordinator_module, "LOAD_SLICE_S", 0.0)  # a pause at each step
     c = replicated(topics)
     partition = offsets_partition(topics)
 
@@ -240,8 +242,9 @@ def test_a_big_partition_loads_in_slices(topics: Any, monkeypatch: Any) -> None:
         while c.loading():
             turns += 1  # the loop ran something else while the partition loaded
             await asyncio.sleep(0)
-        assert turns >= 10
+        assert turns >= 50 + 3
         assert committed(c) == 49
+        assert len(c.fetch_offsets(GROUP, None)) == keys
 
         # a load stopped by a lost leadership leaves no state behind
         follow(c, partition, 2)
