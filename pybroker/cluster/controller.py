@@ -392,10 +392,11 @@ class Controller:
             targets[broker] = self._hosted_by(broker)
         self._send_leader_and_isr(targets, created)
 
-    def _needing_failover(self) -> list[TP]:
-        live = self._live
-        return [tp for tp, s in self._states.items()
-                if s.leader not in live or any(b not in live for b in s.isr)]
+    def _needing_failover(self, partitions: Iterable[TP] | None = None) -> list[TP]:
+        live, states = self._live, self._states
+        chosen = states if partitions is None else partitions
+        return [tp for tp in chosen
+                if states[tp].leader not in live or any(b not in live for b in states[tp].isr)]
 
     # topics ------------------------------------------------------------------------------
 
@@ -502,6 +503,10 @@ class Controller:
                 if t == name and p in states:
                     self._states[(t, p)] = states[p]
                     fresh.append((t, p))
+        # an ISR grown just before a broker died may name it: the broker change went by
+        # with the older ISR in this cache
+        changed = await self._apply(self._needing_failover(fresh), self._decide_failover)
+        self._send_leader_and_isr(self._to_replicas(changed), set())
         if fresh:
             self._send_update_metadata(fresh)
 

@@ -475,3 +475,28 @@ def test_isr_changes_reach_every_broker_whichever_controller_reads_first(
                             (b.metadata("t", 0) or {}).get("zk_version") == v)
         assert not any(c.is_active for c in others)
     scene_test(body, store_factory)
+
+
+def test_an_isr_change_naming_a_dead_broker_is_repaired(store_factory: Any) -> None:
+    # The leader grew the ISR just before the new member died: the broker change went by
+    # with the older ISR; the notification that follows must not leave the dead one in.
+    async def body(scene: Scene) -> None:
+        await scene.start_brokers(1, 2, 3)
+        await scene.create_topic("t", {0: [1, 2, 3]})
+        await scene.controller(1)
+        await until_state(scene.admin, "t", 0, lambda s: s.leader == 1, "leader 1")
+        await scene.brokers[3].die()
+        state = await until_state(scene.admin, "t", 0, lambda s: s.isr == [1, 2], "ISR [1, 2]")
+        late = await asyncio.to_thread(
+            scene.admin.set_partition_state, "t", 0, 1, state.leader_epoch, [1, 2, 3],
+            state.controller_epoch, state.zk_version, None)
+        await asyncio.to_thread(scene.admin.notify_isr_change, [("t", 0)])
+        repaired = await until_state(scene.admin, "t", 0, lambda s: s.zk_version > late.zk_version,
+                                     "the dead broker out of the ISR again")
+        assert (repaired.leader, repaired.isr) == (1, [1, 2])
+        assert repaired.leader_epoch == state.leader_epoch + 1
+        await until("LeaderAndIsr with the repaired ISR",
+                    lambda: (scene.brokers[2].leader_and_isr("t", 0) or {}).get("isr") == [1, 2]
+                    and scene.brokers[2].leader_and_isr("t", 0)["leader_epoch"]  # type: ignore[index]
+                    == repaired.leader_epoch)
+    scene_test(body, store_factory)
