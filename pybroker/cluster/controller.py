@@ -388,8 +388,9 @@ class Controller:
             self._open(brokers[broker])
         self._send_update_metadata(None)
         targets = self._to_replicas(changed | created)
-        for broker in back:
-            targets[broker] = self._hosted_by(broker)
+        for broker in back:  # all it hosts (FULL: whatever else it has is stray)
+            targets.pop(broker, None)
+            self._send_leader_and_isr({broker: self._hosted_by(broker)}, created, FULL)
         self._send_leader_and_isr(targets, created)
 
     def _needing_failover(self, partitions: Iterable[TP] | None = None) -> list[TP]:

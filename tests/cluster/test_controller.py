@@ -248,6 +248,7 @@ def test_broker_death_moves_leadership_and_return_restores_the_preferred_leader(
         back = scene.brokers[1]
         await until("the returning broker's LeaderAndIsr", lambda: back.leader_and_isr("t", 1))
         assert back.of(LEADER_AND_ISR)[-1]["broker_epoch"] == back.epoch
+        assert back.of(LEADER_AND_ISR)[-1]["type"] == 2  # FULL: every partition it hosts
         assert (await state_of(scene.admin, "t", 0)).leader == 2  # type: ignore[union-attr]
         # the leader (here: the test) takes it back into the ISR and says so
         state = await state_of(scene.admin, "t", 0)
