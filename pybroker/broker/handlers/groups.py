@@ -53,8 +53,9 @@ _NOT_REQUESTED = -(1 << 31)
 
 @on_start
 async def start_coordinator(broker: Any) -> GroupCoordinator:
-    """Create the broker's coordinator, load ``__consumer_offsets``, start its timers.
-    Call after the topics are loaded; idempotent."""
+    """Create the broker's coordinator, load ``__consumer_offsets`` (in cluster mode each
+    partition loads when this broker becomes its leader), start its timers. Call after
+    the topics are loaded; idempotent."""
     existing = getattr(broker, _ATTR, None)
     if existing is not None:
         return existing
@@ -67,13 +68,16 @@ async def start_coordinator(broker: Any) -> GroupCoordinator:
 
     coordinator = GroupCoordinator(broker.topics, CoordinatorConfig.from_config(broker.config),
                                    partition_exists=partition_exists, replicated=cluster,
-                                   partition_count=lambda: _offsets_partitions(broker))
+                                   partition_count=(lambda: _offsets_partitions(broker))
+                                   if cluster else None)
     setattr(broker, _ATTR, coordinator)
     await coordinator.start()
     broker.on_shutdown_begin(_release_long_polls)
     if cluster:
         broker.on_leadership_change(coordinator.leadership_changed)
-        offsets = broker.topics.get(OFFSETS_TOPIC)  # led before we listened (restarts)
+        # partitions led before the listener was in (none when started as a start hook:
+        # the broker joins the cluster after its hooks)
+        offsets = broker.topics.get(OFFSETS_TOPIC)
         for partition in offsets.partitions if offsets is not None else ():
             if partition.log is not None and partition.is_leader:
                 coordinator.leadership_changed(partition, True)
@@ -82,8 +86,6 @@ async def start_coordinator(broker: Any) -> GroupCoordinator:
 
 def _offsets_partitions(broker: Any) -> int | None:
     """The offsets topic's partition count as the cluster knows it (cluster mode)."""
-    if not broker.cluster_mode:
-        return None
     known = broker.metadata.topic(OFFSETS_TOPIC)
     return len(known.partitions) if known is not None and known.partitions else None
 
