@@ -79,7 +79,8 @@ NO_LEADER = -1
 EPOCH_DURING_DELETE = -2  # StopReplica's leader epoch for a deleted partition (Kafka's)
 INCREMENTAL, FULL = 1, 2  # LeaderAndIsr's Type: FULL names every partition the broker hosts
 BAD_VERSION_RETRIES = 10
-# Store writes of one event run this many at a time (kazoo pipelines them on its session).
+# Store writes of one event are started this many at a time (kazoo pipelines them on its
+# session; the default executor's threads bound how many really wait at once).
 WRITE_CONCURRENCY = 32
 # A resigned controller's pause before it hands back the ISR change notifications its
 # watch still consumes (so the active controller's watch most likely takes the next copy).
@@ -113,15 +114,18 @@ class _Sender:
         while True:
             api_key, body = await self._queue.get()
             version = VERSIONS[api_key]
-            while True:
+            answer: dict | None = None
+            while answer is None:
                 try:
                     answer = await self.client.request(api_key, version, body, self.timeout_s)
-                    break
                 except TimeoutError:
                     log.warning("broker %d did not answer %s within %.0f ms: sending it again",
                                 broker, _NAMES[api_key], self.timeout_s * 1000)
                 except ConnectionError:
                     return
+                except Exception:  # our bug (a body that does not encode): drop it, go on
+                    log.exception("%s to broker %d failed", _NAMES[api_key], broker)
+                    answer = {}
             code = answer.get("error_code", 0)
             if code:
                 log.warning("broker %d answered %s with %s", broker, _NAMES[api_key],

@@ -122,6 +122,17 @@ async def until_state(store: ClusterStore, topic: str, partition: int,
         await asyncio.sleep(0.02)
 
 
+class CountingClient(ControlClient):
+    """A ControlClient counting the requests it sends (retries included)."""
+
+    sent: dict[int, int] = {}
+
+    async def request(self, api_key: int, api_version: int, body: dict,
+                      timeout_s: float) -> dict:
+        CountingClient.sent[self.broker_id] = CountingClient.sent.get(self.broker_id, 0) + 1
+        return await super().request(api_key, api_version, body, timeout_s)
+
+
 class Scene:
     """Stand-in brokers, controllers and an admin session on one chroot."""
 
@@ -135,10 +146,11 @@ class Scene:
         for broker_id in ids:
             self.brokers[broker_id] = await StandIn(broker_id, self.store_factory).start()
 
-    async def controller(self, broker_id: int, **config: Any) -> Controller:
+    async def controller(self, broker_id: int, client: type[ControlClient] = ControlClient,
+                         **config: Any) -> Controller:
         store = await asyncio.to_thread(self.store_factory)
         controller = Controller(broker_id, store, settings(**config),
-                                lambda info: ControlClient(info.broker_id, info.control))
+                                lambda info: client(info.broker_id, info.control))
         await controller.start()
         self.controllers.append(controller)
         controller.store_for_test = store  # type: ignore[attr-defined]
@@ -500,4 +512,33 @@ def test_an_isr_change_naming_a_dead_broker_is_repaired(store_factory: Any) -> N
                     lambda: (scene.brokers[2].leader_and_isr("t", 0) or {}).get("isr") == [1, 2]
                     and scene.brokers[2].leader_and_isr("t", 0)["leader_epoch"]  # type: ignore[index]
                     == repaired.leader_epoch)
+    scene_test(body, store_factory)
+
+
+def test_a_request_not_answered_in_time_is_sent_again(store_factory: Any) -> None:
+    async def body(scene: Scene) -> None:
+        await scene.start_brokers(1, 2)
+        slow = scene.brokers[2]
+        release = asyncio.Event()
+        answer = slow._handle
+
+        async def first_one_hangs(api_key: int, api_version: int, request: dict) -> dict:
+            if not slow.requests:
+                slow.requests.append((api_key, request))
+                await release.wait()  # past controller.socket.timeout.ms
+                return {"error_code": 0}
+            return await answer(api_key, api_version, request)
+
+        slow.server.handler = first_one_hangs
+        await scene.create_topic("t", {0: [1, 2]})
+        CountingClient.sent.clear()
+        await scene.controller(1, client=CountingClient, controller_socket_timeout_ms=200)
+        await until("the first request", lambda: slow.requests)
+        await until("the copy sent again", lambda: CountingClient.sent.get(2, 0) >= 2)
+        release.set()
+        await until("both copies of the first request and the LeaderAndIsr after it",
+                    lambda: len(slow.requests) >= 3 and slow.leader_and_isr("t", 0))
+        first = slow.requests[0]
+        assert first[0] == UPDATE_METADATA and slow.requests[1] == first  # the same again
+        assert slow.of(LEADER_AND_ISR)[0]["broker_epoch"] == slow.epoch
     scene_test(body, store_factory)
