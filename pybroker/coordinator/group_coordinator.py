@@ -450,7 +450,7 @@ class GroupCoordinator:
         if self._led is None:
             return ErrorCode.NONE
         led = self._led.get(partition)
-        if led is None:
+        if led is None or not led.partition.is_leader:  # or told so, not yet to us
             return ErrorCode.NOT_COORDINATOR
         return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if led.loading else ErrorCode.NONE
 

@@ -144,6 +144,11 @@ def test_groups_load_on_leadership_and_unload_without_it(topics: Any) -> None:
         await settle()
         assert not parked.done()
 
+        # the replica is a follower before the listener hears of it: refused already
+        partition.become_follower(FOLLOWER, 3, [FOLLOWER, partition.broker_id],
+                                  [FOLLOWER, partition.broker_id], 0)
+        assert c.heartbeat(GROUP, first.member_id, None, first.generation) == \
+            ErrorCode.NOT_COORDINATOR
         follow(c, partition, 3)
         assert (await parked).error == ErrorCode.NOT_COORDINATOR
         assert GROUP not in c.groups
