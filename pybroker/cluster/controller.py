@@ -216,6 +216,8 @@ class Controller:
         """Move leadership to the preferred replicas (all partitions, or those named) where
         the preferred replica is live and in the ISR; returns {partition: new leader}.
         Nothing when this controller is not active."""
+        if self._stopped or self._loop is None:
+            return {}
         wanted = None if partitions is None else list(partitions)
         result: dict[TP, int] | None = await self._call(self._preferred, wanted)
         return result or {}
@@ -227,7 +229,8 @@ class Controller:
         self._events.put_nowait((fn, args, done))
 
     async def _call(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
-        assert self._loop is not None, "start() first"
+        if self._loop is None:
+            raise RuntimeError("the controller is not started")
         done = self._loop.create_future()
         self._post(fn, *args, done=done)
         return await done
