@@ -50,8 +50,9 @@ class MetadataCache:
         self.controller_id = body["controller_id"]
         brokers = {}
         for b in body["live_brokers"]:
-            endpoint = b["endpoints"][0] if b["endpoints"] else {"host": "", "port": -1}
-            brokers[b["id"]] = Endpoint(b["id"], endpoint["host"], endpoint["port"])
+            if b["endpoints"]:
+                endpoint = b["endpoints"][0]
+                brokers[b["id"]] = Endpoint(b["id"], endpoint["host"], endpoint["port"])
         self.brokers = brokers
         deleted = []
         for t in body["topic_states"]:

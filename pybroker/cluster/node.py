@@ -70,8 +70,10 @@ class ClusterNode:
         self.replicas.start()
         await self._register()
         loop = asyncio.get_running_loop()
-        self.store.watch_config_changes(
-            lambda names: loop.call_soon_threadsafe(self._spawn, self._apply_configs(names)))
+        def configs_changed(names: list[str]) -> None:  # kazoo's thread
+            loop.call_soon_threadsafe(self._spawn, self._apply_configs(names))
+
+        self.store.watch_config_changes(configs_changed)
         self.controller = Controller(
             self.broker.broker_id, self.store, self.config,
             lambda info: ControlClient(info.broker_id, info.control))

@@ -134,14 +134,16 @@ class ReplicaManager:
         endpoints = {b["broker_id"]: (b["host_name"], b["port"]) for b in body["live_leaders"]}
         for t in body["topic_states"]:
             errors = []
-            configs: dict[str, str] | None = None
+            configs: dict[str, str] = {}
+            read_configs = False
             for p in t["partition_states"]:
                 code = stale
                 if not code and self.broker_id in p["replicas"]:
                     try:
-                        if configs is None:
-                            configs = await asyncio.to_thread(self.store.topic_configs,
-                                                              t["topic_name"])
+                        if not read_configs:
+                            read_configs = True
+                            configs = dict(await asyncio.to_thread(self.store.topic_configs,
+                                                                   t["topic_name"]))
                         code = await self._apply(t["topic_name"], t["topic_id"], p, configs,
                                                  endpoints)
                     except Exception:

@@ -63,8 +63,10 @@ async def _delete_in_cluster(ctx: RequestContext, name: str | None, topic_id: uu
     if info is None and name is None:
         return {**result, "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
                 "error_message": f"Topic id {topic_id} does not exist."}
+    target = info.name if info is not None else name
+    assert target is not None  # no info and no name was answered above
     try:
-        await admin.delete_topic(ctx.broker, info.name if info is not None else name)
+        await admin.delete_topic(ctx.broker, target)
     except KafkaError as exc:
         return {**result, **error_fields(exc)}
     return {"name": info.name if info else name,
