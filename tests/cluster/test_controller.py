@@ -14,6 +14,10 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+from kazoo.client import KazooClient
+
+from pybroker.cluster import controller as controller_module
 from pybroker.cluster.channel import ControlClient, ControlServer
 from pybroker.cluster.controller import Controller
 from pybroker.cluster.zk_store import ClusterStore, PartitionState
@@ -541,4 +545,37 @@ def test_a_request_not_answered_in_time_is_sent_again(store_factory: Any) -> Non
         first = slow.requests[0]
         assert first[0] == UPDATE_METADATA and slow.requests[1] == first  # the same again
         assert slow.of(LEADER_AND_ISR)[0]["broker_epoch"] == slow.epoch
+    scene_test(body, store_factory)
+
+
+def test_a_replaced_controller_hands_isr_changes_to_its_successor(
+        store_factory: Any, zk_connect: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controller_module, "ISR_HAND_BACK_S", 0.2)
+
+    async def body(scene: Scene) -> None:
+        await scene.start_brokers(1, 2)
+        await scene.create_topic("t", {0: [1, 2]})
+        old = await scene.controller(1)
+        await until("the first controller", lambda: old.is_active)
+        new = await scene.controller(2)
+        state = await until_state(scene.admin, "t", 0, lambda s: s.leader == 1, "leader 1")
+        # /controller goes while the old one's session lives on (as after a lost answer):
+        # the other wins, the old one resigns but keeps its ISR change watch
+        raw = KazooClient(hosts=zk_connect)
+        await asyncio.to_thread(raw.start, 30)
+        try:
+            await asyncio.to_thread(raw.delete, "/controller")
+        finally:
+            await asyncio.to_thread(raw.stop)
+            await asyncio.to_thread(raw.close)
+        await until("the successor", lambda: new.is_active and not old.is_active)
+        for round_ in range(6):
+            isr = [1] if round_ % 2 == 0 else [1, 2]
+            state = await asyncio.to_thread(
+                scene.admin.set_partition_state, "t", 0, 1, state.leader_epoch, isr,
+                state.controller_epoch, state.zk_version, None)
+            await asyncio.to_thread(scene.admin.notify_isr_change, [("t", 0)])
+            await until(f"UpdateMetadata with ISR {isr} (round {round_})",
+                        lambda isr=isr, v=state.zk_version:
+                        (scene.brokers[2].metadata("t", 0) or {}).get("zk_version") == v)
     scene_test(body, store_factory)
