@@ -58,7 +58,7 @@ from bench.single_node import (
 )
 from pybroker.client.connection import BrokerConnection
 
-CREATE_TOPICS, LIST_OFFSETS = 19, 2
+CREATE_TOPICS, DELETE_TOPICS, LIST_OFFSETS = 19, 20, 2
 BROKERS = 3
 # Short enough that a broker lost during a run is noticed; not part of what is measured.
 CLUSTER_SETTINGS = {"zookeeper.session.timeout.ms": 6000, "offsets.topic.num.partitions": 3,
@@ -95,12 +95,8 @@ class Cluster:
     def leader_port(self) -> int:
         return self.ports[0]
 
-    def _request(self, api_key: int, version: int, body: dict) -> dict:
-        with BrokerConnection("127.0.0.1", self.leader_port, "bench") as conn:
-            return conn.request(api_key, version, body)
-
     def _metadata(self, topics: list[str]) -> dict:
-        return self._request(3, 12, {"topics": [{"name": t} for t in topics],
+        return request(self.leader_port, 3, 12, {"topics": [{"name": t} for t in topics],
                                      "allow_auto_topic_creation": False,
                                      "include_topic_authorized_operations": False})
 
@@ -114,16 +110,7 @@ class Cluster:
 
     def create_topic(self, topic: str, partitions: int) -> None:
         """Every partition led by broker 1, followed by 2 and 3; whole ISRs awaited."""
-        body = {"topics": [{
-            "name": topic, "num_partitions": -1, "replication_factor": -1,
-            "assignments": [{"partition_index": p, "broker_ids": [1, 2, 3]}
-                            for p in range(partitions)],
-            "configs": [{"name": "max.message.bytes", "value": str(2 * single_node.BATCH_BYTES)},
-                        {"name": "min.insync.replicas", "value": "2"}]}],
-            "timeout_ms": 30000, "validate_only": False}
-        error = self._request(CREATE_TOPICS, 5, body)["topics"][0]["error_code"]
-        if error:
-            raise RuntimeError(f"CreateTopics {topic}: error {error}")
+        create_topic(self.leader_port, topic, partitions, [1, 2, 3])
 
         def ready() -> bool:
             found = self._metadata([topic])["topics"][0]
@@ -131,6 +118,10 @@ class Cluster:
                 p["leader_id"] == 1 and len(p["isr_nodes"]) == BROKERS
                 for p in found["partitions"])
         self._wait(ready, f"leaders and whole ISRs for {topic}")
+
+    @property
+    def data_dirs(self) -> list[str]:
+        return [os.path.join(self.root, f"broker-{i}") for i in range(1, BROKERS + 1)]
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -144,12 +135,49 @@ class Cluster:
         self.zookeeper.stop()
 
 
+def request(port: int, api_key: int, version: int, body: dict) -> dict:
+    with BrokerConnection("127.0.0.1", port, "bench") as conn:
+        return conn.request(api_key, version, body)
+
+
+def create_topic(port: int, topic: str, partitions: int, replicas: list[int] | None) -> None:
+    """``replicas``: every partition's assignment (cluster), None: replication factor 1.
+    Deleted files go at once (file.delete.delay.ms 0), see delete_topic."""
+    configs = {"max.message.bytes": str(2 * single_node.BATCH_BYTES),
+               "file.delete.delay.ms": "0"}
+    if replicas:
+        configs["min.insync.replicas"] = "2"
+    body = {"topics": [{
+        "name": topic, "num_partitions": -1 if replicas else partitions,
+        "replication_factor": -1 if replicas else 1,
+        "assignments": [{"partition_index": p, "broker_ids": replicas}
+                        for p in range(partitions)] if replicas else [],
+        "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+        "timeout_ms": 30000, "validate_only": False}
+    error = request(port, CREATE_TOPICS, 5, body)["topics"][0]["error_code"]
+    if error:
+        raise RuntimeError(f"CreateTopics {topic}: error {error}")
+
+
+def delete_topic(port: int, topic: str, data_dirs: list[str], timeout: float = 60.0) -> None:
+    """Deletes a measured topic and waits until its files are gone from every data dir:
+    on this VM the next figure's appends then land on page-cache memory just freed, as
+    the previous one's did, instead of memory the guest has not touched for a while
+    (first-touch host faults made later figures of a run 2-4x slower than the first)."""
+    request(port, DELETE_TOPICS, 4, {"topic_names": [topic], "timeout_ms": 30000})
+    deadline = time.monotonic() + timeout
+    while any(name.startswith(f"{topic}-") for d in data_dirs
+              for name in (os.listdir(d) if os.path.isdir(d) else [])):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{topic}: files still there after {timeout:.0f} s")
+        time.sleep(0.05)
+
+
 def high_watermarks(port: int, topic: str, partitions: int) -> list[int]:
     body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
         {"partition_index": p, "current_leader_epoch": -1, "timestamp": -1}
         for p in range(partitions)]}]}
-    with BrokerConnection("127.0.0.1", port, "bench") as conn:
-        answer = conn.request(LIST_OFFSETS, 7, body)
+    answer = request(port, LIST_OFFSETS, 7, body)
     return [p["offset"] for p in sorted(answer["topics"][0]["partitions"],
                                         key=lambda p: p["partition_index"])]
 
@@ -175,15 +203,22 @@ def measure(port: int, topic: str, seconds: float, acks: int) -> dict:
 def run_round(single: Broker, cluster: Cluster, seconds: float, round_no: int) -> dict:
     figures = {}
     topic = f"single-{round_no}"
-    single.create_topic(topic, CONNECTIONS)
+    create_topic(single.port, topic, CONNECTIONS, None)
     figures["single_acks1"] = measure(single.port, topic, seconds, 1)
-    os.sync()  # the next figure is not charged with writing back this one's log
+    finish(single.port, topic, [single.data_dir])
     for acks, name in ((1, "rf3_acks1"), (-1, "rf3_acksall")):
         topic = f"{name.replace('_', '-')}-{round_no}"
         cluster.create_topic(topic, CONNECTIONS)
         figures[name] = measure(cluster.leader_port, topic, seconds, acks)
-        os.sync()
+        finish(cluster.leader_port, topic, cluster.data_dirs)
     return figures
+
+
+def finish(port: int, topic: str, data_dirs: list[str]) -> None:
+    """The figure's log written back and deleted: the next figure is charged with
+    neither (writers over vm.dirty_ratio are throttled; see delete_topic for memory)."""
+    os.sync()
+    delete_topic(port, topic, data_dirs)
 
 
 ROWS = [("single node, acks=1", "single_acks1"), ("RF 3, acks=1", "rf3_acks1"),
