@@ -185,6 +185,32 @@ def scene_test(body: Callable[[Scene], Awaitable[None]],
     asyncio.run(asyncio.wait_for(main(), 120))
 
 
+async def two_controllers(scene: Scene) -> tuple[Controller, Controller, PartitionState]:
+    """Brokers 1 and 2, topic t on both, controller 1 active, controller 2 waiting."""
+    await scene.start_brokers(1, 2)
+    await scene.create_topic("t", {0: [1, 2]})
+    first = await scene.controller(1)
+    await until("the first controller", lambda: first.is_active)
+    second = await scene.controller(2)
+    state = await until_state(scene.admin, "t", 0, lambda s: s.leader == 1, "leader 1")
+    return first, second, state
+
+
+async def isr_rounds(scene: Scene, state: PartitionState, rounds: int) -> None:
+    """The leader (here: the test) changes t-0's ISR ``rounds`` times, notifying each; every
+    stand-in broker must get an UpdateMetadata with each new state."""
+    for round_ in range(rounds):
+        isr = [1] if round_ % 2 == 0 else [1, 2]
+        state = await asyncio.to_thread(
+            scene.admin.set_partition_state, "t", 0, 1, state.leader_epoch, isr,
+            state.controller_epoch, state.zk_version, None)
+        await asyncio.to_thread(scene.admin.notify_isr_change, [("t", 0)])
+        for broker in scene.brokers.values():
+            await until(f"UpdateMetadata with ISR {isr} (round {round_})",
+                        lambda b=broker, v=state.zk_version:
+                        (b.metadata("t", 0) or {}).get("zk_version") == v)
+
+
 def test_first_controller_elected_sends_the_whole_state(store_factory: Any) -> None:
     async def body(scene: Scene) -> None:
         await scene.start_brokers(1, 2, 3)
@@ -348,12 +374,7 @@ def test_a_broker_that_registers_again_loses_leadership_first(store_factory: Any
 
 def test_second_controller_takes_over_with_a_higher_epoch(store_factory: Any) -> None:
     async def body(scene: Scene) -> None:
-        await scene.start_brokers(1, 2)
-        await scene.create_topic("t", {0: [1, 2]})
-        first = await scene.controller(1)
-        await until("the first controller", lambda: first.is_active)
-        second = await scene.controller(2)
-        await until_state(scene.admin, "t", 0, lambda s: s.leader == 1, "leader 1")
+        first, second, _ = await two_controllers(scene)
         assert not second.is_active
         epoch = first.epoch
 
@@ -474,23 +495,10 @@ def test_isr_changes_reach_every_broker_whichever_controller_reads_first(
     # Every broker runs a Controller; notifications are consumed by their reader, so the
     # ones that were never elected must not read them.
     async def body(scene: Scene) -> None:
-        await scene.start_brokers(1, 2)
-        await scene.create_topic("t", {0: [1, 2]})
-        active = await scene.controller(1)
-        await until("the active controller", lambda: active.is_active)
-        others = [await scene.controller(2), await scene.controller(2)]
-        state = await until_state(scene.admin, "t", 0, lambda s: s.leader == 1, "leader 1")
-        for round_ in range(8):
-            isr = [1] if round_ % 2 == 0 else [1, 2]
-            state = await asyncio.to_thread(
-                scene.admin.set_partition_state, "t", 0, 1, state.leader_epoch, isr,
-                state.controller_epoch, state.zk_version, None)
-            await asyncio.to_thread(scene.admin.notify_isr_change, [("t", 0)])
-            for broker in scene.brokers.values():
-                await until(f"UpdateMetadata with ISR {isr} (round {round_})",
-                            lambda b=broker, isr=isr, v=state.zk_version:
-                            (b.metadata("t", 0) or {}).get("zk_version") == v)
-        assert not any(c.is_active for c in others)
+        active, waiting, state = await two_controllers(scene)
+        others = [waiting, await scene.controller(2)]
+        await isr_rounds(scene, state, 8)
+        assert active.is_active and not any(c.is_active for c in others)
     scene_test(body, store_factory)
 
 
@@ -553,12 +561,7 @@ def test_a_replaced_controller_hands_isr_changes_to_its_successor(
     monkeypatch.setattr(controller_module, "ISR_HAND_BACK_S", 0.2)
 
     async def body(scene: Scene) -> None:
-        await scene.start_brokers(1, 2)
-        await scene.create_topic("t", {0: [1, 2]})
-        old = await scene.controller(1)
-        await until("the first controller", lambda: old.is_active)
-        new = await scene.controller(2)
-        state = await until_state(scene.admin, "t", 0, lambda s: s.leader == 1, "leader 1")
+        old, new, state = await two_controllers(scene)
         # /controller goes while the old one's session lives on (as after a lost answer):
         # the other wins, the old one resigns but keeps its ISR change watch
         raw = KazooClient(hosts=zk_connect)
@@ -569,13 +572,5 @@ def test_a_replaced_controller_hands_isr_changes_to_its_successor(
             await asyncio.to_thread(raw.stop)
             await asyncio.to_thread(raw.close)
         await until("the successor", lambda: new.is_active and not old.is_active)
-        for round_ in range(6):
-            isr = [1] if round_ % 2 == 0 else [1, 2]
-            state = await asyncio.to_thread(
-                scene.admin.set_partition_state, "t", 0, 1, state.leader_epoch, isr,
-                state.controller_epoch, state.zk_version, None)
-            await asyncio.to_thread(scene.admin.notify_isr_change, [("t", 0)])
-            await until(f"UpdateMetadata with ISR {isr} (round {round_})",
-                        lambda isr=isr, v=state.zk_version:
-                        (scene.brokers[2].metadata("t", 0) or {}).get("zk_version") == v)
+        await isr_rounds(scene, state, 6)
     scene_test(body, store_factory)
