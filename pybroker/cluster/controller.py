@@ -280,7 +280,8 @@ class Controller:
     # election and resignation ------------------------------------------------------------
 
     async def _controller_changed(self, controller_id: int | None) -> None:
-        if controller_id is None:
+        if controller_id is None:  # deleted (an operator moving the role): all run again
+            self._resign("/controller was deleted")
             await self._elect()
         elif controller_id != self.broker_id and self._active:
             self._resign(f"/controller now names broker {controller_id}")

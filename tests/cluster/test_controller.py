@@ -562,8 +562,10 @@ def test_a_replaced_controller_hands_isr_changes_to_its_successor(
 
     async def body(scene: Scene) -> None:
         old, new, state = await two_controllers(scene)
-        # /controller goes while the old one's session lives on (as after a lost answer):
-        # the other wins, the old one resigns but keeps its ISR change watch
+        # /controller is deleted while the old one's session lives on (an operator moving
+        # the role): both run again, the other wins (the old one is made to lose), the old
+        # one keeps its ISR change watch
+        old.store_for_test.try_become_controller = lambda broker_id: False  # type: ignore
         raw = KazooClient(hosts=zk_connect)
         await asyncio.to_thread(raw.start, 30)
         try:
@@ -572,5 +574,6 @@ def test_a_replaced_controller_hands_isr_changes_to_its_successor(
             await asyncio.to_thread(raw.stop)
             await asyncio.to_thread(raw.close)
         await until("the successor", lambda: new.is_active and not old.is_active)
+        assert new.epoch > old.epoch
         await isr_rounds(scene, state, 6)
     scene_test(body, store_factory)
