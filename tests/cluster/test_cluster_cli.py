@@ -1,7 +1,8 @@
 """The command line of cluster mode (issue 7, fourth check): ``pybroker cluster`` starts
 a ZooKeeper of its own and three brokers, records go through it with the ``produce`` and
 ``consume`` commands, ``topic describe`` shows three replicas all in sync, and Ctrl-C
-(SIGINT) stops everything with exit status 0."""
+(SIGINT) stops everything with exit status 0. Given ``--zookeeper``, it starts none and
+joins that one; SIGTERM stops it as cleanly."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+from typing import Any
 
 from pybroker import cli
 from tests.conftest import ROOT
@@ -24,35 +26,61 @@ def pybroker(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
-def _lines(stream: object, out: queue.Queue[str]) -> None:
-    for line in stream:  # type: ignore[attr-defined]
-        out.put(line)
+class ClusterCommand:
+    """``python -m pybroker cluster ...`` in the background: its stdout read line by
+    line (``printed``), its stderr in a file; ``stop(sig)`` returns the exit code."""
+
+    def __init__(self, tmp_path: Any, *args: str) -> None:
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.errors = tmp_path / "cluster.err"
+        with open(self.errors, "w") as stderr_file:  # the child keeps its own copy
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pybroker", "cluster", "--data-dir",
+                 str(tmp_path / "cluster"), "--base-port", "0", *args],
+                stdout=subprocess.PIPE, stderr=stderr_file, text=True, env=env, cwd=ROOT)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.printed: list[str] = []
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def bootstrap(self) -> str:
+        """Waits for the ``bootstrap:`` line and returns its list."""
+        while True:
+            try:
+                self.printed.append(self.lines.get(timeout=START_TIMEOUT_S))
+            except queue.Empty:
+                raise AssertionError(f"no bootstrap line: {self.printed}, "
+                                     f"{self.errors.read_text()}") from None
+            if self.printed[-1].startswith("bootstrap: "):
+                return self.printed[-1].split(": ", 1)[1].strip()
+
+    def stop(self, sig: int = signal.SIGINT) -> int:
+        self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.reader.join(10)
+        while not self.lines.empty():
+            self.printed.append(self.lines.get())
+        return code
 
 
 def test_cluster_command_runs_a_three_broker_cluster(tmp_path):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    errors = tmp_path / "cluster.err"
-    with open(errors, "w") as stderr_file:  # the child keeps its own copy of the fd
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pybroker", "cluster", "--brokers", "3", "--data-dir",
-             str(tmp_path / "cluster"), "--base-port", "0", "--set",
-             "offsets.topic.num.partitions=3", "--set", "zookeeper.session.timeout.ms=4000"],
-            stdout=subprocess.PIPE, stderr=stderr_file, text=True, env=env, cwd=ROOT)
-    lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=_lines, args=(proc.stdout, lines), daemon=True)
-    reader.start()
-    printed: list[str] = []
+    command = ClusterCommand(tmp_path, "--brokers", "3", "--set",
+                             "offsets.topic.num.partitions=3", "--set",
+                             "zookeeper.session.timeout.ms=4000")
     try:
-        bootstrap = ""
-        while not bootstrap:
-            try:
-                printed.append(lines.get(timeout=START_TIMEOUT_S))
-            except queue.Empty:
-                raise AssertionError(f"no bootstrap line: {printed}") from None
-            if printed[-1].startswith("bootstrap: "):
-                bootstrap = printed[-1].split(": ", 1)[1].strip()
+        bootstrap = command.bootstrap()
         assert len(bootstrap.split(",")) == 3
-        assert sum(line.startswith("broker ") for line in printed) == 3
+        assert sum(line.startswith("broker ") for line in command.printed) == 3
+        assert command.printed[0].startswith("zookeeper: ")  # its own
 
         done = pybroker("topic", "create", "demo", "-p", "2", "-b", bootstrap)
         assert done.returncode == 0, done.stderr
@@ -72,19 +100,20 @@ def test_cluster_command_runs_a_three_broker_cluster(tmp_path):
             assert len(replicas) == 3 and sorted(isr) == sorted(replicas), done.stdout
             assert row["LEADER"] in replicas
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            code = proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
-        reader.join(10)
-    stderr = errors.read_text()
-    rest = []
-    while not lines.empty():
-        rest.append(lines.get())
-    assert code == 0, stderr
-    assert "cluster stopped" in "".join(rest), (printed, rest, stderr)
+        code = command.stop(signal.SIGINT)
+    assert code == 0, command.errors.read_text()
+    assert command.printed[-1].strip() == "cluster stopped", command.printed
+
+
+def test_cluster_command_joins_a_given_zookeeper(zk_connect, tmp_path):
+    command = ClusterCommand(tmp_path, "--brokers", "1", "--zookeeper", zk_connect)
+    try:
+        assert len(command.bootstrap().split(",")) == 1
+        assert not any(line.startswith("zookeeper: ") for line in command.printed)
+    finally:
+        code = command.stop(signal.SIGTERM)
+    assert code == 0, command.errors.read_text()
+    assert not os.path.exists(tmp_path / "cluster" / "zookeeper")
 
 
 def _partition_rows(described: str) -> dict[str, dict[str, str]]:
