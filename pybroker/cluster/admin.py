@@ -97,7 +97,11 @@ async def add_partitions(broker: Any, name: str, total: int) -> None:
             f"Topic currently has {count} partitions, {total} would not be an increase.")
     check_partition_limit(total)
     replication = len(current.partitions[0])
-    added = assign(_live_ids(broker), total - count, replication, start_partition=count)
+    live = _live_ids(broker)
+    first_leader = current.partitions[0][0]
+    # Kafka continues the leaders' round-robin from partition 0's leader
+    start = live.index(first_leader) if first_leader in live else None
+    added = assign(live, total - count, replication, start_index=start, start_partition=count)
     assignment = {**current.partitions, **added}  # ``added`` is keyed from ``count`` on
     await asyncio.to_thread(store.set_assignment, name, current.topic_id, assignment)
     await wait_for_leaders(broker, name, total, DEFAULT_WAIT_S)
