@@ -82,7 +82,8 @@ def test_cluster_command_runs_a_three_broker_cluster(tmp_path):
         assert sum(line.startswith("broker ") for line in command.printed) == 3
         assert command.printed[0].startswith("zookeeper: ")  # its own
 
-        done = pybroker("topic", "create", "demo", "-p", "2", "-b", bootstrap)
+        done = pybroker("topic", "create", "demo", "-p", "2", "--replication-factor", "3",
+                        "-b", bootstrap)
         assert done.returncode == 0, done.stderr
         done = pybroker("produce", "demo", "-k", ":", "--acks", "all", "-b", bootstrap,
                         stdin="k1:v1\nk2:v2\nk3:v3\n")
