@@ -66,7 +66,9 @@ class ClusterNode:
                       if self.config["control.listener"] else (listen_host, 0))
         self.control = ControlServer(host, port, self.replicas.handle)
         bound = self.control.start()
-        self.control_address = f"{bound[0]}:{bound[1]}"
+        # a wildcard bind is published as the advertised host: other hosts must reach it
+        published = listen_host if bound[0] in ("", "0.0.0.0", "::") else bound[0]
+        self.control_address = f"{published}:{bound[1]}"
         self.replicas.start()
         await self._register()
         loop = asyncio.get_running_loop()
