@@ -138,7 +138,12 @@ class _LeaderConnection(asyncio.BufferedProtocol):
         try:
             assert self.transport is not None
             self.transport.write(data)
-            return await asyncio.wait_for(waiter, timeout_s)
+            # asyncio.timeout, not wait_for: before Python 3.12, wait_for returns the result
+            # when the task is cancelled in the loop iteration that the answer arrives in
+            # (CPython gh-86296), so a stop() landing on a busy follower's answer was lost,
+            # the fetcher ran on and stop() awaited it forever.
+            async with asyncio.timeout(timeout_s):
+                return await waiter
         except BaseException:
             self._waiter = None
             self.close()
@@ -194,13 +199,12 @@ class LeaderFetcher:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-        self._disconnect()
+        try:
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)  # a cancel of ours raises
+        finally:
+            self._disconnect()
 
     def add(self, partition: Any) -> None:
         self.states[(partition.topic, partition.index)] = _PartitionState(partition)
@@ -239,7 +243,7 @@ class LeaderFetcher:
                     await self._idle()
             except asyncio.CancelledError:
                 raise
-            except (OSError, EOFError, asyncio.TimeoutError, KafkaError) as exc:
+            except (OSError, EOFError, TimeoutError, KafkaError) as exc:
                 self.errors += 1
                 log.warning("%r: %s: %s; retrying in %.1f s", self, type(exc).__name__, exc,
                             self.backoff_s)
@@ -274,8 +278,9 @@ class LeaderFetcher:
             return
         first = min(s.delayed_until for s in self.states.values())
         try:
-            await asyncio.wait_for(self._wakeup.wait(), max(first - time.monotonic(), 0.001))
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(max(first - time.monotonic(), 0.001)):
+                await self._wakeup.wait()
+        except TimeoutError:
             pass
 
     async def _request(self, api_key: int, version: int, body: dict, timeout_s: float
@@ -294,9 +299,8 @@ class LeaderFetcher:
     async def _connect(self) -> _LeaderConnection:
         self._disconnect()
         loop = asyncio.get_running_loop()
-        _, conn = await asyncio.wait_for(
-            loop.create_connection(_LeaderConnection, self.host, self.port),
-            REQUEST_TIMEOUT_S)
+        async with asyncio.timeout(REQUEST_TIMEOUT_S):
+            _, conn = await loop.create_connection(_LeaderConnection, self.host, self.port)
         self._conn = conn
         self.connects += 1
         log.info("%r: connected", self)

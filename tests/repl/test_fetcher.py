@@ -380,6 +380,41 @@ def test_partial_batches_at_the_byte_limit(follower):
     assert partition.high_watermark == offset
 
 
+def test_stop_lands_while_answers_keep_arriving(follower):
+    """A caught-up follower of a leader that answers at once (no long poll) has an answer
+    arriving in nearly every loop iteration. Stopping its fetcher (the partition removed,
+    as when this broker becomes the leader) must end the task every time: before Python
+    3.12, ``asyncio.wait_for`` lost a cancellation that met its result, and ``remove``
+    then waited forever for a fetcher that fetched on."""
+    topic = unique("repl-stop")
+    data = encode_batch([b"x"] * 5, base_offset=0, partition_leader_epoch=0)
+    leader = KafkaCutLeader(topic, data)
+    partition = follower(topic)
+    fetchers = manager()
+
+    async def scenario() -> None:
+        port = await leader.start()
+        await follow(fetchers, port, partition, 5)
+        for round_ in range(100):
+            await fetchers.add(leader_at(port), [partition])
+            # stop after 1-3 answers, so that stops land at different points of a fetch
+            wanted = fetchers.stats()[0]["fetches"] + 1 + round_ % 3
+            await until(lambda w=wanted: fetchers.stats()[0]["fetches"] >= w,
+                        "answers arriving")
+            try:
+                async with asyncio.timeout(DEADLINE_S):
+                    await fetchers.remove([partition])
+            except TimeoutError:
+                raise AssertionError(f"round {round_}: the fetcher did not stop") from None
+            assert fetchers.stats() == []
+        await fetchers.close()
+        assert leader.server is not None
+        leader.server.close()
+
+    run(scenario())
+    assert segment_bytes(partition.log.directory) == data
+
+
 def test_whole_batches_end_and_a_bad_whole_batch():
     a, b = encode_batch([b"a"] * 3), encode_batch([b"b"] * 2, base_offset=3)
     data = a + b
