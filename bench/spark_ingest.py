@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
@@ -609,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     # Exactly as typed (sys.orig_argv: the interpreter's own argv, -m included).
     command = shlex.join(sys.orig_argv if argv is None else
                          [sys.executable, "-m", "bench.spark_ingest", *argv])
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     machine = machine_facts()
     with tempfile.TemporaryDirectory(prefix="pybroker-spark-ingest-") as workdir:
         broker = Broker(workdir).start()

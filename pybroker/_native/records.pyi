@@ -1,6 +1,6 @@
-from typing import NamedTuple
+from typing import NamedTuple, Self
 
-from typing_extensions import Buffer, Self, disjoint_base
+from typing_extensions import Buffer, disjoint_base
 
 HEADER_SIZE: int
 MAX_DECOMPRESSED_SIZE: int

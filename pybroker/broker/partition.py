@@ -316,9 +316,11 @@ class Partition:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._hw_waiters.append((end_offset, fut))
         try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
-            return ErrorCode.REQUEST_TIMED_OUT
+            # asyncio.wait, not wait_for (which can lose a cancellation that meets the
+            # result, before Python 3.12) nor asyncio.timeout (which needs a task: a
+            # handler's first step runs outside one, net/connection.py _serve_inline).
+            await asyncio.wait((fut,), timeout=timeout_s)
+            return fut.result() if fut.done() else ErrorCode.REQUEST_TIMED_OUT
         finally:
             if not fut.done():
                 fut.cancel()

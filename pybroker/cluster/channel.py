@@ -164,7 +164,8 @@ class ControlClient:
             self._receiver = asyncio.get_running_loop().create_task(self._receive())
         try:
             await self._socket.send(memoryview(frame)[SIZE_PREFIX:])
-            return await asyncio.wait_for(future, timeout_s)
+            async with asyncio.timeout(timeout_s):  # not wait_for: it can lose a cancel
+                return await future
         finally:
             self._pending.pop(correlation_id, None)
 

@@ -157,8 +157,9 @@ STOP_STEP_TIMEOUT_S = 5.0  # a stuck step (an unreachable ZooKeeper) must not ha
 
 async def _quietly(awaitable: Any, what: str) -> None:
     try:
-        await asyncio.wait_for(awaitable, STOP_STEP_TIMEOUT_S)
-    except asyncio.TimeoutError:
+        async with asyncio.timeout(STOP_STEP_TIMEOUT_S):
+            await awaitable
+    except TimeoutError:
         log.error("stopping the %s took over %.0f s; going on", what, STOP_STEP_TIMEOUT_S)
     except Exception:
         log.exception("stopping the %s failed", what)

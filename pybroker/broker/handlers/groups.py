@@ -161,10 +161,9 @@ async def _create_offsets_topic(broker: Any) -> None:
         task = asyncio.get_running_loop().create_task(_create_topic(
             broker, config.offsets_topic_num_partitions, replication))
         setattr(broker, _CREATING_ATTR, task)
-    try:
-        await asyncio.wait_for(asyncio.shield(task), _CREATE_WAIT_S)
-    except asyncio.TimeoutError:
-        pass
+    # asyncio.wait: no task needed (a handler's first step runs outside one), the creation
+    # is not cancelled at the time limit, and a cancellation of ours is never lost
+    await asyncio.wait((task,), timeout=_CREATE_WAIT_S)
 
 
 async def _create_topic(broker: Any, partitions: int, replication: int) -> None:
