@@ -46,6 +46,10 @@ def _require_native() -> None:
 
 
 class BrokerProcess:
+    # Called with the bootstrap address of every broker that stops, for helpers that keep
+    # a client per broker (tests/admin/clients.py).
+    stop_listeners: list[Callable[[str], None]] = []
+
     def __init__(self, data_dir: str, settings: dict[str, Any] | None = None,
                  log_path: str | None = None, extra_args: list[str] | None = None,
                  env: dict[str, str] | None = None) -> None:
@@ -97,17 +101,20 @@ class BrokerProcess:
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
         """Send ``sig`` and wait for the exit; returns the exit code (None if not running)."""
-        if self.proc is None or self.proc.poll() is not None:
-            code = None if self.proc is None else self.proc.returncode
-            self.proc = None
-            return code
-        self.proc.send_signal(sig)
-        try:
-            code = self.proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
+        if self.proc is None:
+            return None
+        if self.proc.poll() is not None:
+            code = self.proc.returncode
+        else:
+            self.proc.send_signal(sig)
+            try:
+                code = self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                code = self.proc.wait()
         self.proc = None
+        for listener in self.stop_listeners:
+            listener(self.bootstrap)
         return code
 
     def restart(self, sig: int = signal.SIGTERM) -> BrokerProcess:

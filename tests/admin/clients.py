@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import uuid
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.conftest import BrokerProcess
 
 TIMEOUT = 30.0
 
@@ -16,10 +17,25 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-@functools.cache
+_ADMINS: dict[str, AdminClient] = {}
+
+
 def admin(bootstrap: str) -> AdminClient:
-    """One client per broker, kept: a client that is collected fails its pending futures."""
-    return AdminClient({"bootstrap.servers": bootstrap})
+    """One client per broker, kept while the broker runs: a client that is collected
+    fails its pending futures."""
+    client = _ADMINS.get(bootstrap)
+    if client is None:
+        client = _ADMINS[bootstrap] = AdminClient({"bootstrap.servers": bootstrap})
+    return client
+
+
+def forget_admin(bootstrap: str) -> None:
+    """Drop the client of a broker that stopped (``BrokerProcess.stop``): kept, it would
+    reconnect to the closed port for the rest of the run, logging each refusal."""
+    _ADMINS.pop(bootstrap, None)
+
+
+BrokerProcess.stop_listeners.append(forget_admin)
 
 
 def wait_all(futures: dict[Any, Any]) -> dict[Any, Any]:
