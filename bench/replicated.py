@@ -20,6 +20,10 @@ to one broker exactly as in the single-node figure, and that broker also serves 
 followers' fetches (zero-copy, like a consumer's). The broker settings are the
 defaults but for short ZooKeeper timeouts; replica.fetch.max.bytes is Kafka's 1 MiB.
 
+Where the CPU goes: each figure also reports the CPU seconds per GB produced of the
+leader, of the two followers together and of the load generator (this process), from
+/proc, over the figure and its wait for the high watermarks.
+
 The load generator counts what it sent, not what was accepted: a produce refused
 (NOT_ENOUGH_REPLICAS, a timeout) would look like throughput. So after each figure the
 high watermarks are read back (ListOffsets) and every batch sent must be there
@@ -52,6 +56,7 @@ from bench.single_node import (
     free_port,
     machine,
     one_mib_batch,
+    process_cpu_seconds,
     produce_frame,
     produce_work,
     wait_port,
@@ -120,6 +125,11 @@ class Cluster:
         self._wait(ready, f"leaders and whole ISRs for {topic}")
 
     @property
+    def roles(self) -> dict[str, list[int]]:
+        """Broker processes by role: broker 1 leads every measured partition."""
+        return {"leader": [self.procs[0].pid], "followers": [p.pid for p in self.procs[1:]]}
+
+    @property
     def data_dirs(self) -> list[str]:
         return [os.path.join(self.root, f"broker-{i}") for i in range(1, BROKERS + 1)]
 
@@ -182,8 +192,13 @@ def high_watermarks(port: int, topic: str, partitions: int) -> list[int]:
                                         key=lambda p: p["partition_index"])]
 
 
-def measure(port: int, topic: str, seconds: float, acks: int) -> dict:
-    """The single-node produce load against one port; checks every batch got in."""
+def measure(port: int, topic: str, seconds: float, acks: int,
+            roles: dict[str, list[int]]) -> dict:
+    """The single-node produce load against one port; checks every batch got in.
+    ``roles``: the broker processes whose CPU is reported, by role ("leader", ...)."""
+    before = {role: sum(process_cpu_seconds(pid) for pid in pids)
+              for role, pids in roles.items()}
+    generator = time.process_time()
     batch = one_mib_batch()
     frames = [produce_frame(topic, p, batch, acks) for p in range(CONNECTIONS)]
     records_per_batch = single_node.BATCH_BYTES // (single_node.RECORD_BYTES + 16)
@@ -196,20 +211,26 @@ def measure(port: int, topic: str, seconds: float, acks: int) -> dict:
         if stored >= batches or time.monotonic() > deadline:
             break
         time.sleep(0.1)
+    gigabytes = moved / 1e9
+    cpu = {role: sum(process_cpu_seconds(pid) for pid in pids) - before[role]
+           for role, pids in roles.items()}
+    cpu["generator"] = time.process_time() - generator
     return {"mb_s": moved / elapsed / 1e6, "batches": batches,
-            "missing_batches": batches - stored}
+            "missing_batches": batches - stored,
+            "cpu_s_per_gb": {role: round(s / gigabytes, 3) for role, s in cpu.items()}}
 
 
 def run_round(single: Broker, cluster: Cluster, seconds: float, round_no: int) -> dict:
     figures = {}
     topic = f"single-{round_no}"
     create_topic(single.port, topic, CONNECTIONS, None)
-    figures["single_acks1"] = measure(single.port, topic, seconds, 1)
+    figures["single_acks1"] = measure(single.port, topic, seconds, 1,
+                                      {"leader": [single.proc.pid]})
     finish(single.port, topic, [single.data_dir])
     for acks, name in ((1, "rf3_acks1"), (-1, "rf3_acksall")):
         topic = f"{name.replace('_', '-')}-{round_no}"
         cluster.create_topic(topic, CONNECTIONS)
-        figures[name] = measure(cluster.leader_port, topic, seconds, acks)
+        figures[name] = measure(cluster.leader_port, topic, seconds, acks, cluster.roles)
         finish(cluster.leader_port, topic, cluster.data_dirs)
     return figures
 
@@ -226,16 +247,21 @@ ROWS = [("single node, acks=1", "single_acks1"), ("RF 3, acks=1", "rf3_acks1"),
 
 
 def table(rounds: list[dict]) -> str:
-    lines = ["| figure | MB/s (median) | fraction of single node | per round | missing batches |",
-             "|---|---|---|---|---|"]
+    lines = ["| figure | MB/s (median) | fraction of single node | per round | missing batches "
+             "| CPU s per GB: leader / followers / generator (median) |",
+             "|---|---|---|---|---|---|"]
     base = [r["single_acks1"]["mb_s"] for r in rounds]
     for label, key in ROWS:
         values = [r[key]["mb_s"] for r in rounds]
         ratios = [v / b for v, b in zip(values, base, strict=True)]
         missing = sum(r[key]["missing_batches"] for r in rounds)
+        cpu = " / ".join(
+            f"{statistics.median(r[key]['cpu_s_per_gb'][role] for r in rounds):.2f}"
+            if role in rounds[0][key]["cpu_s_per_gb"] else "-"
+            for role in ("leader", "followers", "generator"))
         lines.append(f"| {label} | {statistics.median(values):.0f} | "
                      f"{statistics.median(ratios):.2f} | "
-                     f"{', '.join(f'{x:.2f}' for x in ratios)} | {missing} |")
+                     f"{', '.join(f'{x:.2f}' for x in ratios)} | {missing} | {cpu} |")
     return "\n".join(lines)
 
 

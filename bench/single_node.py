@@ -134,6 +134,13 @@ def wait_port(port: int, timeout: float = 30.0) -> None:
             time.sleep(0.002)
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of a process, all its threads, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Broker:
     def __init__(self, settings: dict[str, object] | None = None) -> None:
         self.data_dir = tempfile.mkdtemp(prefix="pybroker-bench-")
@@ -155,9 +162,7 @@ class Broker:
         return 0
 
     def cpu_seconds(self) -> float:
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.proc.pid)
 
     def cpu_wait_seconds(self) -> float:
         """Seconds the broker's threads were runnable but waiting for a CPU (schedstat).

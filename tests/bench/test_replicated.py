@@ -27,6 +27,9 @@ def test_one_round_reports_every_figure(tmp_path):
     for name in FIGURES:
         assert figures[name]["mb_s"] > 0 and figures[name]["batches"] > 0, name
         assert figures[name]["missing_batches"] == 0, name
+        roles = {"leader", "generator"} | ({"followers"} if name.startswith("rf3") else set())
+        assert set(figures[name]["cpu_s_per_gb"]) == roles, name
+        assert figures[name]["cpu_s_per_gb"]["leader"] > 0, name
     table = (tmp_path / "result.md").read_text()
     assert table == result["table"] + "\n"
     assert len(table.splitlines()) == 2 + len(FIGURES)
