@@ -248,9 +248,9 @@ class Broker:
         expire_before = int(time.time() * 1000) - self.config["producer.id.expiration.ms"]
         for p in self.topics.partitions():
             p.producers.expire(expire_before)
-            if p.producers.producers:
-                state[f"{p.topic}-{p.index}"] = {"offset": p.log.log_end_offset,
-                                                 "producers": p.producers.to_json()}
+            snapshot = p.producer_snapshot()
+            if snapshot is not None:
+                state[f"{p.topic}-{p.index}"] = snapshot
         write_json(os.path.join(self.data_dir, SNAPSHOT_FILE), state)
 
     def _restore_producer_state(self) -> None:

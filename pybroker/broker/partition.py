@@ -411,11 +411,26 @@ class Partition:
 
     # producer state after a restart ------------------------------------------------------
 
+    def producer_snapshot(self) -> dict[str, Any] | None:
+        """The idempotent producers' state with the log end it describes and the leader
+        epoch of the last offset below it (None: no producer). ``restore_producers``
+        trusts it only while the log still has that epoch there: a follower that
+        truncated below the snapshot and took another leader's batches since has another
+        epoch at that offset, so the snapshot describes batches that are gone."""
+        if not self.producers.producers:
+            return None
+        end = self.log.log_end_offset
+        return {"offset": end, "epoch": self.log.leader_epoch_cache.epoch_at(end - 1),
+                "producers": self.producers.to_json()}
+
     def restore_producers(self, snapshot: dict[str, Any] | None) -> None:
         """Load a snapshot if the log still covers it, then replay the batches after it."""
         end = self.log.log_end_offset
         start = self.log.log_start_offset
-        if snapshot is not None and start <= snapshot["offset"] <= end:
+        if snapshot is not None and start <= snapshot["offset"] <= end and (
+                "epoch" not in snapshot  # written before epochs were recorded
+                or self.log.leader_epoch_cache.epoch_at(snapshot["offset"] - 1)
+                == snapshot["epoch"]):
             self.producers = ProducerStateTable.from_json(snapshot["producers"])
             start = snapshot["offset"]
         else:

@@ -14,8 +14,10 @@ Producers idle longer than ``producer.id.expiration.ms`` (a day) are forgotten, 
 does, so the table does not grow with every producer that ever wrote. State survives
 restarts: :meth:`ProducerStateTable.to_json` is written with the log end
 offset it describes on clean shutdown (and periodically); after a crash the snapshot is
-loaded if the log still reaches its offset, and the batches after it are replayed from the
-log tail with :meth:`ProducerStateTable.replay`.
+loaded if the log still reaches its offset with the same leader epoch there (a replica
+that truncated below it since holds other batches: ``Partition.restore_producers``), and
+the batches after it are replayed from the log tail with
+:meth:`ProducerStateTable.replay`.
 
 Not thread-safe: used from the event loop thread only. ``check`` and ``record`` for one
 batch run without an ``await`` between them, so no other request can interleave.

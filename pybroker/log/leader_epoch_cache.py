@@ -95,6 +95,13 @@ class LeaderEpochCache:
             return epoch, self._starts[0]
         return self._epochs[higher - 1], self._starts[higher]
 
+    def epoch_at(self, offset: int) -> int:
+        """The epoch of the batch holding ``offset`` (the latest epoch starting at or below
+        it), UNDEFINED_EPOCH below the first. Two logs whose batches at ``offset`` have the
+        same epoch hold the same records up to it (Kafka's log matching)."""
+        index = bisect.bisect_right(self._starts, offset) - 1
+        return self._epochs[index] if index >= 0 else UNDEFINED_EPOCH
+
     def clear(self) -> None:
         self._epochs.clear()
         self._starts.clear()

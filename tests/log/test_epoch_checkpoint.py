@@ -50,3 +50,13 @@ def test_truncation_is_written_durably_at_once(tmp_path):
     assert cache.dirty
     cache.truncate_from_end(10)
     assert not cache.dirty and LeaderEpochCache(str(tmp_path)).entries() == [(1, 0)]
+
+
+def test_epoch_at_an_offset(tmp_path):
+    cache = LeaderEpochCache(str(tmp_path))
+    assert cache.epoch_at(0) == -1  # nothing known
+    for epoch, start in ((1, 0), (4, 3), (6, 5)):
+        cache.assign(epoch, start)
+    assert [cache.epoch_at(o) for o in range(8)] == [1, 1, 1, 4, 4, 6, 6, 6]
+    cache.truncate_from_start(4)  # the first epoch now starts at the log start
+    assert cache.epoch_at(3) == -1 and cache.epoch_at(4) == 4
