@@ -65,7 +65,8 @@ class FollowerState:
 class Partition:
     __slots__ = ("topic", "index", "log", "producers", "deleted", "_waiters", "_append_lock",
                  "broker_id", "is_leader", "leader_id", "leader_epoch", "replicas", "isr",
-                 "zk_version", "followers", "isr_pending", "isr_listener", "_hw_waiters")
+                 "zk_version", "followers", "epoch_start_offset", "isr_pending",
+                 "isr_listener", "_hw_waiters")
 
     def __init__(self, topic: str, index: int, log: Any, broker_id: int = 0,
                  is_leader: bool = True) -> None:
@@ -85,6 +86,7 @@ class Partition:
         self.isr: list[int] = [broker_id]
         self.zk_version = 0
         self.followers: dict[int, FollowerState] = {}
+        self.epoch_start_offset = 0  # the log end when this replica became the leader
         self.isr_pending = False  # an ISR change is being written to ZooKeeper
         # fn(partition, proposed isr): the ReplicaManager writes it, then ``isr_changed``
         self.isr_listener: Callable[[Partition, list[int]], None] | None = None
@@ -204,6 +206,7 @@ class Partition:
         self.isr_pending = False
         now = _now_ms()
         self.followers = {r: FollowerState() for r in replicas if r != self.broker_id}
+        self.epoch_start_offset = self.log.log_end_offset
         for state in self.followers.values():
             state.last_caught_up_ms = now  # a fresh leader gives each follower its full lag
         self.maybe_advance_high_watermark()
@@ -234,12 +237,17 @@ class Partition:
     def follower_fetched(self, replica_id: int, offset: int) -> None:
         """A follower fetched from ``offset``: it has everything below it (Kafka's
         ``updateFollowerFetchState``). Caught up when it asked for the log end, or for
-        at least the log end of its previous fetch (then it was caught up back then)."""
+        at least the log end of its previous fetch (then it was caught up back then).
+        An offset outside the log (answered OFFSET_OUT_OF_RANGE) says nothing, as in
+        Kafka, which updates a follower only for a read that succeeded: a position past
+        our end would count records the follower does not have from us."""
         state = self.followers.get(replica_id)
         if state is None or not self.is_leader:
             return
-        now = _now_ms()
         end = self.log.log_end_offset
+        if not self.log.log_start_offset <= offset <= end:
+            return
+        now = _now_ms()
         if offset >= end:
             state.last_caught_up_ms = now
         elif offset >= state.last_fetch_leader_end:
@@ -250,7 +258,12 @@ class Partition:
             return
         state.position = offset
         if replica_id not in self.isr:
-            if offset >= self.log.high_watermark and not self.isr_pending:
+            # Caught up to the high watermark and to where this leader's epoch began:
+            # a new leader's high watermark can trail what its predecessor committed,
+            # and a follower let in below that could be elected without those records
+            # (Kafka's KAFKA-7128 rule).
+            if offset >= max(self.log.high_watermark, self.epoch_start_offset) and \
+                    not self.isr_pending:
                 self._propose_isr(self.isr + [replica_id])
         else:
             self.maybe_advance_high_watermark()
@@ -263,10 +276,10 @@ class Partition:
                 if r in self.isr and state.position < end
                 and now - state.last_caught_up_ms > max_lag_ms]
 
-    def shrink_isr(self, max_lag_ms: int) -> None:
+    def shrink_isr(self, max_lag_ms: int, now_ms: int | None = None) -> None:
         if not self.is_leader or self.isr_pending:
             return
-        lagging = self.isr_lagging(max_lag_ms)
+        lagging = self.isr_lagging(max_lag_ms, now_ms)
         if lagging:
             self._propose_isr([r for r in self.isr if r not in lagging])
 
