@@ -201,6 +201,12 @@ def consume_records(consumer: Any, topic: str, partitions: list[int], start: int
             first = high if start == OFFSET_END else low if start < 0 else max(start, low)
             if high > first:
                 ends[p] = high
+        # Only partitions with something to read are fetched: a fetch past the end gets
+        # OFFSET_OUT_OF_RANGE, and librdkafka deadlocks when that answer lands while the
+        # consumer closes (confluentinc/librdkafka#4514, seen here with gdb).
+        partitions = [p for p in partitions if p in ends]
+        if not partitions:
+            return
     consumer.assign([TopicPartition(topic, p, start) for p in partitions])
     while not stop_at_end or ends:
         msg = consumer.poll(0.5)
