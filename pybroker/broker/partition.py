@@ -196,7 +196,11 @@ class Partition:
     def become_leader(self, leader_epoch: int, replicas: list[int], isr: list[int],
                       zk_version: int) -> None:
         """The controller made this replica the leader (the fetcher has let it go). The
-        high watermark is kept; followers' positions are unknown until they fetch."""
+        high watermark is kept; followers' positions are unknown until they fetch. The
+        new epoch starts at the log end now, before anything is appended in it (Kafka's
+        ``maybeAssignEpochStartOffset``): a follower asking where an epoch this log never
+        had ends is told the end of the epoch below, not "unknown", which would send it
+        back to its high watermark to fetch again what it already has."""
         self.is_leader = True
         self.leader_id = self.broker_id
         self.leader_epoch = leader_epoch
@@ -207,6 +211,7 @@ class Partition:
         now = _now_ms()
         self.followers = {r: FollowerState() for r in replicas if r != self.broker_id}
         self.epoch_start_offset = self.log.log_end_offset
+        self.log.leader_epoch_cache.assign(leader_epoch, self.epoch_start_offset)
         for state in self.followers.values():
             state.last_caught_up_ms = now  # a fresh leader gives each follower its full lag
         self.maybe_advance_high_watermark()

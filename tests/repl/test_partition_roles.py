@@ -187,3 +187,19 @@ def test_a_new_leader_keeps_its_high_watermark(leader):
     lead.partition.become_leader(EPOCH + 2, [LEADER, F2, F3], [LEADER, F2], 2)
     assert lead.hw == end  # no follower position yet: never backwards
     assert all(s.position == -1 for s in lead.partition.followers.values())
+
+
+def test_a_new_leaders_epoch_starts_at_its_log_end_before_any_append(leader):
+    """A follower that had an epoch this leader never saw (it appended in a leader's epoch
+    this broker missed) learns where the leader's epoch below ended: truncation to there,
+    not back to the high watermark."""
+    lead = leader([LEADER, F2])
+    end = lead.append(4)
+    cache = lead.log.leader_epoch_cache
+    assert cache.entries() == [(EPOCH, 0)]
+    lead.partition.become_leader(EPOCH + 2, [LEADER, F2, F3], [LEADER, F2], zk_version=1)
+    assert cache.entries() == [(EPOCH, 0), (EPOCH + 2, end)]
+    assert cache.end_offset_for_epoch(EPOCH + 1, end) == (EPOCH, end)
+    after = lead.append(2)
+    assert cache.entries() == [(EPOCH, 0), (EPOCH + 2, end)]  # the append adds nothing
+    assert cache.end_offset_for_epoch(EPOCH + 2, after) == (EPOCH + 2, after)
