@@ -22,7 +22,7 @@ Decisions (each logged at INFO with partition, old -> new leader, leader epoch, 
   first live replica lead with an ISR of itself. A broker that registered again (new
   broker epoch) is first handled as gone, then as back, as Kafka's "bounced" brokers:
   its unflushed tail may be lost, so it must not stay leader;
-- broker back: UpdateMetadata to all and LeaderAndIsr for every partition it hosts; an
+- broker back: LeaderAndIsr for every partition it hosts, then UpdateMetadata to all; an
   offline partition whose ISR holds it gets it as leader;
 - preferred leader (every ``leader.imbalance.check.interval.seconds`` with
   ``auto.leader.rebalance.enable``, or :meth:`Controller.elect_preferred`): the first
@@ -37,7 +37,9 @@ Requests: each live broker has a :class:`_Sender` (one ControlClient), which sen
 requests one at a time in order, each retried after ``controller.socket.timeout.ms``
 while the broker is live (Kafka's RequestSendThread); a broker that leaves has its
 queue dropped. Every request carries this controller's id and epoch and the target's
-broker epoch.
+broker epoch. LeaderAndIsr goes before the UpdateMetadata that publishes the same change
+(Kafka's ControllerBrokerRequestBatch): a broker's own Metadata never names it leader of a
+partition it has not taken yet, so a client sent there by it is not refused.
 
 Contract addition (not in docs/REPLICATION.md's list, added by zk_store.py): new
 partitions of an existing topic are seen through ``store.watch_topic(name, fn(TopicAssignment
@@ -351,9 +353,9 @@ class Controller:
             self._open(info)
         created = await self._initialize(self._all_partitions())
         await self._apply(self._all_partitions(), self._decide_failover)
-        self._send_update_metadata(None)
         for broker in self._live:
             self._send_leader_and_isr({broker: self._hosted_by(broker)}, created, FULL)
+        self._send_update_metadata(None)
         if self._pending_deletions:
             await self._delete_topics(list(self._pending_deletions))
 
@@ -394,12 +396,12 @@ class Controller:
         created = await self._initialize(self._all_partitions())
         for broker in sorted(back):
             self._open(brokers[broker])
-        self._send_update_metadata(None)
         targets = self._to_replicas(changed | created)
         for broker in back:  # all it hosts (FULL: whatever else it has is stray)
             targets.pop(broker, None)
             self._send_leader_and_isr({broker: self._hosted_by(broker)}, created, FULL)
         self._send_leader_and_isr(targets, created)
+        self._send_update_metadata(None)
 
     def _needing_failover(self, partitions: Iterable[TP] | None = None) -> list[TP]:
         live, states = self._live, self._states

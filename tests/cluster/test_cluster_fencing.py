@@ -96,8 +96,14 @@ def test_paused_leader_and_controller_is_fenced(zk_connect, tmp_path):
 
 
 def _led_by(cluster: LocalCluster, candidates: list[int]) -> object:
+    """Partition 0's state once one of ``candidates`` leads it and knows it: another
+    broker's Metadata can name the new leader before that leader's LeaderAndIsr arrived
+    (the controller's queues to each broker are independent)."""
     state = cluster.describe(TOPIC, candidates[0])[0]
-    return state if state.leader in candidates else None
+    if state.leader not in candidates:
+        return None
+    own = cluster.describe(TOPIC, state.leader).get(0)
+    return state if own is not None and own[:2] == state[:2] else None
 
 
 def _base_offset(answer: dict) -> int:

@@ -548,11 +548,12 @@ def test_a_request_not_answered_in_time_is_sent_again(store_factory: Any) -> Non
         await until("the first request", lambda: slow.requests)
         await until("the copy sent again", lambda: CountingClient.sent.get(2, 0) >= 2)
         release.set()
-        await until("both copies of the first request and the LeaderAndIsr after it",
-                    lambda: len(slow.requests) >= 3 and slow.leader_and_isr("t", 0))
+        await until("both copies of the first request and the UpdateMetadata after it",
+                    lambda: len(slow.requests) >= 3 and slow.of(UPDATE_METADATA))
         first = slow.requests[0]
-        assert first[0] == UPDATE_METADATA and slow.requests[1] == first  # the same again
-        assert slow.of(LEADER_AND_ISR)[0]["broker_epoch"] == slow.epoch
+        assert first[0] == LEADER_AND_ISR and slow.requests[1] == first  # the same again
+        assert first[1]["broker_epoch"] == slow.epoch
+        assert slow.requests[2][0] == UPDATE_METADATA  # in order: only after the answer
     scene_test(body, store_factory)
 
 
