@@ -204,7 +204,7 @@ def consume_records(consumer: Any, topic: str, partitions: list[int], start: int
         # Only partitions with something to read are fetched: a fetch past the end gets
         # OFFSET_OUT_OF_RANGE, and librdkafka deadlocks when that answer lands while the
         # consumer closes (confluentinc/librdkafka#4514, seen here with gdb).
-        partitions = [p for p in partitions if p in ends]
+        partitions = list(ends)
         if not partitions:
             return
     consumer.assign([TopicPartition(topic, p, start) for p in partitions])

@@ -103,7 +103,9 @@ def _led_by(cluster: LocalCluster, candidates: list[int]) -> object:
     if state.leader not in candidates:
         return None
     own = cluster.describe(TOPIC, state.leader).get(0)
-    return state if own is not None and own[:2] == state[:2] else None
+    knows = own is not None and (own.leader, own.leader_epoch) == (state.leader,
+                                                                  state.leader_epoch)
+    return state if knows else None
 
 
 def _base_offset(answer: dict) -> int:
