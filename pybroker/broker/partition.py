@@ -200,7 +200,8 @@ class Partition:
         new epoch starts at the log end now, before anything is appended in it (Kafka's
         ``maybeAssignEpochStartOffset``): a follower asking where an epoch this log never
         had ends is told the end of the epoch below, not "unknown", which would send it
-        back to its high watermark to fetch again what it already has."""
+        back to its high watermark to fetch again what it already has. The caller has
+        awaited ``appends_done``: no batch of the old epoch is still being written."""
         self.is_leader = True
         self.leader_id = self.broker_id
         self.leader_epoch = leader_epoch

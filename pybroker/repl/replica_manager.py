@@ -173,6 +173,9 @@ class ReplicaManager:
         partition.isr_listener = self._write_isr
         if leader == self.broker_id:
             await self.fetchers.remove([partition])
+            # A leader given a new epoch (a follower died) may have an append of the old
+            # one being written: the new epoch starts after it, in the cache as in the log.
+            await partition.appends_done()
             partition.become_leader(epoch, state["replicas"], state["isr"],
                                     state["partition_epoch"])
             log.info("%s: leader at epoch %d, ISR %s", partition, epoch, state["isr"])
