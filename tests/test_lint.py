@@ -23,11 +23,14 @@ MYPY = ["pybroker", "pyspark_pybroker", "tools/gen_protocol.py", "bench/__main__
 # Native modules whose stubs match the build. zerocopy and columns are left out until their
 # stubs mark SplicePipe / RecordColumns @disjoint_base (and zerocopy's declares __all__);
 # appender is a Python module over cffi whose .pyi mypy reads in its place.
-STUBTEST = ["records", "crc32c", "index", "partitioner", "reqheader", "wire"]
+STUBTEST = ["records", "crc32c", "index", "partitioner", "reqheader", "wire", "framebuffer"]
 # Cython's own additions to every extension, and the stub-only `Column` alias.
 STUBTEST_ALLOW = [
     r".*\.__reduce_cython__", r".*\.__setstate_cython__", r".*\.__pyx_capi__",
     r".*\.__test__", r"pybroker\._native\.records\.Column",
+    # the buffer protocol of a Cython class is __getbuffer__, which Python 3.11 does not
+    # show as __buffer__; the stub declares it so that typing sees a Buffer
+    r"pybroker\._native\.framebuffer\.FrameBuffer\.__(release_)?buffer__",
 ]
 SHELL = ["perf/record.sh", "perf/pyspy.sh", "perf/syscalls.sh", "bench/run-standard.sh",
          "scripts/install-system-deps.sh", ".ci/run"]
