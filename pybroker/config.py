@@ -71,7 +71,16 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "socket.request.max.bytes": (int, 100 * _MIB),
     "socket.receive.buffer.bytes": (int, 64 * 1024),
     "fetch.max.bytes": (int, 55 * _MIB),
-    "connection.queued.max.bytes": (int, 16 * _MIB),  # per connection (pybroker only)
+    # per connection (pybroker only): whole requests read ahead of the one being answered
+    # (their bytes plus a per-request overhead); one large request is always read ahead
+    "connection.queued.max.bytes": (int, 64 * 1024),
+    # Kafka: -1 (no bound). pybroker bounds the bytes of all connections' requests
+    # received and not yet answered; reading pauses past it (pybroker.net.request_memory).
+    "queued.max.request.bytes": (int, 256 * _MIB),
+    "connections.max.idle.ms": (int, 600_000),
+    "max.connections": (int, 2**31 - 1),
+    "max.connections.per.ip": (int, 2**31 - 1),
+    "max.connections.per.ip.overrides": (str, ""),
     # Kafka: threads that do all socket I/O (each a selector over many connections).
     # pybroker: threads that only send file regions and receive frames of 256 KiB and
     # more; everything else stays on the event loop. 0: all of it on the loop.

@@ -5,7 +5,8 @@ tests do not disturb each other) start ``python3 -m pybroker serve`` with a temp
 dir, wait for its ``ready`` line, and stop it with SIGTERM afterwards, failing the test if
 it did not exit 0. ``broker_factory(**settings)`` starts more, with broker settings
 (Kafka key names; dots may be written as underscores), e.g.
-``broker_factory(num_partitions=3, auto_create_topics_enable=False)``.
+``broker_factory(num_partitions=3, auto_create_topics_enable=False)``; ``nofile=N`` starts
+it with that RLIMIT_NOFILE.
 
 A started broker exposes ``.bootstrap`` ("127.0.0.1:PORT"), ``.port``, ``.pid``,
 ``.data_dir``, ``.log_text()``, ``.stats()`` (the zero-copy/request counters, fresh),
@@ -19,6 +20,7 @@ import importlib
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -52,12 +54,13 @@ class BrokerProcess:
 
     def __init__(self, data_dir: str, settings: dict[str, Any] | None = None,
                  log_path: str | None = None, extra_args: list[str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, nofile: int | None = None) -> None:
         self.data_dir = data_dir
         self.settings = {k.replace("_", "."): v for k, v in (settings or {}).items()}
         self.log_path = log_path or os.path.join(data_dir, "..", "broker.log")
         self.extra_args = extra_args or []
         self.env = env or {}
+        self.nofile = nofile  # RLIMIT_NOFILE (soft and hard) of the broker process
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -82,8 +85,15 @@ class BrokerProcess:
             offset = log.tell()
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                    **self.env)
+        nofile = self.nofile
+
+        def limit_files() -> None:
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
-                                     stderr=open(self.log_path, "ab"), env=env, cwd=ROOT)
+                                     stderr=open(self.log_path, "ab"), env=env, cwd=ROOT,
+                                     preexec_fn=limit_files)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             with open(self.log_path, "rb") as log:
@@ -162,11 +172,11 @@ def _broker_root() -> Iterator[str]:
 def _factory(root: str) -> tuple[Callable[..., BrokerProcess], list[BrokerProcess]]:
     started: list[BrokerProcess] = []
 
-    def make(**settings: Any) -> BrokerProcess:
+    def make(*, nofile: int | None = None, **settings: Any) -> BrokerProcess:
         _require_native()
         base = tempfile.mkdtemp(dir=root)
         broker = BrokerProcess(os.path.join(base, "data"), settings,
-                               os.path.join(base, "broker.log"))
+                               os.path.join(base, "broker.log"), nofile=nofile)
         started.append(broker)
         return broker.start()
 

@@ -126,10 +126,17 @@ class Broker:
                  len(self.topics.topics()), len(self.topics.partitions()),
                  time.monotonic() - started)
         host, port = self.config.listen
-        self.server = Server(self.dispatch, host, port,
-                             max_request_bytes=self.config["socket.request.max.bytes"],
-                             max_queued_bytes=self.config["connection.queued.max.bytes"],
-                             network_threads=self.config["num.network.threads"])
+        config = self.config
+        self.server = Server(
+            self.dispatch, host, port,
+            max_request_bytes=config["socket.request.max.bytes"],
+            max_queued_bytes=config["connection.queued.max.bytes"],
+            queued_max_request_bytes=config["queued.max.request.bytes"],
+            max_connections=config["max.connections"],
+            max_connections_per_ip=config["max.connections.per.ip"],
+            max_connections_per_ip_overrides=config["max.connections.per.ip.overrides"],
+            connections_max_idle_ms=config["connections.max.idle.ms"],
+            network_threads=config["num.network.threads"])
         bound = self.server.start()
         self.advertised = self.config.advertised(bound)
         if self.cluster is not None:
@@ -274,6 +281,9 @@ class Broker:
             "requests": self.requests,
             "connections": len(self.server.connections) if self.server else 0,
             "accepted": self.server.accepted if self.server else 0,
+            "refused": self.server.refused if self.server else 0,
+            "request_bytes": self.server.memory.used if self.server else 0,
+            "request_bytes_peak": self.server.memory.peak if self.server else 0,
         }
 
     def write_stats(self, force: bool = False) -> None:

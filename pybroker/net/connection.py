@@ -3,60 +3,73 @@
 Wire framing (Kafka): every request and response is ``int32 size`` (big-endian, not
 counting itself) followed by ``size`` bytes.
 
-Receive path. The socket is read with ``recv_into`` into a preallocated buffer (the
-equivalent of ``asyncio.BufferedProtocol``, STYLE 8). A small frame is copied out of it
-into its own ``bytearray`` (cheap, and the handler may keep views of it after the buffer
-is reused). A frame larger than ``LARGE_FRAME`` gets a ``bytearray`` of its exact size that
-the rest of the frame is received straight into, so a 1 MiB produce batch is never copied
-in Python: the produce handler stamps offsets into it in place and the log appends from it.
-Those large buffers are recycled: once a request is answered and nothing refers to its
-frame any more (no view of it survives the handler), the buffer goes back to the
-process's pool (``frame_pool.py``) and a later large frame of about its size, on any
-connection, is received into it.
-A size prefix above ``socket.request.max.bytes`` (or negative) is logged and the connection
-closed, as Kafka does.
+Receive path and memory. What a connection costs is bounded by what its client sent and
+by settings, never by what the client declares:
+- An idle connection holds no receive buffer: every connection reads into the server's
+  one scratch buffer (``ReceiveScratch``, 64 KiB; the event loop runs one read at a time),
+  complete small frames are copied out of it into a ``bytearray`` each (the handler may
+  keep views of them), and the start of a small frame still arriving is kept in a
+  ``bytearray`` of exactly what arrived (``_pending``, at most ``LARGE_FRAME`` + 4 bytes).
+- A frame larger than ``LARGE_FRAME`` is received straight into a ``FrameBuffer`` of its
+  own (``pybroker._native.framebuffer``): its size prefix maps nothing, its memory grows
+  (``mremap``, no copy) with the bytes that arrive, so a 1 MiB produce batch is never
+  copied in Python (the produce handler stamps offsets into it in place and the log
+  appends from it) and a 100 MB size prefix followed by nothing costs nothing. Answered
+  frames go back to the process's pool (``frame_pool.py``) once nothing exports them.
+- Every received byte of a frame not yet answered is charged to the server's
+  ``RequestMemory`` (``queued.max.request.bytes``, all connections together): past it a
+  connection that holds charged bytes stops being read until memory is released.
+- A connection stops being read while ``connection.queued.max.bytes`` of whole requests
+  wait for its worker (pipelining), and while a response waits for the socket to become
+  writable: a client that does not read its answers stops being read (Kafka's muted
+  channel), so its requests and answers pile up in neither our memory nor our CPU.
+A size prefix above ``socket.request.max.bytes`` (or negative) is logged and the
+connection closed, as Kafka does.
 
 Why raw sockets and not a transport: the fetch path writes file regions with the native
 sendfile/splice on the socket's fd and must wait for writability itself; asyncio and uvloop
 refuse ``add_writer`` on an fd a transport owns, and a transport's write buffer would have
 to be drained before every sendfile anyway.
 
-Ordering. Requests are handled one at a time by the connection's worker task, and each
-response is fully written before the next request is handled: the muted channel of Kafka's
-SocketServer, which idempotent producers rely on. While the worker is idle, requests that
-complete at once are answered straight from the receive callback (``_serve_inline``),
-still one at a time and in order; the first that does not is handed to the worker.
-Reading continues meanwhile (pipelined requests queue up) until
-``connection.queued.max.bytes`` are waiting (a pybroker key: it bounds each connection,
-where Kafka's queued.max.request.bytes bounds them all together); then the reader pauses
-until the worker catches up.
+Ordering and fairness. Requests are handled one at a time by the connection's worker task,
+and each response is fully written before the next request is handled: the muted channel
+of Kafka's SocketServer, which idempotent producers rely on. While the worker is idle,
+requests that complete at once are answered straight from the receive callback
+(``_serve_inline``), still one at a time and in order; the first that does not is handed to
+the worker. One connection never holds the event loop for long: inline serving stops after
+``INLINE_SLICE_S`` and the worker gives the loop back every ``WORKER_SLICE_S`` of
+requests that completed without suspending, so a client pipelining thousands of cheap
+requests is served in turns with everyone else.
+
+Peer gone. When the peer closes (end of stream) reading stops; the requests already
+received are still handled (an acks=0 producer that closes right after its last request
+must not lose it) and answered if the socket still takes it, then the connection closes.
 
 Send path. A response is a list of parts: bytes-like objects (sent with ``sendmsg``,
 counted with ``count_copied``) and :class:`FileRegion`s (sent with the native
 sendfile/splice, counted as zero-copy by the native module). On EAGAIN the worker awaits
 writability of this socket only; other connections are not blocked.
 
-Network threads (``num.network.threads``, ``network_threads.NetworkThreads``, shared by the server's
-connections). One event-loop thread doing every kernel copy of bulk traffic was the limit
-of fetch and produce throughput, so the two bulk transfers move in pool threads: a file
-region of ``THREAD_MIN_BYTES`` or more (the worker awaits it; the loop serves other
+Network threads (``num.network.threads``, ``network_threads.NetworkThreads``, shared by the
+server's connections). One event-loop thread doing every kernel copy of bulk traffic was
+the limit of fetch and produce throughput, so the two bulk transfers move in pool threads:
+a file region of ``THREAD_MIN_BYTES`` or more (the worker awaits it; the loop serves other
 connections meanwhile), and the rest of a received frame once that much of it is missing
-(reading is paused for the connection until the thread is back; then the frame is queued
-and reading resumes as usual). A thread loops system call + ``poll`` on the same
-non-blocking socket with the GIL released, and hands the socket back to the loop when it
-stays not ready for ``THREAD_PATIENCE_MS``, so a slow or dead peer is waited for by the
-loop, never by a pool thread. Ordering is unchanged: a thread works for the one request
-the worker is answering, or the one frame being received, and the worker still answers
-one request at a time. Unlike Kafka's network threads (each a selector owning a share of
-the connections), ours own no connection: small frames and responses stay on the loop.
+(reading is paused for the connection until the thread is back). A thread loops system
+call + ``poll`` on the same non-blocking socket with the GIL released, and hands the
+socket back to the loop when it stays not ready for ``THREAD_PATIENCE_MS``, so a slow or
+dead peer is waited for by the loop, never by a pool thread. Ordering is unchanged: a
+thread works for the one request the worker is answering, or the one frame being
+received. Unlike Kafka's network threads (each a selector owning a share of the
+connections), ours own no connection: small frames and responses stay on the loop.
 
 Threads. Every method runs on the event loop thread. The only work on other threads is
-the transfer function a pool thread runs with the fd, the splice pipe and the frame
-buffer it was given; the loop does not touch those until the thread's result is back on
-the loop (``_thread_returned``). While a thread holds the fd, :meth:`close` does not close
-it: the socket is shut down (the thread's poll wakes, its send fails, its receive ends)
-and the fd and pipe are closed when the last thread is back, so the fd number cannot be
-reused by another socket or file while a thread still writes to it.
+the transfer function a pool thread runs with the fd, the splice pipe and the view of a
+frame buffer it was given; the loop does not touch those until the thread's result is
+back on the loop (``_thread_returned``). While a thread holds the fd, :meth:`close` does not
+close it: the socket is shut down (the thread's poll wakes, its send fails, its receive
+ends) and the fd and pipe are closed when the last thread is back, so the fd number cannot
+be reused by another socket or file while a thread still writes to it.
 """
 
 from __future__ import annotations
@@ -66,21 +79,35 @@ import collections
 import functools
 import logging
 import socket
-import sys
+import struct
+import time
 from collections.abc import Callable, Coroutine, Generator, Sequence
 from typing import Any
 
 from pybroker._native import zerocopy
+from pybroker._native.framebuffer import FrameBuffer
 from pybroker.file_region import FileRegion
 from pybroker.net import frame_pool
 from pybroker.net.network_threads import NetworkThreads
+from pybroker.net.request_memory import RequestMemory
 
 log = logging.getLogger("pybroker.net")
 
 RECV_BUFFER = 64 * 1024
 # Frames above this get their own buffer and are received into it directly. Below it the
-# copy out of the shared buffer costs less than a second recv syscall would.
+# copy out of the scratch buffer costs less than a second recv syscall would.
 LARGE_FRAME = 16 * 1024
+# A large frame grows by at most this much per receive on the loop (and per network-thread
+# hand-off below), so the memory bound is checked between steps of one frame too.
+LOOP_READ_MAX = 1024 * 1024
+THREAD_READ_MAX = 8 * 1024 * 1024
+# A connection whose worker is behind reads at most this much at once: parsing 64 KiB of
+# 40-byte requests holds the loop about 1 ms, which a pipelining client could make every
+# other client wait for on each of its reads.
+PIPELINED_READ = 16 * 1024
+# What a small frame costs beyond its bytes (the bytearray and queue entry), charged so
+# that a client pipelining tiny requests is bounded by what they cost, not by their bytes.
+FRAME_OVERHEAD = 128
 # sendmsg takes at most IOV_MAX (1024) buffers per call.
 _IOV_MAX = 1024
 # With network threads: a file region of at least this many bytes is sent by one of them,
@@ -94,9 +121,15 @@ THREAD_MIN_BYTES = 256 * 1024
 # connections' transfers, so neither dead nor slow peers take the pool from the others.
 THREAD_PATIENCE_MS = 20
 THREAD_SLICE_MS = 100
+# Longest one connection holds the event loop answering requests that complete without
+# suspending, inline in a receive callback or in its worker, before the loop serves others.
+INLINE_SLICE_S = 0.00025
+WORKER_SLICE_S = 0.00025
+
+_SIZE = struct.Struct(">i")
 
 Part = Any  # bytes-like or FileRegion
-Dispatch = Callable[["Connection", bytearray], Coroutine[Any, Any, Sequence[Part] | None]]
+Dispatch = Callable[["Connection", Any], Coroutine[Any, Any, Sequence[Part] | None]]
 
 
 class ConnectionClosed(Exception):
@@ -107,68 +140,109 @@ class CloseConnection(Exception):
     """Raised by the dispatcher for a request it cannot answer: log one line and close."""
 
 
+class ReceiveScratch:
+    """The buffer every connection of a server receives small frames into. Only the event
+    loop thread uses it, one receive callback at a time, and nothing refers to it once the
+    callback returns (complete frames are copied out, the rest into the connection)."""
+
+    __slots__ = ("buf", "view")
+
+    def __init__(self, size: int = RECV_BUFFER) -> None:
+        self.buf = bytearray(size)
+        self.view = memoryview(self.buf)
+
+
+class Limits:
+    """Per-server settings every connection reads."""
+
+    __slots__ = ("max_request", "max_queued", "memory", "scratch", "threads")
+
+    def __init__(self, max_request: int, max_queued: int, memory: RequestMemory,
+                 scratch: ReceiveScratch | None = None,
+                 threads: NetworkThreads | None = None) -> None:
+        self.max_request = max_request
+        self.max_queued = max_queued
+        self.memory = memory
+        self.scratch = scratch or ReceiveScratch()
+        self.threads = threads
+
+
+def frame_charge(frame: Any) -> int:
+    """What a received frame counts against the memory bounds."""
+    if isinstance(frame, FrameBuffer):
+        return len(frame)
+    return len(frame) + FRAME_OVERHEAD
+
+
 class Connection:
     """State of one accepted socket. Created and driven by :class:`pybroker.net.server.Server`."""
 
-    def __init__(self, sock: socket.socket, peer: str, dispatch: Dispatch,
-                 max_request_bytes: int, max_queued_bytes: int,
-                 on_close: Callable[[Connection], None],
-                 network_threads: NetworkThreads | None = None) -> None:
+    __slots__ = ("sock", "fd", "peer", "last_active", "closed", "_dispatch", "_limits",
+                 "_on_close", "_loop", "_pending", "_large", "_large_pos", "_queue",
+                 "_queued_bytes", "_charged", "_reading", "_wakeup", "_handover",
+                 "_write_waiter", "_write_blocked", "_draining", "_memory_wait",
+                 "_thread_users", "_receiving", "_pipe", "_worker", "__weakref__")
+
+    def __init__(self, sock: socket.socket, peer: str, dispatch: Dispatch, limits: Limits,
+                 on_close: Callable[[Connection], None]) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.peer = peer
         self._dispatch = dispatch
-        self._max_request = max_request_bytes
-        self._max_queued = max_queued_bytes
+        self._limits = limits
         self._on_close = on_close
         self._loop = asyncio.get_running_loop()
-        self._buf = bytearray(RECV_BUFFER)
-        self._view = memoryview(self._buf)
-        self._start = 0  # first unparsed byte in _buf
-        self._end = 0  # end of received data in _buf
-        self._large: bytearray | None = None  # frame being received into its own buffer
-        self._large_view: memoryview | None = None
+        self.last_active = time.monotonic()
+        self._pending: bytearray | None = None  # the start of a small frame still arriving
+        self._large: FrameBuffer | None = None  # a large frame still arriving
         self._large_pos = 0
-        self._queue: collections.deque[bytearray] = collections.deque()
-        self._queued_bytes = 0
+        self._queue: collections.deque[Any] = collections.deque()
+        self._queued_bytes = 0  # charge of the whole frames in _queue
+        self._charged = 0  # charge of every frame received and not yet answered
         self._reading = False
         self._wakeup: asyncio.Future[None] | None = None
         # (frame, awaitable giving its response | None, response | None): a request
         # _serve_inline began and the worker finishes
-        self._handover: tuple[bytearray, Any, Any] | None = None
+        self._handover: tuple[Any, Any, Any] | None = None
         self._write_waiter: asyncio.Future[None] | None = None
+        self._write_blocked = False  # a response waits for the socket: do not read
         self._draining = False  # stop reading, answer what is queued, then close
+        self._memory_wait = False  # paused by the broker-wide memory bound
         self.closed = False
-        self._threads = network_threads
         self._thread_users = 0  # network-thread transfers on this socket under way
         self._receiving = False  # a network thread is receiving the rest of _large
         self._pipe = _new_pipe()
         self._worker = self._loop.create_task(self._run())
-        self._resume_reading()
+        self._update_reading()
 
     # receive ---------------------------------------------------------------------------
 
-    def _resume_reading(self) -> None:
-        if not self._reading and not self.closed and not self._draining and \
-                not self._receiving:
+    def _update_reading(self) -> None:
+        """Read exactly when nothing holds this connection back."""
+        want = not (self.closed or self._draining or self._receiving or self._write_blocked
+                    or self._memory_wait or self._queued_bytes > self._limits.max_queued)
+        if want and not self._reading:
             self._loop.add_reader(self.fd, self._on_readable)
             self._reading = True
-
-    def _pause_reading(self) -> None:
-        if self._reading:
+        elif not want and self._reading:
             self._loop.remove_reader(self.fd)
             self._reading = False
+
+    def memory_granted(self) -> None:
+        self._memory_wait = False
+        self._update_reading()
 
     def _on_readable(self) -> None:
         try:
             if self._large is not None:
-                assert self._large_view is not None
-                n = self.sock.recv_into(self._large_view[self._large_pos:])
+                n = self._receive_large()
             else:
-                if self._end == len(self._buf):
-                    self._compact()
-                n = self.sock.recv_into(self._view[self._end:])
+                n = self._receive_small()
         except (BlockingIOError, InterruptedError):
+            return
+        except MemoryError as exc:
+            log.warning("connection %s: %s; closing", self.peer, exc)
+            self.close()
             return
         except OSError as exc:
             log.info("connection %s: receive failed: %s", self.peer, exc)
@@ -182,34 +256,105 @@ class Connection:
                          self.peer, self._large_pos, len(self._large))
             self.drain()
             return
-        if self._large is not None:
-            self._large_pos += n
-            if self._large_pos == len(self._large):
-                self._enqueue(self._large)
-                self._large = self._large_view = None
-        else:
-            self._end += n
-            self._parse_frames()
+        self.last_active = time.monotonic()
         if self._queue:
             self._kick()
-        if self._queued_bytes > self._max_queued:
-            self._pause_reading()
-        elif self._large is not None and self._threads is not None and not self.closed and \
+        if self.closed:  # _kick ran handlers that closed it
+            return
+        if not self._limits.memory.admit(self, self._charged):
+            self._memory_wait = True
+        elif self._large is not None and self._limits.threads is not None and \
                 len(self._large) - self._large_pos >= THREAD_MIN_BYTES:
-            # (closed: _kick ran handlers, and a thread must never get a closed fd)
             self._receive_in_thread()
+        self._update_reading()
+
+    def _receive_small(self) -> int:
+        """One receive into the scratch buffer (after the start of a frame kept from the
+        last one); complete frames are queued, a large one's start moves to its own
+        buffer, the start of a small one is kept."""
+        scratch = self._limits.scratch
+        buf, view = scratch.buf, scratch.view
+        have = 0
+        if self._pending is not None:
+            have = len(self._pending)
+            view[:have] = self._pending
+        room = len(buf) - have
+        if self._queue:  # behind already: read no more than a slice of work at a time
+            room = min(room, PIPELINED_READ)
+        n = self.sock.recv_into(view[have:have + room])
+        if n == 0:
+            return 0
+        end = have + n
+        start = 0
+        while end - start >= 4:
+            size = _SIZE.unpack_from(buf, start)[0]
+            if size < 0 or size > self._limits.max_request:
+                log.warning("connection %s: request size %d outside 0..%d "
+                            "(socket.request.max.bytes), closing", self.peer, size,
+                            self._limits.max_request)
+                self.close()
+                return n
+            body = start + 4
+            if end - body >= size:
+                self._enqueue(bytearray(view[body:body + size]))
+                start = body + size
+                continue
+            if size > LARGE_FRAME:
+                self._start_large(size, view[body:end])
+                start = end
+            break
+        self._pending = bytearray(view[start:end]) if start < end else None
+        return n
+
+    def _start_large(self, size: int, first: memoryview) -> None:
+        frame = frame_pool.frames.take(size)
+        have = len(first)
+        frame.ensure(min(size, max(have, LOOP_READ_MAX)))
+        with memoryview(frame) as target:
+            target[:have] = first
+        self._large, self._large_pos = frame, have
+        self._charge(have)
+
+    def _receive_large(self) -> int:
+        frame = self._large
+        assert frame is not None
+        pos = self._large_pos
+        frame.ensure(min(len(frame), pos + LOOP_READ_MAX))
+        with memoryview(frame) as target:
+            part = target[pos:pos + LOOP_READ_MAX]
+            try:
+                n = self.sock.recv_into(part)
+            finally:
+                part.release()
+        if n:
+            self._large_received(n)
+        return n
+
+    def _large_received(self, n: int) -> None:
+        self._large_pos += n
+        self._charge(n)
+        if self._large is not None and self._large_pos == len(self._large):
+            frame, self._large = self._large, None
+            self._queue.append(frame)
+            self._queued_bytes += len(frame)
 
     def _receive_in_thread(self) -> None:
-        """A network thread receives the rest of ``_large`` while the loop serves others;
+        """A network thread receives more of ``_large`` while the loop serves others;
         reading stays paused until it is back (``_received_in_thread``)."""
-        assert self._large_view is not None
-        self._pause_reading()
+        frame = self._large
+        assert frame is not None
+        pos = self._large_pos
+        end = min(len(frame), pos + THREAD_READ_MAX)
+        frame.ensure(end)
+        with memoryview(frame) as target:
+            part = target[pos:end]
         self._receiving = True
-        done = self._in_thread(zerocopy.recv_wait, self.fd, self._large_view[self._large_pos:],
-                               THREAD_PATIENCE_MS, THREAD_SLICE_MS)
-        done.add_done_callback(self._received_in_thread)
+        done = self._in_thread(zerocopy.recv_wait, self.fd, part, THREAD_PATIENCE_MS,
+                               THREAD_SLICE_MS)
+        done.add_done_callback(functools.partial(self._received_in_thread, part))
 
-    def _received_in_thread(self, done: asyncio.Future[int]) -> None:
+    def _received_in_thread(self, part: memoryview, done: asyncio.Future[int]) -> None:
+        part.release()
         self._receiving = False
         exc = done.exception()
         if self.closed:
@@ -219,62 +364,42 @@ class Connection:
             self.close()
             return
         # Short when the peer ended the stream or paused: reading on the loop sees which.
-        self._large_pos += done.result()
-        if self._large is not None and self._large_pos == len(self._large):
-            self._enqueue(self._large)
-            self._large = self._large_view = None
-            self._kick()
-        if self._queued_bytes <= self._max_queued:
-            self._resume_reading()
-
-    def _compact(self) -> None:
-        remaining = self._end - self._start
-        if self._start:
-            self._view[:remaining] = self._view[self._start:self._end]
-        self._start, self._end = 0, remaining
-
-    def _parse_frames(self) -> None:
-        buf, view = self._buf, self._view
-        while not self.closed:
-            available = self._end - self._start
-            if available < 4:
-                break
-            size = int.from_bytes(buf[self._start:self._start + 4], "big", signed=True)
-            if size < 0 or size > self._max_request:
-                log.warning("connection %s: request size %d outside 0..%d "
-                            "(socket.request.max.bytes), closing", self.peer, size,
-                            self._max_request)
-                self.close()
+        n = done.result()
+        if n:
+            self.last_active = time.monotonic()
+            self._large_received(n)
+            if self._queue:
+                self._kick()
+            if self.closed:
                 return
-            body = self._start + 4
-            if available - 4 >= size:
-                self._enqueue(bytearray(view[body:body + size]))
-                self._start = body + size
-                continue
-            if size > LARGE_FRAME:
-                # Receive the rest straight into the frame's own buffer (no copy later).
-                have = available - 4
-                frame = frame_pool.frames.take(size)
-                frame[:have] = view[body:self._end]
-                self._large, self._large_view, self._large_pos = frame, memoryview(frame), have
-                self._start = self._end = 0
-                return
-            if body + size > len(buf):
-                self._compact()
-            break
-        if self._start == self._end:
-            self._start = self._end = 0
+            if not self._limits.memory.admit(self, self._charged):
+                self._memory_wait = True
+        self._update_reading()
 
-    def _recycle(self, frame: bytearray) -> None:
-        """Give an answered large frame's buffer back to the pool, unless anything still
-        refers to it: the only references must be the caller's, this argument and
-        getrefcount's (a surviving memoryview of it would be one more)."""
-        if len(frame) > LARGE_FRAME and sys.getrefcount(frame) <= 3:
+    def _charge(self, n: int) -> None:
+        self._charged += n
+        self._limits.memory.charge(n)
+
+    def _release(self, frame: Any) -> None:
+        """A request is answered (or dropped): its bytes stop counting; a large frame's
+        buffer goes back to the pool if nothing exports it any more."""
+        n = frame_charge(frame)
+        self._charged -= n
+        self._limits.memory.release(n)
+        if isinstance(frame, FrameBuffer):
             frame_pool.frames.give(frame)
 
     def _enqueue(self, frame: bytearray) -> None:
+        n = len(frame) + FRAME_OVERHEAD
         self._queue.append(frame)
-        self._queued_bytes += len(frame)
+        self._queued_bytes += n
+        self._charge(n)
+
+    def _dequeue(self) -> Any:
+        frame = self._queue.popleft()
+        self._queued_bytes -= (len(frame) if isinstance(frame, FrameBuffer)
+                               else len(frame) + FRAME_OVERHEAD)
+        return frame
 
     def _kick(self) -> None:
         """Frames were queued: answer them right here if the worker is parked and they
@@ -293,19 +418,17 @@ class Connection:
         Why: handing a request to the worker task costs a future, a loop iteration and a
         task step before the handler runs and another future after it; for a request
         whose handler finishes without suspending (a one-record produce) that was about
-        3 us of a 26 us round trip (bench one-record produce p50, busy CPUs). The
-        requests answered here are those one receive brought (at most a receive buffer
-        of frames), so one pipelining client holds the loop no longer than before the
-        worker's turn would have. The first step of the dispatch coroutine runs here; if
-        it finishes and its response (one bytes-like part) goes out in one ``sendmsg``,
-        the request is done. Anything else is handed over, in order, to the worker: a
-        handler that suspended (the worker resumes that same coroutine, ``_Resumed``),
-        its exception, or a response the socket did not take whole. Only one request is
-        ever handed over, and nothing more is answered here until the worker has
-        finished it."""
+        3 us of a 26 us round trip (bench one-record produce p50, busy CPUs). At most
+        ``INLINE_SLICE_S`` is spent here; the worker takes the rest in its turns. The
+        first step of the dispatch coroutine runs here; if it finishes and its response
+        (one bytes-like part) goes out in one ``sendmsg``, the request is done. Anything
+        else is handed over, in order, to the worker: a handler that suspended (the
+        worker resumes that same coroutine, ``_Resumed``), its exception, or a response
+        the socket did not take whole. Only one request is ever handed over, and nothing
+        more is answered here until the worker has finished it."""
+        started = time.monotonic()
         while self._queue and not self.closed:
-            frame = self._queue.popleft()
-            self._queued_bytes -= len(frame)
+            frame = self._dequeue()
             coro = self._dispatch(self, frame)
             if not hasattr(coro, "send"):  # an awaitable that is no coroutine: the worker's
                 self._handover = (frame, coro, None)
@@ -325,7 +448,10 @@ class Connection:
                 if rest is not None:
                     self._handover = (frame, None, rest)
                     return
-            self._recycle(frame)
+            del response
+            self._release(frame)
+            if time.monotonic() - started >= INLINE_SLICE_S:
+                return
 
     def _send_now(self, parts: Sequence[Part]) -> Sequence[Part] | None:
         """Send a one-part bytes-like response with one ``sendmsg``; None when it all
@@ -344,6 +470,8 @@ class Connection:
     # request loop ----------------------------------------------------------------------
 
     async def _run(self) -> None:
+        frame: Any = None
+        resumed_at = time.monotonic()
         try:
             while True:
                 while not self._queue and self._handover is None:
@@ -352,6 +480,7 @@ class Connection:
                     self._wakeup = self._loop.create_future()
                     await self._wakeup
                     self._wakeup = None
+                    resumed_at = time.monotonic()
                 if self._handover is not None:  # begun by _serve_inline
                     frame, resumed, response = self._handover
                     self._handover = None
@@ -359,16 +488,20 @@ class Connection:
                         response = await resumed
                     del resumed
                 else:
-                    frame = self._queue.popleft()
-                    self._queued_bytes -= len(frame)
-                    if self._queued_bytes <= self._max_queued:
-                        self._resume_reading()
+                    frame = self._dequeue()
+                    self._update_reading()
                     response = await self._dispatch(self, frame)
-                if response:
+                if response and not self.closed:
                     await self.write(response)
-                    del response
-                self._recycle(frame)
-                del frame
+                del response
+                self._release(frame)
+                frame = None
+                self.last_active = now = time.monotonic()
+                if now - resumed_at >= WORKER_SLICE_S and self._queue:
+                    # Requests that complete without suspending would otherwise be
+                    # answered back to back with every other connection waiting.
+                    await asyncio.sleep(0)
+                    resumed_at = time.monotonic()
         except CloseConnection as exc:
             log.warning("connection %s: %s; closing", self.peer, exc)
         except (ConnectionClosed, asyncio.CancelledError):
@@ -376,14 +509,17 @@ class Connection:
         except Exception:
             log.exception("connection %s: request handling failed, closing", self.peer)
         finally:
+            if frame is not None:
+                self._release(frame)
             if self._handover is not None:
                 # A request _serve_inline began and this worker never took (it was
                 # cancelled first): close its coroutine now, so what its first step took
                 # (a partition's append lock, a fetch waiter) is let go at once, not at gc.
-                _, resumed, _ = self._handover
+                frame, resumed, _ = self._handover
                 self._handover = None
                 if isinstance(resumed, _Resumed):
                     resumed.close()
+                self._release(frame)
             self.close()
 
     # send ------------------------------------------------------------------------------
@@ -430,10 +566,11 @@ class Connection:
 
     async def _send_region(self, region: FileRegion) -> None:
         offset, remaining = region.position, region.length
+        threads = self._limits.threads
         while remaining > 0:
             if self.closed:
                 raise ConnectionClosed()
-            threaded = self._threads is not None and remaining >= THREAD_MIN_BYTES
+            threaded = threads is not None and remaining >= THREAD_MIN_BYTES
             try:
                 if threaded:
                     sent = await self._in_thread(zerocopy.send_region_wait, self.fd, region.fd,
@@ -462,11 +599,11 @@ class Connection:
     def _in_thread(self, fn: Callable[..., int], *args: Any) -> asyncio.Future[int]:
         """Run the blocking transfer ``fn(*args)`` on this socket in a network thread.
         Until it returns the fd stays open whatever happens (see :meth:`close`)."""
-        assert self._threads is not None
+        threads = self._limits.threads
+        assert threads is not None
         done: asyncio.Future[int] = self._loop.create_future()
         self._thread_users += 1
-        self._threads.submit(self._loop, functools.partial(self._thread_returned, done),
-                             fn, args)
+        threads.submit(self._loop, functools.partial(self._thread_returned, done), fn, args)
         return done
 
     def _thread_returned(self, done: asyncio.Future[int], result: int,
@@ -482,23 +619,36 @@ class Connection:
             done.set_result(result)
 
     async def _writable(self) -> None:
+        """Wait until the socket takes more. Meanwhile this connection is not read: a
+        client that does not read its answers must not make us queue more of them."""
         fut = self._write_waiter = self._loop.create_future()
         self._loop.add_writer(self.fd, _set_done, fut)
+        self._write_blocked = True
+        self._update_reading()
         try:
             await fut
         finally:
             self._write_waiter = None
+            self._write_blocked = False
             if not self.closed:
                 self._loop.remove_writer(self.fd)
+                self._update_reading()
         if self.closed:
             raise ConnectionClosed()
 
     # lifecycle -------------------------------------------------------------------------
 
+    @property
+    def idle(self) -> bool:
+        """Nothing received and nothing being answered (``connections.max.idle.ms``)."""
+        worker_busy = self._wakeup is None or self._wakeup.done()
+        return not (worker_busy or self._charged or self._pending or self._receiving
+                    or self._thread_users)
+
     def drain(self) -> asyncio.Task[None]:
         """Stop reading; the worker answers the requests already received, then closes."""
         self._draining = True
-        self._pause_reading()
+        self._update_reading()
         if self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)
         return self._worker
@@ -507,7 +657,8 @@ class Connection:
         if self.closed:
             return
         self.closed = True
-        self._pause_reading()
+        self._update_reading()
+        self._limits.memory.forget(self)
         self._loop.remove_writer(self.fd)
         for waiter in (self._wakeup, self._write_waiter):
             if waiter is not None and not waiter.done():
@@ -524,9 +675,16 @@ class Connection:
                 pass
         else:
             self._close_fds()
-        self._queue.clear()
+        while self._queue:
+            self._release(self._dequeue())
+        if self._large is not None:
+            # Charged as it arrived; a network thread may still hold a view of it, so it
+            # is left to the garbage collector rather than the pool.
+            self._charged -= self._large_pos
+            self._limits.memory.release(self._large_pos)
+            self._large = None
+        self._pending = None
         self._on_close(self)
-
 
     def _close_fds(self) -> None:
         if self._pipe is not None:

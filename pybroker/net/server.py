@@ -8,7 +8,26 @@ a deadline) and closes them.
 
 Large transfers (file regions and received frames of ``THREAD_MIN_BYTES`` and more) run
 in a pool of ``network_threads`` threads (``num.network.threads``) the server owns and its
-connections share; 0 keeps everything on the loop thread.
+connections share; 0 keeps everything on the loop thread. The server also owns what its
+connections share: the scratch receive buffer and the broker-wide request memory bound
+(``queued.max.request.bytes``, :mod:`pybroker.net.request_memory`).
+
+Admission, with Kafka's keys: at ``max.connections`` the server stops accepting (new
+connections wait in the listen backlog, as Kafka's acceptor blocks) until one closes; a
+client address at ``max.connections.per.ip`` (or its entry in
+``max.connections.per.ip.overrides``) has its new connection closed at once. File
+descriptors: at start the soft ``RLIMIT_NOFILE`` is raised to the hard one, and a new
+connection is closed at once before the limit is reached (its descriptor number within a
+tenth of the limit, at least ``FD_HEADROOM_MIN``: descriptors are numbered lowest first,
+so every lower one is in use), keeping descriptors for segment files and draining the
+backlog instead of leaving clients in it. When ``accept`` itself fails (EMFILE,
+ENFILE, ENOBUFS, ENOMEM) the listener is left alone for ``ACCEPT_BACKOFF_S``: a full
+backlog would otherwise wake the loop for nothing at full speed. Refusals are logged once
+per ``REFUSAL_LOG_INTERVAL_S`` with a count.
+
+``connections.max.idle.ms``: a connection that received nothing and had nothing to answer
+for that long is closed (Kafka's idle connection reaper), so a client that stalls in the
+middle of a frame does not hold its bytes forever.
 
 Not thread-safe: every method runs on the event loop thread.
 """
@@ -16,11 +35,16 @@ Not thread-safe: every method runs on the event loop thread.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import resource
 import socket
+import time
+from collections import Counter
 
-from pybroker.net.connection import Connection, Dispatch
+from pybroker.net.connection import Connection, Dispatch, Limits, ReceiveScratch
 from pybroker.net.network_threads import NetworkThreads
+from pybroker.net.request_memory import RequestMemory
 
 log = logging.getLogger("pybroker.net")
 
@@ -30,24 +54,99 @@ log = logging.getLogger("pybroker.net")
 # produce ingest of 1 MiB frames 0.27-0.38 with or without them. 2-4 are within the noise,
 # so Kafka's value; the pool costs nothing when idle (threads blocked on a queue).
 DEFAULT_NETWORK_THREADS = 3
+# Accepts per readable event: bounded so one accept storm cannot starve the loop.
+ACCEPT_BATCH = 64
+ACCEPT_BACKOFF_S = 0.5
+REFUSAL_LOG_INTERVAL_S = 10.0
+# Descriptors kept free for segment files, checkpoints and the like: a tenth of the limit,
+# at least 64.
+FD_HEADROOM_MIN = 64
+_ACCEPT_RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+def raise_open_file_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; returns the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open file limit from %d to %d: %s", soft, hard,
+                        exc)
+    return soft
+
+
+def parse_ip_overrides(text: str) -> dict[str, int]:
+    """Kafka's ``max.connections.per.ip.overrides``: ``host:N,host:N``; host names are
+    resolved once, here."""
+    out: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        host, sep, count = item.rpartition(":")
+        if not sep or not count.strip().isdigit():
+            raise ValueError(f"max.connections.per.ip.overrides: not HOST:COUNT: {item!r}")
+        host = host.strip().strip("[]")
+        try:
+            address = socket.getaddrinfo(host, None)[0][4][0]
+        except OSError:
+            address = host
+        out[str(address)] = int(count)
+    return out
+
+
+class _RateLimitedLog:
+    """One log line per interval for a repeated condition, with how often it happened."""
+
+    def __init__(self, interval_s: float) -> None:
+        self._interval = interval_s
+        self._last: dict[str, float] = {}
+        self._counts: Counter[str] = Counter()
+
+    def __call__(self, key: str, level: int, message: str, *args: object) -> None:
+        self._counts[key] += 1
+        now = time.monotonic()
+        if now - self._last.get(key, -self._interval) < self._interval:
+            return
+        count = self._counts.pop(key)
+        self._last[key] = now
+        suffix = f" ({count} times in the last {self._interval:.0f} s)" if count > 1 else ""
+        log.log(level, message + suffix, *args)
 
 
 class Server:
     def __init__(self, dispatch: Dispatch, host: str, port: int, *,
-                 max_request_bytes: int, max_queued_bytes: int, backlog: int = 1024,
+                 max_request_bytes: int, max_queued_bytes: int,
+                 queued_max_request_bytes: int = 256 * 1024 * 1024,
+                 max_connections: int = 2**31 - 1, max_connections_per_ip: int = 2**31 - 1,
+                 max_connections_per_ip_overrides: str = "",
+                 connections_max_idle_ms: int = 600_000, backlog: int = 1024,
                  network_threads: int = DEFAULT_NETWORK_THREADS) -> None:
-        self._dispatch = dispatch
-        self._host, self._port = host, port
-        self._max_request = max_request_bytes
-        self._max_queued = max_queued_bytes
-        self._backlog = backlog
         if network_threads < 0:
             raise ValueError(f"num.network.threads must be >= 0, not {network_threads}")
+        if queued_max_request_bytes < max_request_bytes:
+            raise ValueError(f"queued.max.request.bytes ({queued_max_request_bytes}) must be "
+                             f"at least socket.request.max.bytes ({max_request_bytes})")
+        self._dispatch = dispatch
+        self._host, self._port = host, port
+        self._backlog = backlog
         self._network_threads = network_threads
-        self._threads: NetworkThreads | None = None
+        self.memory = RequestMemory(queued_max_request_bytes)
+        self._limits = Limits(max_request_bytes, max_queued_bytes, self.memory,
+                              ReceiveScratch())
+        self._max_connections = max_connections
+        self._max_per_ip = max_connections_per_ip
+        self._per_ip_overrides = parse_ip_overrides(max_connections_per_ip_overrides)
+        self._idle_s = connections_max_idle_ms / 1000 if connections_max_idle_ms > 0 else 0.0
         self._listener: socket.socket | None = None
+        self._accepting = False
+        self._resume_accepting: asyncio.TimerHandle | None = None
+        self._idle_sweep: asyncio.TimerHandle | None = None
+        self._fd_limit = 0
+        self._per_ip: Counter[str] = Counter()
+        self._refusals = _RateLimitedLog(REFUSAL_LOG_INTERVAL_S)
         self.connections: set[Connection] = set()
         self.accepted = 0
+        self.refused = 0
 
     @property
     def address(self) -> tuple[str, int]:
@@ -64,33 +163,124 @@ class Server:
         listener.listen(self._backlog)
         listener.setblocking(False)
         self._listener = listener
-        if self._network_threads and self._threads is None:
-            self._threads = NetworkThreads(self._network_threads)
-        log.info("network threads: %d", self._network_threads)
-        asyncio.get_running_loop().add_reader(listener.fileno(), self._accept)
+        self._fd_limit = raise_open_file_limit()
+        if self._network_threads and self._limits.threads is None:
+            self._limits.threads = NetworkThreads(self._network_threads)
+        log.info("network threads: %d; open file limit %d; queued.max.request.bytes %d",
+                 self._network_threads, self._fd_limit, self.memory.limit)
+        self._set_accepting(True)
+        if self._idle_s:
+            self._schedule_idle_sweep()
         return self.address
+
+    # accept -------------------------------------------------------------------------------
+
+    def _set_accepting(self, on: bool) -> None:
+        if self._listener is None or on == self._accepting:
+            return
+        loop = asyncio.get_running_loop()
+        if on:
+            loop.add_reader(self._listener.fileno(), self._accept)
+        else:
+            loop.remove_reader(self._listener.fileno())
+        self._accepting = on
+
+    def _back_off(self) -> None:
+        """Leave the listener alone for a while (a full backlog stays readable)."""
+        self._set_accepting(False)
+        if self._resume_accepting is None:
+            self._resume_accepting = asyncio.get_running_loop().call_later(
+                ACCEPT_BACKOFF_S, self._resume_after_backoff)
+
+    def _resume_after_backoff(self) -> None:
+        self._resume_accepting = None
+        self._maybe_accept()
+
+    def _maybe_accept(self) -> None:
+        if self._resume_accepting is None and len(self.connections) < self._max_connections:
+            self._set_accepting(True)
 
     def _accept(self) -> None:
         assert self._listener is not None
-        for _ in range(64):  # bounded so one accept storm cannot starve the loop
+        for _ in range(ACCEPT_BATCH):
+            if len(self.connections) >= self._max_connections:
+                self._refusals("max.connections", logging.WARNING,
+                               "max.connections %d reached: new connections wait",
+                               self._max_connections)
+                self._set_accepting(False)  # a close resumes accepting
+                return
             try:
                 sock, addr = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # EMFILE and friends: log, keep listening
-                log.warning("accept failed: %s", exc)
+            except OSError as exc:
+                if exc.errno in _ACCEPT_RESOURCE_ERRORS:
+                    self._refusals("accept", logging.WARNING,
+                                   "accept failed: %s; retrying in %.1f s", exc,
+                                   ACCEPT_BACKOFF_S)
+                    self._back_off()
+                else:
+                    log.warning("accept failed: %s", exc)
                 return
+            ip = str(addr[0]) if isinstance(addr, tuple) else str(addr)
+            if self._refused(sock, ip):
+                continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
             self.accepted += 1
-            conn = Connection(sock, peer, self._dispatch, self._max_request,
-                              self._max_queued, self.connections.discard, self._threads)
+            self._per_ip[ip] += 1
+            conn = Connection(sock, peer, self._dispatch, self._limits, self._closed)
             self.connections.add(conn)
 
+    def _refused(self, sock: socket.socket, ip: str) -> bool:
+        """Close a new connection over a limit at once (with a rate-limited log line)."""
+        limit = self._per_ip_overrides.get(ip, self._max_per_ip)
+        if self._per_ip[ip] >= limit:
+            self._refusals(f"ip {ip}", logging.INFO,
+                           "refused a connection from %s: max.connections.per.ip %d", ip, limit)
+        elif sock.fileno() >= self._fd_limit - max(FD_HEADROOM_MIN, self._fd_limit // 10):
+            self._refusals("fd", logging.WARNING,
+                           "refused a connection: %d files open, the limit is %d",
+                           sock.fileno() + 1, self._fd_limit)
+        else:
+            return False
+        self.refused += 1
+        sock.close()
+        return True
+
+    def _closed(self, conn: Connection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            ip = conn.peer.rpartition(":")[0]
+            self._per_ip[ip] -= 1
+            if self._per_ip[ip] <= 0:
+                del self._per_ip[ip]
+            self._maybe_accept()
+
+    # idle connections ----------------------------------------------------------------------
+
+    def _schedule_idle_sweep(self) -> None:
+        self._idle_sweep = asyncio.get_running_loop().call_later(
+            min(self._idle_s / 4, 30.0), self._close_idle)
+
+    def _close_idle(self) -> None:
+        deadline = time.monotonic() - self._idle_s
+        for conn in [c for c in self.connections if c.last_active < deadline and c.idle]:
+            log.info("connection %s: idle for %.0f s (connections.max.idle.ms), closing",
+                     conn.peer, time.monotonic() - conn.last_active)
+            conn.close()
+        self._schedule_idle_sweep()
+
+    # shutdown -------------------------------------------------------------------------------
+
     def stop_accepting(self) -> None:
+        for timer in (self._resume_accepting, self._idle_sweep):
+            if timer is not None:
+                timer.cancel()
+        self._resume_accepting = self._idle_sweep = None
         if self._listener is not None:
-            asyncio.get_running_loop().remove_reader(self._listener.fileno())
+            self._set_accepting(False)
             self._listener.close()
             self._listener = None
 
@@ -103,6 +293,6 @@ class Server:
                 log.warning("%d connections still busy at shutdown, closing them", len(late))
         for conn in list(self.connections):
             conn.close()
-        if self._threads is not None:
-            await self._threads.stop(timeout=1.0)
-            self._threads = None
+        if self._limits.threads is not None:
+            await self._limits.threads.stop(timeout=1.0)
+            self._limits.threads = None

@@ -37,9 +37,9 @@ Partitions that received data move to the end of the request (Kafka's fetcher do
 same), so under ``max_bytes`` every partition gets its turn to be first, and so its
 oversize first batch (KIP-74).
 
-Responses are received into a ``bytearray`` of the frame's size (``BufferedProtocol``:
-the kernel copies into it, nothing else does), large ones from the process's frame
-pool; the records are memoryviews into it that the log writes from directly. Appends and
+Responses are received into a buffer of the frame's size (``BufferedProtocol``: the
+kernel copies into it, nothing else does), large ones a ``FrameBuffer`` from the
+process's frame pool; the records are memoryviews into it that the log writes from directly. Appends and
 truncations are synchronous, and every response is applied only to partitions that are
 still this fetcher's in the same state and epoch as when the request went out: ``remove``
 therefore never finds an append in progress, and nothing is appended after it returns.
@@ -51,10 +51,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
 from typing import Any
 
+from pybroker._native.framebuffer import FrameBuffer
 from pybroker._native.records import HEADER_SIZE, read_batch_header, scan_log
 from pybroker.errors import CorruptRecordError, ErrorCode, KafkaError
 from pybroker.log.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
@@ -74,15 +74,15 @@ MAX_RESPONSE_BYTES = 1 << 30  # a size prefix above this is garbage, not a respo
 
 class _LeaderConnection(asyncio.BufferedProtocol):
     """One connection to a leader, one request at a time. A response's size prefix is
-    received into 4 bytes, then the frame into a ``bytearray`` of exactly its size."""
+    received into 4 bytes, then the frame into a buffer of exactly its size."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self._size = bytearray(4)
-        self._frame: bytearray | None = None
+        self._frame: bytearray | FrameBuffer | None = None
         self._target: memoryview = memoryview(self._size)  # what is being filled
         self._filled = 0
-        self._waiter: asyncio.Future[bytearray] | None = None
+        self._waiter: asyncio.Future[Any] | None = None
         self.error: BaseException | None = None
 
     def connection_made(self, transport: Any) -> None:
@@ -102,7 +102,11 @@ class _LeaderConnection(asyncio.BufferedProtocol):
             if not 0 < size <= MAX_RESPONSE_BYTES:
                 self._fail(ConnectionError(f"bad response size {size}"))
                 return
-            frame = frame_pool.frames.take(size) if size > LARGE_FRAME else bytearray(size)
+            if size > LARGE_FRAME:
+                frame = frame_pool.frames.take(size)
+                frame.ensure(size)  # a leader's answer: its size is trusted
+            else:
+                frame = bytearray(size)
             self._frame, self._target = frame, memoryview(frame)
             return
         self._frame, self._target = None, memoryview(self._size)
@@ -127,13 +131,13 @@ class _LeaderConnection(asyncio.BufferedProtocol):
         if self.transport is not None:
             self.transport.abort()
 
-    async def request(self, data: bytes, timeout_s: float) -> bytearray:
+    async def request(self, data: bytes, timeout_s: float) -> Any:
         """Send one request frame, return the response frame (without its size). Any
         failure, timeout or cancellation closes the connection: a late response must
         never be read as the answer to the next request."""
         if self.error is not None:
             raise ConnectionError(f"connection failed: {self.error}")
-        waiter: asyncio.Future[bytearray] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiter = waiter
         try:
             assert self.transport is not None
@@ -284,7 +288,7 @@ class LeaderFetcher:
             pass
 
     async def _request(self, api_key: int, version: int, body: dict, timeout_s: float
-                       ) -> tuple[dict, bytearray]:
+                       ) -> tuple[dict, Any]:
         conn = self._conn
         if conn is None or conn.error is not None:
             conn = await self._connect()
@@ -563,10 +567,10 @@ def whole_batches_end(records: Any) -> int:
     return end
 
 
-def _recycle(frame: bytearray) -> None:
-    """Give a large response frame back to the pool unless something still refers to it
-    (the caller's reference, this argument and getrefcount's are the only ones allowed)."""
-    if len(frame) > LARGE_FRAME and sys.getrefcount(frame) <= 3:
+def _recycle(frame: Any) -> None:
+    """Give a large response frame back to the pool (it keeps it only if nothing still
+    exports it)."""
+    if isinstance(frame, FrameBuffer):
         frame_pool.frames.give(frame)
 
 

@@ -25,9 +25,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pybroker._native.records import encode_batch
 from pybroker.file_region import FileRegion
-from pybroker.net.connection import THREAD_MIN_BYTES, Connection
+from pybroker.net.connection import THREAD_MIN_BYTES, Connection, Limits
 from pybroker.net.network_threads import NetworkThreads
 from pybroker.net.protocol import codec
+from pybroker.net.request_memory import RequestMemory
 from tests.admin.clients import create_topic, unique
 from tests.broker.wire_client import WireClient, fetch_body, produce_body
 from tests.conftest import BrokerProcess
@@ -239,7 +240,8 @@ async def _close_while_busy(conn: Connection, busy: Callable[[], bool]) -> None:
 def _connection(dispatch, threads: NetworkThreads) -> tuple[Connection, socket.socket]:
     ours, theirs = socket.socketpair()
     ours.setblocking(False)
-    conn = Connection(ours, "test", dispatch, 64 * MIB, 64 * MIB, lambda c: None, threads)
+    limits = Limits(64 * MIB, 64 * MIB, RequestMemory(1 << 30), threads=threads)
+    conn = Connection(ours, "test", dispatch, limits, lambda c: None)
     return conn, theirs
 
 

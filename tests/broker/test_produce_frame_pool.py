@@ -1,5 +1,6 @@
-"""Large request frames are received into recycled buffers, never into one still in use,
-and the buffers are the process's: a later connection's frames reuse an earlier one's.
+"""Large request frames are received into recycled buffers, never into one still
+exported, and the buffers are the process's: a later connection's frames reuse an earlier
+one's.
 
 A real Connection on a real socket pair; the dispatcher is the server's real interface
 (``dispatch(conn, frame) -> parts``). It checks every frame arrives intact, records which
@@ -13,8 +14,14 @@ import os
 import socket
 import struct
 
-from pybroker.net.connection import LARGE_FRAME, Connection
+from pybroker.net.connection import LARGE_FRAME, Connection, Limits
 from pybroker.net.frame_pool import FramePool
+from pybroker.net.request_memory import RequestMemory
+
+
+def _connection(sock: socket.socket, dispatch) -> Connection:
+    return Connection(sock, "test", dispatch, Limits(1 << 24, 1 << 24, RequestMemory(1 << 30)),
+                      lambda c: None)
 
 
 def test_large_frames_reuse_buffers_that_nothing_holds():
@@ -24,24 +31,24 @@ def test_large_frames_reuse_buffers_that_nothing_holds():
         payloads = [os.urandom(n) for n in sizes]
         seen: list[int] = []
         kept: list[memoryview] = []  # views a handler kept: their buffers must not be reused
-        kept_ids: set[int] = set()
+        kept_frames: list[object] = []
         done = asyncio.get_running_loop().create_future()
 
         async def dispatch(conn, frame):
             i = len(seen)
             assert bytes(frame) == payloads[i], f"frame {i} corrupted"
-            assert id(frame) not in kept_ids, "a buffer still referenced was reused"
+            assert not any(frame is k for k in kept_frames), "an exported buffer was reused"
             seen.append(id(frame))
             if i % 5 == 4:
                 kept.append(memoryview(frame))
-                kept_ids.add(id(frame))
+                kept_frames.append(frame)
             if len(seen) == len(payloads):
                 done.set_result(None)
             return [struct.pack(">i", 4) + struct.pack(">i", i)]
 
         ours, theirs = socket.socketpair()
         ours.setblocking(False)
-        conn = Connection(ours, "test", dispatch, 1 << 24, 1 << 24, lambda c: None)
+        conn = _connection(ours, dispatch)
         data = b"".join(struct.pack(">i", len(p)) + p for p in payloads)
         loop = asyncio.get_running_loop()
         sender = loop.run_in_executor(None, theirs.sendall, data)
@@ -68,13 +75,13 @@ def test_a_later_connection_receives_into_an_earlier_ones_buffer():
 
         async def dispatch(conn, frame):
             assert bytes(frame) == payload
-            used.append(frame.__alloc__())
+            used.append(frame)
             done.set_result(None)
             return [struct.pack(">ii", 4, 0)]
 
         ours, theirs = socket.socketpair()
         ours.setblocking(False)
-        conn = Connection(ours, "test", dispatch, 1 << 24, 1 << 24, lambda c: None)
+        conn = _connection(ours, dispatch)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, theirs.sendall, struct.pack(">i", len(payload)) + payload)
         await asyncio.wait_for(done, 30)
@@ -84,28 +91,48 @@ def test_a_later_connection_receives_into_an_earlier_ones_buffer():
         return used[0]
 
     async def main():
-        # A new buffer's allocation is its frame's size plus 1/8: the second frame's buffer
-        # has the first one's allocation only if it is the same buffer.
         first = await one_connection(os.urandom(1 << 20))
         second = await one_connection(os.urandom((1 << 20) - 777))
-        assert first == second, "the second connection did not reuse the first one's buffer"
+        assert first is second, "the second connection did not reuse the first one's buffer"
 
     asyncio.run(main())
 
 
-def test_pool_takes_the_smallest_fitting_buffer_and_keeps_within_its_bounds():
+def test_pool_takes_the_smallest_buffer_that_holds_the_frame_and_keeps_within_bounds():
     pool = FramePool(max_bytes=4 << 20, max_buffers=3)
     small, large = pool.take(300_000), pool.take(1 << 20)
+    small.ensure(300_000)
+    large.ensure(1 << 20)
     pool.give(large)
     pool.give(small)
-    assert len(pool) == 2
+    assert len(pool) == 2 and pool.free_bytes == small.capacity + large.capacity
     again = pool.take(250_000)
     assert again is small and len(again) == 250_000
-    assert pool.take(1 << 22) is not large  # too big for any free buffer: a new one
-    assert pool.take(100_000) is not large  # under half its allocation: not that one
+    grows = pool.take(1 << 22)  # none holds 4 MiB: the largest, to grow as bytes arrive
+    assert grows is large and len(grows) == 1 << 22 and grows.capacity < 1 << 22
+    assert len(pool) == 0
+    pool.give(small)
+    with memoryview(large):
+        pool.give(large)  # exported: not kept
     assert len(pool) == 1
-    pool.give(pool.take(3 << 20))  # 3 MiB more would pass 4 MiB with the 1 MiB kept
-    assert len(pool) == 1 and pool.free_bytes == large.__alloc__()
+    huge = pool.take(8 << 20)
+    assert huge is small
+    huge.ensure(8 << 20)
+    pool.give(huge)  # more than the pool may keep
+    assert len(pool) == 0 and pool.free_bytes == 0
+
+
+def test_a_declared_size_maps_nothing_until_bytes_arrive():
+    pool = FramePool()
+    frame = pool.take(100 * 1024 * 1024)
+    assert len(frame) == 100 * 1024 * 1024 and frame.capacity == 0
+    frame.ensure(70_000)
+    with memoryview(frame) as view:
+        assert len(view) == frame.capacity < 100_000  # the mapped part only
+        view[:3] = b"abc"
+    frame.ensure(len(frame))  # grows in place or moves: the bytes come along
+    with memoryview(frame) as view:
+        assert bytes(view[:3]) == b"abc" and len(view) == len(frame)
 
 
 def _read_replies(sock: socket.socket, count: int) -> list[int]:

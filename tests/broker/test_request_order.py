@@ -9,7 +9,8 @@ import asyncio
 import socket
 import struct
 
-from pybroker.net.connection import CloseConnection, Connection
+from pybroker.net.connection import CloseConnection, Connection, Limits
+from pybroker.net.request_memory import RequestMemory
 
 
 def frame(kind: bytes, i: int) -> bytes:
@@ -52,7 +53,7 @@ def run(script: list[tuple[bytes, int]], pipelined: bool) -> list[int]:
         ours, theirs = socket.socketpair()
         ours.setblocking(False)
         closed = asyncio.get_running_loop().create_future()
-        Connection(ours, "test", dispatch, 1 << 20, 1 << 20,
+        Connection(ours, "test", dispatch, Limits(1 << 20, 1 << 20, RequestMemory(1 << 30)),
                    lambda c: closed.done() or closed.set_result(None))
         loop = asyncio.get_running_loop()
         if pipelined:
