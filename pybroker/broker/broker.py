@@ -47,7 +47,7 @@ from pybroker.broker.topic_manager import TopicManager
 from pybroker.config import BrokerConfig
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log.checkpoints import replace_file
-from pybroker.net.connection import CloseConnection, Connection
+from pybroker.net.connection import CloseConnection, Connection, ConnectionClosed
 from pybroker.net.protocol import codec
 from pybroker.net.protocol.codec import parse_request_header
 from pybroker.net.protocol.schema import in_range
@@ -326,10 +326,10 @@ class Broker:
             raise CloseConnection(f"malformed {codec.api_name(api_key)} v{version}: "
                                   f"{exc}") from None
         ctx = RequestContext(self, api_key, version, correlation_id, client_id,
-                             conn.peer, frame)
+                             conn.peer, frame, conn)
         try:
             body = await entry.fn(ctx, request)
-        except CloseConnection:
+        except (CloseConnection, ConnectionClosed):
             raise
         except KafkaError as exc:
             body = self._error_body(ctx, exc.code, str(exc))

@@ -47,7 +47,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from pybroker.coordinator import offset_store as records
 from pybroker.coordinator.group import Group, GroupState, OffsetAndMetadata
@@ -55,6 +55,7 @@ from pybroker.coordinator.member import NEW_MEMBER_JOIN_TIMEOUT_MS, Member
 from pybroker.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("pybroker.coordinator")
+T = TypeVar("T")
 
 TICK_S = 0.1  # timer resolution; session timeouts are seconds, so 100 ms is plenty
 # A partition's load gives the loop back after this much work: requests of the groups
@@ -505,37 +506,41 @@ class GroupCoordinator:
 
     # JoinGroup -------------------------------------------------------------------------
 
-    async def join_group(self, group_id: str, member_id: str, group_instance_id: str | None,
-                         client_id: str, client_host: str, session_timeout_ms: int,
-                         rebalance_timeout_ms: int, protocol_type: str,
-                         protocols: list[tuple[str, bytes]],
-                         require_known_member_id: bool = True) -> JoinResult:
+    def join_group(self, group_id: str, member_id: str, group_instance_id: str | None,
+                   client_id: str, client_host: str, session_timeout_ms: int,
+                   rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: list[tuple[str, bytes]],
+                   require_known_member_id: bool = True) -> asyncio.Future[JoinResult]:
+        """The future of the member's answer: done at once, or parked until the rebalance
+        completes. A caller that stops waiting (its client went away) leaves it parked:
+        the member still counts as joining, as in Kafka, and is removed if it never
+        syncs."""
         if self._closing:
-            return JoinResult(ErrorCode.NOT_COORDINATOR, member_id)
+            return _answered(JoinResult(ErrorCode.NOT_COORDINATOR, member_id))
         now = self.now_ms()
         if rebalance_timeout_ms < 0:  # JoinGroup v0 has none: it was the session timeout
             rebalance_timeout_ms = session_timeout_ms
         if not group_id:
-            return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id)
+            return _answered(JoinResult(ErrorCode.INVALID_GROUP_ID, member_id))
         error = self.coordinator_error(group_id)
         if error:
-            return JoinResult(error, member_id)
+            return _answered(JoinResult(error, member_id))
         if not (self.config.min_session_timeout_ms <= session_timeout_ms
                 <= self.config.max_session_timeout_ms):
-            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
+            return _answered(JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id))
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
-                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+                return _answered(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
             group = self.groups[group_id] = Group(group_id, now)
         if group.is_in(GroupState.DEAD):
-            return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id)
+            return _answered(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id))
         if not group.supports_protocols(protocol_type, protocols):
-            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
+            return _answered(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id))
         is_known = member_id in group.members or member_id in group.pending_members
         if not is_known and len(group.members) >= self.config.max_group_size \
                 and group_instance_id not in group.static_members:
-            return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id)
+            return _answered(JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id))
 
         future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         spec = (client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
@@ -547,7 +552,7 @@ class GroupCoordinator:
             self._join_known_member(group, future, member_id, group_instance_id, spec, now)
         if group.is_in(GroupState.PREPARING_REBALANCE):
             self._try_complete_join(group, now)
-        return await future
+        return future
 
     def _join_new_member(self, group: Group, future: asyncio.Future[JoinResult],
                          instance_id: str | None, require_known: bool, spec: tuple[Any, ...],
@@ -784,44 +789,46 @@ class GroupCoordinator:
 
     # SyncGroup, Heartbeat, LeaveGroup --------------------------------------------------
 
-    async def sync_group(self, group_id: str, generation: int, member_id: str,
-                         group_instance_id: str | None, protocol_type: str | None,
-                         protocol_name: str | None,
-                         assignments: dict[str, bytes]) -> SyncResult:
+    def sync_group(self, group_id: str, generation: int, member_id: str,
+                   group_instance_id: str | None, protocol_type: str | None,
+                   protocol_name: str | None,
+                   assignments: dict[str, bytes]) -> asyncio.Future[SyncResult]:
+        """The future of the member's answer: done at once, or parked until the leader's
+        assignment is stored."""
         if self._closing:
-            return SyncResult(ErrorCode.NOT_COORDINATOR)
+            return _answered(SyncResult(ErrorCode.NOT_COORDINATOR))
         error = self.coordinator_error(group_id)
         if error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
             # Kafka's answer: the rebalance in progress was lost with the old coordinator,
             # and older clients do not know the loading error; they rejoin.
-            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+            return _answered(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         if error:
-            return SyncResult(error)
+            return _answered(SyncResult(error))
         now = self.now_ms()
         group = self.groups.get(group_id)
         if group is None:
-            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+            return _answered(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
         if group.is_in(GroupState.DEAD):
-            return SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            return _answered(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
         error = group.validate_member(member_id, group_instance_id)
         if error:
-            return SyncResult(error)
+            return _answered(SyncResult(error))
         if generation != group.generation:
-            return SyncResult(ErrorCode.ILLEGAL_GENERATION)
+            return _answered(SyncResult(ErrorCode.ILLEGAL_GENERATION))
         if (protocol_type is not None and protocol_type != group.protocol_type) or \
                 (protocol_name is not None and protocol_name != group.protocol_name):
-            return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            return _answered(SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
         if group.is_in(GroupState.EMPTY):
-            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+            return _answered(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
         if group.is_in(GroupState.PREPARING_REBALANCE):
-            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+            return _answered(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         member = group.members[member_id]
         member.heartbeat_deadline = now + member.session_timeout_ms
         self._schedule(group, member.heartbeat_deadline)
         group.pending_sync.discard(member_id)
         if group.is_in(GroupState.STABLE):
-            return SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol_name,
-                              member.assignment)
+            return _answered(SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol_name,
+                              member.assignment))
         # CompletingRebalance: park until the leader's assignment arrives
         future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
         member.complete_sync(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
@@ -838,7 +845,7 @@ class GroupCoordinator:
                     self._assignment_stored(group, now)
                 else:
                     self._spawn(self._await_assignment(group, group.generation, written))
-        return await future
+        return future
 
     def _assignment_stored(self, group: Group, now: int) -> None:
         group.transition_to(GroupState.STABLE, now)
@@ -1280,3 +1287,10 @@ def _replication_error(code: int) -> ErrorCode:
     if code == ErrorCode.NONE:
         return ErrorCode.NONE
     return ErrorCode.COORDINATOR_NOT_AVAILABLE  # NOT_ENOUGH_REPLICAS*, REQUEST_TIMED_OUT
+
+
+def _answered(result: T) -> asyncio.Future[T]:
+    """A request answered without parking: a future that is already done."""
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    future.set_result(result)
+    return future

@@ -44,6 +44,9 @@ requests is served in turns with everyone else.
 Peer gone. When the peer closes (end of stream) reading stops; the requests already
 received are still handled (an acks=0 producer that closes right after its last request
 must not lose it) and answered if the socket still takes it, then the connection closes.
+A handler waiting on the client's behalf (a long-polling Fetch, a parked JoinGroup)
+waits through :meth:`Connection.wait`, which raises :class:`PeerGone` as soon as the peer
+is gone, so the socket and the waiting work are released at once, not when the wait ends.
 
 Send path. A response is a list of parts: bytes-like objects (sent with ``sendmsg``,
 counted with ``count_copied``) and :class:`FileRegion`s (sent with the native
@@ -82,7 +85,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Coroutine, Generator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from pybroker._native import zerocopy
 from pybroker._native.framebuffer import FrameBuffer
@@ -92,6 +95,8 @@ from pybroker.net.network_threads import NetworkThreads
 from pybroker.net.request_memory import RequestMemory
 
 log = logging.getLogger("pybroker.net")
+
+T = TypeVar("T")
 
 RECV_BUFFER = 64 * 1024
 # Frames above this get their own buffer and are received into it directly. Below it the
@@ -134,6 +139,11 @@ Dispatch = Callable[["Connection", Any], Coroutine[Any, Any, Sequence[Part] | No
 
 class ConnectionClosed(Exception):
     """The socket is gone; the request being handled has nobody to answer to."""
+
+
+class PeerGone(ConnectionClosed):
+    """Raised by :meth:`Connection.wait`: the client went away while its request waited.
+    The request gets no answer; the requests received before it are still handled."""
 
 
 class CloseConnection(Exception):
@@ -180,7 +190,7 @@ class Connection:
     __slots__ = ("sock", "fd", "peer", "last_active", "closed", "_dispatch", "_limits",
                  "_on_close", "_loop", "_pending", "_large", "_large_pos", "_queue",
                  "_queued_bytes", "_charged", "_reading", "_wakeup", "_handover",
-                 "_write_waiter", "_write_blocked", "_draining", "_memory_wait",
+                 "_write_waiter", "_write_blocked", "_draining", "_gone", "_memory_wait",
                  "_thread_users", "_receiving", "_pipe", "_worker", "__weakref__")
 
     def __init__(self, sock: socket.socket, peer: str, dispatch: Dispatch, limits: Limits,
@@ -207,6 +217,7 @@ class Connection:
         self._write_waiter: asyncio.Future[None] | None = None
         self._write_blocked = False  # a response waits for the socket: do not read
         self._draining = False  # stop reading, answer what is queued, then close
+        self._gone: asyncio.Future[None] | None = None  # set once the peer is gone
         self._memory_wait = False  # paused by the broker-wide memory bound
         self.closed = False
         self._thread_users = 0  # network-thread transfers on this socket under way
@@ -254,7 +265,7 @@ class Connection:
             if self._large is not None:
                 log.info("connection %s: peer closed %d bytes into a %d-byte request",
                          self.peer, self._large_pos, len(self._large))
-            self.drain()
+            self._peer_gone()
             return
         self.last_active = time.monotonic()
         if self._queue:
@@ -522,6 +533,25 @@ class Connection:
                 self._release(frame)
             self.close()
 
+    async def wait(self, waited: asyncio.Future[T]) -> T:
+        """``await waited`` on the client's behalf, unless the client goes away first:
+        then :class:`PeerGone` is raised and ``waited`` is left as it is (not cancelled:
+        a coordinator's parked join completes for the group without this member's
+        answer). For handlers that park a request: long polls, group joins."""
+        gone = self._gone_future()
+        if not gone.done():
+            await asyncio.wait((waited, gone), return_when=asyncio.FIRST_COMPLETED)
+        if waited.done():
+            return waited.result()
+        raise PeerGone()
+
+    def _gone_future(self) -> asyncio.Future[None]:
+        if self._gone is None:
+            self._gone = self._loop.create_future()
+            if self.closed or self._draining:
+                self._gone.set_result(None)
+        return self._gone
+
     # send ------------------------------------------------------------------------------
 
     async def write(self, parts: Sequence[Part]) -> None:
@@ -638,6 +668,14 @@ class Connection:
 
     # lifecycle -------------------------------------------------------------------------
 
+    def _peer_gone(self) -> None:
+        """End of stream: answer what was received (requests parked on the client's
+        behalf end at once), then close."""
+        self.drain()
+        gone = self._gone_future()
+        if not gone.done():
+            gone.set_result(None)
+
     @property
     def idle(self) -> bool:
         """Nothing received and nothing being answered (``connections.max.idle.ms``)."""
@@ -660,7 +698,7 @@ class Connection:
         self._update_reading()
         self._limits.memory.forget(self)
         self._loop.remove_writer(self.fd)
-        for waiter in (self._wakeup, self._write_waiter):
+        for waiter in (self._wakeup, self._write_waiter, self._gone):
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
         if self._thread_users:

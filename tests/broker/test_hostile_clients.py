@@ -45,20 +45,29 @@ def rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-def receive_queues(pid: int, port: int) -> list[int]:
-    """Bytes waiting unread in each of the broker's established sockets on ``port``."""
-    queues = []
+def broker_sockets(pid: int, port: int) -> list[tuple[str, int]]:
+    """(TCP state in /proc's hex, bytes waiting unread) of each of the broker's sockets on
+    ``port``; state "01" is established, "08" CLOSE_WAIT (the peer has closed)."""
+    sockets = []
     for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
         try:
             with open(table, encoding="ascii") as f:
                 next(f)
                 for line in f:
                     fields = line.split()
-                    if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
-                        queues.append(int(fields[4].split(":")[1], 16))
+                    if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        sockets.append((fields[3], int(fields[4].split(":")[1], 16)))
         except FileNotFoundError:
             pass
-    return queues
+    return sockets
+
+
+def receive_queues(pid: int, port: int) -> list[int]:
+    return [queued for state, queued in broker_sockets(pid, port) if state == "01"]
+
+
+def close_wait_sockets(pid: int, port: int) -> int:
+    return sum(state == "08" for state, _ in broker_sockets(pid, port))
 
 
 def api_versions(client: WireClient) -> dict:
@@ -273,6 +282,66 @@ def test_request_memory_bound_pauses_reading_and_every_request_completes(broker_
     assert stats["request_bytes"] == 0
     # The bound, plus at most one read (1 MiB) per connection let through past it.
     assert 2 * MIB <= stats["request_bytes_peak"] <= 2 * MIB + 9 * MIB
+
+
+# clients that go away ---------------------------------------------------------------------
+
+
+def test_a_long_poll_fetch_ends_when_its_client_goes_away(broker):
+    topic = unique("poll")
+    create_topic(broker.bootstrap, topic, 1)
+    assert served(broker.bootstrap)
+    fds_before = len(os.listdir(f"/proc/{broker.pid}/fd"))
+    pollers = []
+    for _ in range(20):
+        c = WireClient(broker.bootstrap)
+        c.send(FETCH, 12, fetch_body(topic, 0, 0, max_wait_ms=120_000, min_bytes=1))
+        pollers.append(c)
+    assert served(broker.bootstrap)  # the fetches are parked by now
+    for c in pollers:
+        c.close()
+    wait_until(lambda: close_wait_sockets(broker.pid, broker.port) == 0,
+               "sockets of departed long polls still held")
+    wait_until(lambda: len(os.listdir(f"/proc/{broker.pid}/fd")) <= fds_before + 1,
+               "descriptors of departed long polls still held")
+    assert served(broker.bootstrap)
+
+
+def _join(client: WireClient, group: str, member_id: str) -> dict:
+    return client.request(JOIN_GROUP, 5, _join_body(group, member_id))
+
+
+def _join_body(group: str, member_id: str) -> dict:
+    return {"group_id": group, "session_timeout_ms": 30_000, "rebalance_timeout_ms": 60_000,
+            "member_id": member_id, "group_instance_id": None, "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b"\x00\x01\x00\x00\x00\x00\x00\x00"}]}
+
+
+def test_a_parked_join_ends_when_its_client_goes_away_and_the_group_goes_on(broker):
+    group = unique("group")
+    with WireClient(broker.bootstrap) as finder:
+        assert finder.request(FIND_COORDINATOR, 3, {"key": group, "key_type": 0})[
+            "error_code"] == 0
+    first = WireClient(broker.bootstrap)
+    a = _join(first, group, "")
+    a = _join(first, group, a["member_id"])  # v4+: the id first, then the join
+    assert a["error_code"] == 0
+    assert first.request(SYNC_GROUP, 3, {
+        "group_id": group, "generation_id": a["generation_id"], "member_id": a["member_id"],
+        "group_instance_id": None, "assignments": []})["error_code"] == 0
+    second = WireClient(broker.bootstrap)
+    b = _join(second, group, "")
+    second.send(JOIN_GROUP, 5, _join_body(group, b["member_id"]))  # parks: a must rejoin
+    assert served(broker.bootstrap)
+    second.close()
+    wait_until(lambda: close_wait_sockets(broker.pid, broker.port) == 0,
+               "the socket of a departed join is still held")
+    # The member that left while joining still counts as joining (as in Kafka): the
+    # rebalance completes with both, and b is dropped later for never syncing.
+    rejoined = _join(first, group, a["member_id"])
+    assert rejoined["error_code"] == 0
+    assert {m["member_id"] for m in rejoined["members"]} == {a["member_id"], b["member_id"]}
+    first.close()
 
 
 def test_idle_connections_are_closed_after_connections_max_idle_ms(broker_factory):

@@ -13,7 +13,8 @@ is larger, so a consumer can always make progress.
 
 Long polling: if fewer than ``min_bytes`` are available and no partition has an error, the
 request waits up to ``max_wait_ms`` for appends to any of its partitions, re-reading after
-each, then answers with what there is. Shutdown wakes it at once.
+each, then answers with what there is. Shutdown wakes it at once; a client that goes away
+ends it at once (``RequestContext.park``), releasing its socket.
 
 Replication: only the leader serves a partition (NOT_LEADER_OR_FOLLOWER; a
 ``current_leader_epoch`` older than ours FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH).
@@ -152,12 +153,12 @@ async def fetch(ctx: RequestContext, request: dict) -> Encoded:
         remaining = deadline - loop.time()
         if total >= min_bytes or errors or remaining <= 0 or broker.shutting_down:
             break
-        await _wait_for_append(loop, wanted, remaining)
+        await _wait_for_append(ctx, loop, wanted, remaining)
     parts, _ = build_fetch(version, ctx.correlation_id, 0, ErrorCode.NONE, 0, topics)
     return Encoded(parts)
 
 
-async def _wait_for_append(loop: asyncio.AbstractEventLoop,
+async def _wait_for_append(ctx: RequestContext, loop: asyncio.AbstractEventLoop,
                            wanted: list[tuple[Any, list[Wanted]]], timeout: float) -> None:
     fut: asyncio.Future[None] = loop.create_future()
     for _, parts in wanted:
@@ -166,7 +167,7 @@ async def _wait_for_append(loop: asyncio.AbstractEventLoop,
                 partition.waiter(fut)
     timer = loop.call_later(timeout, _resolve_future, fut)
     try:
-        await fut
+        await ctx.park(fut)
     finally:
         timer.cancel()
 

@@ -183,12 +183,12 @@ async def _create_topic(broker: Any, partitions: int, replication: int) -> None:
 @handler(api_key=11, versions=(0, 9))
 async def join_group(ctx: RequestContext, request: dict) -> dict:
     coordinator = await _coordinator(ctx)
-    result = await coordinator.join_group(
+    result = await ctx.park(coordinator.join_group(
         request["group_id"], request["member_id"], request.get("group_instance_id"),
         ctx.client_id or "", _client_host(ctx), request["session_timeout_ms"],
         request.get("rebalance_timeout_ms", -1), request["protocol_type"],
         [(p["name"], p["metadata"]) for p in request["protocols"]],
-        require_known_member_id=ctx.api_version >= 4)
+        require_known_member_id=ctx.api_version >= 4))
     protocol_name = result.protocol_name
     if protocol_name is None and ctx.api_version < 7:
         protocol_name = ""  # not nullable before v7
@@ -203,11 +203,11 @@ async def join_group(ctx: RequestContext, request: dict) -> dict:
 @handler(api_key=14, versions=(0, 5))
 async def sync_group(ctx: RequestContext, request: dict) -> dict:
     coordinator = await _coordinator(ctx)
-    result = await coordinator.sync_group(
+    result = await ctx.park(coordinator.sync_group(
         request["group_id"], request["generation_id"], request["member_id"],
         request.get("group_instance_id"), request.get("protocol_type"),
         request.get("protocol_name"),
-        {a["member_id"]: a["assignment"] for a in request["assignments"] or []})
+        {a["member_id"]: a["assignment"] for a in request["assignments"] or []}))
     return {"throttle_time_ms": 0, "error_code": result.error,
             "protocol_type": result.protocol_type, "protocol_name": result.protocol_name,
             "assignment": result.assignment}
