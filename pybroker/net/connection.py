@@ -191,7 +191,7 @@ class Connection:
                  "_on_close", "_loop", "_pending", "_large", "_large_pos", "_queue",
                  "_queued_bytes", "_charged", "_reading", "_wakeup", "_handover",
                  "_write_waiter", "_write_blocked", "_draining", "_gone", "_memory_wait",
-                 "_thread_users", "_receiving", "_pipe", "_worker", "__weakref__")
+                 "_thread_users", "_receiving", "_pipe", "_worker")
 
     def __init__(self, sock: socket.socket, peer: str, dispatch: Dispatch, limits: Limits,
                  on_close: Callable[[Connection], None]) -> None:
@@ -275,7 +275,8 @@ class Connection:
         if not self._limits.memory.admit(self, self._charged):
             self._memory_wait = True
         elif self._large is not None and self._limits.threads is not None and \
-                len(self._large) - self._large_pos >= THREAD_MIN_BYTES:
+                len(self._large) - self._large_pos >= THREAD_MIN_BYTES and \
+                self._queued_bytes <= self._limits.max_queued:
             self._receive_in_thread()
         self._update_reading()
 
@@ -546,9 +547,10 @@ class Connection:
         raise PeerGone()
 
     def _gone_future(self) -> asyncio.Future[None]:
+        """Done once the peer has gone (``_peer_gone``) or the connection is closed."""
         if self._gone is None:
             self._gone = self._loop.create_future()
-            if self.closed or self._draining:
+            if self.closed:
                 self._gone.set_result(None)
         return self._gone
 
