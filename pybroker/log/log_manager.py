@@ -139,7 +139,8 @@ class LogManager:
         return created
 
     def sync_data_dir(self) -> None:
-        """Make the creation of partition directories durable (after sync_dir=False)."""
+        """Make the creation of partition directories durable (after sync_dir=False).
+        Safe on any thread (callers run it off the event loop)."""
         fsync_dir(self.data_dir)
 
     def delete(self, topic: str, partition: int) -> bool:
