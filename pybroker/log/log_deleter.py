@@ -134,7 +134,7 @@ class LogDeleter:
             os.rename(directory, renamed)
         except OSError as exc:
             log.error("cannot rename deleted partition directory %s: %s", directory, exc)
-            self._topics[partition_topic(directory)] -= 1
+            self._settled(directory)
             return
         self._unsynced.add(directory)
         heapq.heappush(self._removals, (0.0 if self._stopping else due, renamed))
@@ -151,7 +151,15 @@ class LogDeleter:
             synced &= self._unsynced  # (the other caller's fsync may have counted some)
             self._unsynced -= synced
             for directory in synced:
-                self._topics[partition_topic(directory)] -= 1
+                self._settled(directory)
+
+    def _settled(self, directory: str) -> None:
+        """``directory``'s deletion can no longer be undone by a crash (holding the
+        condition)."""
+        topic = partition_topic(directory)
+        self._topics[topic] -= 1
+        if not self._topics[topic]:
+            del self._topics[topic]
 
     def _remove_due(self) -> None:
         with self._cond:
