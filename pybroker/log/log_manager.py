@@ -129,7 +129,7 @@ class LogManager:
             return found
         if not _TOPIC.match(topic) or topic in (".", "..") or partition < 0:
             raise InvalidTopicError(f"illegal topic or partition {topic!r}/{partition}")
-        self._deleter.finish(topic)  # a deleted log's directory may still have this name
+        self.finish_deletions(topic)  # a deleted log's directory may still have this name
         path = self._path(f"{topic}-{partition}")
         created = Log(path, config or LogConfig(), clock=self._clock, flusher=self._flusher)
         if sync_dir:
