@@ -4,7 +4,8 @@ An rpk-like front end to the admin APIs over confluent-kafka's ``AdminClient``, 
 works against any Kafka broker (``--bootstrap HOST:PORT``). ``describe`` prints each
 partition's leader, replicas and ISR as Metadata gives them (a single node is all three;
 a cluster member answers its metadata cache, which the controller keeps current) with its
-low and high watermark. Errors the broker answers are printed one line per topic to
+low and high watermark, and the partition's error: KAFKA_STORAGE_ERROR while pybroker's
+writes there fail (``pybroker.broker.handlers.metadata``). Errors the broker answers are printed one line per topic to
 stderr and make the exit status 1.
 """
 
@@ -172,6 +173,9 @@ def describe_main(args: argparse.Namespace) -> int:
                          "" if p.error is None else p.error.name()])
         print()
         _table(["PARTITION", "LEADER", "REPLICAS", "ISR", "LOW", "HIGH", "ERROR"], rows)
+        if any(row[-1] == "KAFKA_STORAGE_ERROR" for row in rows):
+            print("\nKAFKA_STORAGE_ERROR: the broker refused writes to the partition in the "
+                  "last minute (disk full or failing: see the broker's log)")
         print("\nKEY  VALUE  SOURCE")
         for entry in sorted(configs.values(), key=lambda e: e.name):
             default = entry.source == ConfigSource.DEFAULT_CONFIG.value

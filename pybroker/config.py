@@ -57,6 +57,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "log.retention.bytes": (int, -1),
     "log.retention.check.interval.ms": (int, 300_000),
     "log.segment.bytes": (int, 1024 * _MIB),
+    "log.segment.delete.delay.ms": (int, 60_000),
     "log.roll.hours": (int, 168),
     "log.roll.ms": (int, None),
     "log.index.interval.bytes": (int, 4096),
@@ -126,6 +127,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
 # broker key -> topic key, for the broker-wide defaults of topic configs
 _TOPIC_DEFAULT_KEYS = {
     "log.segment.bytes": "segment.bytes",
+    "log.segment.delete.delay.ms": "file.delete.delay.ms",
     "log.index.interval.bytes": "index.interval.bytes",
     "log.retention.bytes": "retention.bytes",
     "log.cleanup.policy": "cleanup.policy",

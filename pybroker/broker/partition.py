@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 from pybroker._native.appender import ASYNC_MIN_BYTES
 from pybroker._native.records import HEADER_SIZE, read_batch_header
 from pybroker.broker.producer_state import ProducerStateTable
-from pybroker.errors import ErrorCode, InvalidTimestampError
+from pybroker.errors import ErrorCode, InvalidTimestampError, UnknownTopicOrPartitionError
 from pybroker.log.log_config import LogConfig
 
 LEADER_EPOCH = 0  # single node: leadership never moves
@@ -140,6 +140,8 @@ class Partition:
         if self.appends_synchronously(len(batch)):
             return self.append(batch, info)  # written synchronously anyway
         async with self._append_lock:
+            if self.deleted:  # while this append waited its turn
+                raise UnknownTopicOrPartitionError(f"{self.topic}-{self.index} was deleted")
             now, log_append_time, duplicate = self._before_append(info)
             if duplicate is not None:
                 return duplicate

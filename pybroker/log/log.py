@@ -19,6 +19,14 @@ Deleted segments are renamed ``.deleted`` at once and closed and unlinked after
 ``file.delete.delay.ms`` (Kafka's default 60 s), by ``delete_expired_files``: a region
 handed to the network layer names an fd, and closing that fd while a sendfile is pending
 could let the number be reused for another file. The fd stays valid after the rename.
+A deleted partition's log is closed at once instead (``discard``): its regions in flight
+hold their segment's ``OpenFile``, which keeps the descriptor until they are sent.
+
+Storage errors: an append the file system refuses (an ``OSError`` from the write, a roll
+or a flush) becomes KAFKA_STORAGE_ERROR for the producer, is logged once per partition
+per ``STORAGE_ERROR_LOG_INTERVAL_S`` with the count of refusals in between, and makes
+``failing_writes`` true (Metadata reports it) until that long has passed or a write
+succeeds.
 
 Thread-safety: not thread-safe; one event loop drives a Log. The only other thread is
 the optional ``flusher`` (fsync of rolled segments), which touches nothing but the
@@ -46,6 +54,7 @@ from pybroker._native.records import (
 )
 from pybroker.errors import (
     InvalidRecordError,
+    KafkaError,
     KafkaStorageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
@@ -65,6 +74,10 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _LEFTOVER = (DELETED_SUFFIX, ".tmp", ".swap", ".cleaned")
+# A failed write is logged once per partition per this interval, and Metadata reports the
+# partition KAFKA_STORAGE_ERROR for this long after the last failure (unless a write
+# succeeds): a full disk refuses every append, and one line a minute says so.
+STORAGE_ERROR_LOG_INTERVAL_S = 60.0
 
 
 class AppendInfo(NamedTuple):
@@ -111,6 +124,9 @@ class Log:
         self._appending: asyncio.Future[None] | None = None  # append_async under way
         self._unflushed_messages = 0
         self._last_flush_ms = self._now_ms()
+        self.write_failed_at = -1.0  # clock time of the last failed write, if failing now
+        self._write_failure_logged_at = -STORAGE_ERROR_LOG_INTERVAL_S
+        self._write_failures_unlogged = 0
         os.makedirs(directory, exist_ok=True)
         self.segments = LogSegments()
         self._load(clean, recovery_point, log_start_offset)
@@ -237,11 +253,15 @@ class Log:
         ``log_append_time`` >= 0) and write it at the end of the active segment."""
         if self._appending is not None:
             self._check_not_appending()
-        segment, base, last, max_timestamp, log_append_time = self._prepare(
-            batch, info, leader_epoch, log_append_time)
-        segment.append([batch], info.size, last, max_timestamp, None, 0,
-                       info.last_offset_delta + 1)
-        return self._appended(info, leader_epoch, base, last, max_timestamp, log_append_time)
+        try:
+            segment, base, last, max_timestamp, log_append_time = self._prepare(
+                batch, info, leader_epoch, log_append_time)
+            segment.append([batch], info.size, last, max_timestamp, None, 0,
+                           info.last_offset_delta + 1)
+            return self._appended(info, leader_epoch, base, last, max_timestamp,
+                                  log_append_time)
+        except OSError as exc:
+            raise self._write_failed(exc) from exc
 
     def append_small(self, batch, info, leader_epoch: int = 0) -> int:
         """``append`` in one flat step for the common produce, or -1 with nothing done
@@ -263,10 +283,13 @@ class Log:
                                  config.segment_ms - config.segment_jitter_ms):
             return -1
         stamp_batch(batch, 0, base, leader_epoch, -1)
-        segment.append([batch], size, last, info.max_timestamp, None, 0,
-                       info.last_offset_delta + 1)
-        self._next_offset = last + 1
-        self._after_append(info.records_count)
+        try:
+            segment.append([batch], size, last, info.max_timestamp, None, 0,
+                           info.last_offset_delta + 1)
+            self._next_offset = last + 1
+            self._after_append(info.records_count)
+        except OSError as exc:
+            raise self._write_failed(exc) from exc
         return base
 
     async def append_async(self, batch, info, leader_epoch: int = 0,
@@ -281,18 +304,24 @@ class Log:
             await asyncio.shield(self._appending)
         done = self._appending = asyncio.get_running_loop().create_future()
         try:
-            segment, base, last, max_timestamp, log_append_time = self._prepare(
-                batch, info, leader_epoch, log_append_time)
-            position, written = await segment.append_async([batch])
+            try:
+                segment, base, last, max_timestamp, log_append_time = self._prepare(
+                    batch, info, leader_epoch, log_append_time)
+                position, written = await segment.append_async([batch])
+            except OSError as exc:
+                raise self._write_failed(exc) from exc
             if segment is not self.segments.active or segment.size != position or \
                     self._next_offset != base:
                 segment.discard_write(position)
                 raise KafkaStorageError(f"{self.name}: the log changed while appending at "
                                         f"offset {base}; not appended")
-            segment.appended_async(position, written, info.size, last, max_timestamp,
-                                   info.last_offset_delta + 1)
-            return self._appended(info, leader_epoch, base, last, max_timestamp,
-                                  log_append_time)
+            try:
+                segment.appended_async(position, written, info.size, last, max_timestamp,
+                                       info.last_offset_delta + 1)
+                return self._appended(info, leader_epoch, base, last, max_timestamp,
+                                      log_append_time)
+            except OSError as exc:
+                raise self._write_failed(exc) from exc
         finally:
             self._appending = None
             done.set_result(None)
@@ -352,13 +381,16 @@ class Log:
             raise InvalidRecordError(f"{self.name}: follower batch at offset "
                                      f"{head.base_offset} below log end {self._next_offset}")
         last = scan.next_offset - 1
-        segment = self._maybe_roll(length, scan.max_timestamp, head.base_offset, last)
-        segment.append([buf], length, last, scan.max_timestamp, scan.offset_index,
-                       head.base_offset)
-        self._next_offset = last + 1
-        self._assign_epochs(buf, head, last)
         count = last - head.base_offset + 1
-        self._after_append(count)
+        try:
+            segment = self._maybe_roll(length, scan.max_timestamp, head.base_offset, last)
+            segment.append([buf], length, last, scan.max_timestamp, scan.offset_index,
+                           head.base_offset)
+            self._next_offset = last + 1
+            self._assign_epochs(buf, head, last)
+            self._after_append(count)
+        except OSError as exc:
+            raise self._write_failed(exc) from exc
         return AppendInfo(head.base_offset, last, -1, self.log_start_offset,
                           scan.max_timestamp, scan.offset_of_max_timestamp, count, length)
 
@@ -393,9 +425,37 @@ class Log:
             self._flusher.submit(sync_checkpoint, cache.path)
 
     def _after_append(self, records: int) -> None:
+        self.write_failed_at = -1.0  # written: no longer failing
         self._unflushed_messages += records
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
+
+    def _write_failed(self, exc: OSError) -> KafkaError:
+        """An append failed in the file system (a full disk, a file size limit, an I/O
+        error): noted for Metadata (``failing_writes``) and logged at most once per
+        ``STORAGE_ERROR_LOG_INTERVAL_S`` with the count of refusals since the last line
+        (a full disk refuses every produce of every client). Returns the retriable error
+        to answer."""
+        now = self._clock()
+        self.write_failed_at = now
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        if now - self._write_failure_logged_at >= STORAGE_ERROR_LOG_INTERVAL_S:
+            suppressed = self._write_failures_unlogged
+            log.warning("%s: write failed, refusing the append: %s (errno %s)%s", self.name,
+                        reason, exc.errno, f"; {suppressed} more refused since the last "
+                        f"report" if suppressed else "")
+            self._write_failure_logged_at = now
+            self._write_failures_unlogged = 0
+        else:
+            self._write_failures_unlogged += 1
+        return KafkaStorageError(f"{self.name}: write failed: {reason}")
+
+    def failing_writes(self, now: float | None = None) -> bool:
+        """Whether the last write failed less than ``STORAGE_ERROR_LOG_INTERVAL_S`` ago
+        (nothing written since): Metadata answers KAFKA_STORAGE_ERROR for the partition."""
+        failed = self.write_failed_at
+        return failed >= 0 and (self._clock() if now is None else now) - failed < \
+            STORAGE_ERROR_LOG_INTERVAL_S
 
     def _maybe_roll(self, size: int, max_timestamp: int, first_offset: int,
                     last_offset: int) -> LogSegment:
@@ -719,15 +779,16 @@ class Log:
         self.leader_epoch_cache.sync()
         self._close_all(LogSegment.delete, LogSegment.close)
 
-    def detach(self) -> None:
-        """The partition is being deleted: unmap everything but keep the log descriptors
-        for reads in flight until ``release``."""
-        for segment in self.segments:
-            segment.detach()
-
-    def release(self) -> None:
-        """Close the descriptors kept by ``detach``."""
-        self._close_all(LogSegment.release, LogSegment.release)
+    def discard(self) -> None:
+        """The partition is deleted: close every descriptor and mapping now, writing
+        nothing (the files are going). A region still being sent keeps its segment's
+        descriptor (``OpenFile``) until sent. An asynchronous append under way finishes
+        first: the kernel may not have taken its write yet, so the descriptor number must
+        not be freed for reuse under it."""
+        if self._appending is not None:
+            self._appending.add_done_callback(lambda _: self.discard())
+            return
+        self._close_all(LogSegment.discard, LogSegment.discard)
 
     def _close_all(self, pending: Callable[[LogSegment], None],
                    live: Callable[[LogSegment], None]) -> None:

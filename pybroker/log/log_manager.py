@@ -10,12 +10,15 @@ Layout of ``data_dir``::
     .kafka_cleanshutdown                 present only between a clean close and the next
                                          start: the logs need no recovery scan
 
-A deleted partition's directory is renamed ``<topic>-<partition>.<uuid>-delete`` and
-removed after ``file.delete.delay.ms``, its log descriptors staying open until then for
-reads in flight; leftovers from a crash are removed by ``load``.
+A deleted partition is gone from here at once and its descriptors are closed at once
+(``Log.discard``; a region still being sent keeps its own); its directory is renamed
+``<topic>-<partition>.<uuid>-delete`` and removed ``file.delete.delay.ms`` later by the
+``LogDeleter``, off the event loop. Leftovers of a stop before the removal are removed
+after ``load``, in the background.
 
-Thread-safety: not thread-safe; the broker's event loop calls everything. One background
-thread (``flusher``) fsyncs rolled segments, as Kafka's scheduler does.
+Thread-safety: not thread-safe; the broker's event loop calls everything. Background
+threads: ``flusher`` fsyncs rolled segments, as Kafka's scheduler does, and the
+``LogDeleter`` renames and removes deleted partition directories.
 """
 
 from __future__ import annotations
@@ -23,9 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -40,6 +41,7 @@ from pybroker.log.checkpoints import (
 )
 from pybroker.log.log import Log
 from pybroker.log.log_config import LogConfig
+from pybroker.log.log_deleter import LogDeleter
 
 log = logging.getLogger("pybroker.log")
 
@@ -57,7 +59,7 @@ class LogManager:
         self.data_dir = data_dir
         self._clock = clock
         self._logs: dict[tuple[str, int], Log] = {}
-        self._doomed: list[tuple[int, Log, str]] = []   # (due ms, log, renamed dir)
+        self._deleter = LogDeleter(data_dir)
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="pybroker-log-flush")
         self._last_checkpoint_ms = self._now_ms()
         os.makedirs(data_dir, exist_ok=True)
@@ -92,7 +94,7 @@ class LogManager:
                 continue
             if _DELETED_DIR.match(name):
                 log.info("removing partition directory left from a deletion: %s", name)
-                shutil.rmtree(path, ignore_errors=True)
+                self._deleter.remove(path)
                 continue
             match = _PARTITION_DIR.match(name)
             if match is None:
@@ -127,6 +129,7 @@ class LogManager:
             return found
         if not _TOPIC.match(topic) or topic in (".", "..") or partition < 0:
             raise InvalidTopicError(f"illegal topic or partition {topic!r}/{partition}")
+        self.finish_deletions(topic)  # a deleted log's directory may still have this name
         path = self._path(f"{topic}-{partition}")
         created = Log(path, config or LogConfig(), clock=self._clock, flusher=self._flusher)
         if sync_dir:
@@ -136,34 +139,29 @@ class LogManager:
         return created
 
     def sync_data_dir(self) -> None:
-        """Make the creation of partition directories durable (after sync_dir=False)."""
+        """Make the creation of partition directories durable (after sync_dir=False).
+        Safe on any thread (callers run it off the event loop)."""
         fsync_dir(self.data_dir)
 
     def delete(self, topic: str, partition: int) -> bool:
-        """Remove a partition: renamed at once, files removed after the delete delay."""
+        """Remove a partition: gone from here and its descriptors closed at once, its
+        directory renamed in the background and removed ``file.delete.delay.ms`` later."""
         doomed = self._logs.pop((topic, partition), None)
         if doomed is None:
             return False
-        doomed.detach()
-        renamed = f"{doomed.directory}.{uuid.uuid4().hex}-delete"
-        os.rename(doomed.directory, renamed)
-        fsync_dir(self.data_dir)
-        log.info("deleting log %s (as %s)", doomed.directory, os.path.basename(renamed))
-        self._doomed.append((self._now_ms() + doomed.config.file_delete_delay_ms, doomed,
-                             renamed))
-        self._remove_doomed(self._now_ms())
+        doomed.discard()
+        self._deleter.delete(doomed.directory, doomed.config.file_delete_delay_ms)
         return True
 
-    def _remove_doomed(self, now_ms: int | None) -> None:
-        """Close and remove deleted partitions whose delay passed (all if now_ms is None)."""
-        keep = []
-        for due, doomed, path in self._doomed:
-            if now_ms is None or due <= now_ms:
-                doomed.release()
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                keep.append((due, doomed, path))
-        self._doomed = keep
+    def finish_deletions(self, topic: str) -> None:
+        """Make the deletion of ``topic``'s partition directories durable now (a topic is
+        created again under its name): renamed and the data directory fsynced."""
+        self._deleter.finish(topic)
+
+    def deletion_pending(self, topic: str) -> bool:
+        """Whether a directory of deleted ``topic`` may still reappear after a crash (its
+        rename is not yet done or not yet durable)."""
+        return self._deleter.pending(topic)
 
     def logs(self) -> Iterator[tuple[tuple[str, int], Log]]:
         return iter(list(self._logs.items()))
@@ -171,13 +169,12 @@ class LogManager:
     # -- periodic work ---------------------------------------------------------------------
 
     def run_retention(self) -> int:
-        """Apply retention to every log and finish due deletions; returns the number of
-        segments deleted. The broker calls this every ``log.retention.check.interval.ms``."""
+        """Apply retention to every log; returns the number of segments deleted. The
+        broker calls this every ``log.retention.check.interval.ms``."""
         deleted = 0
         for _, partition_log in self.logs():
             deleted += partition_log.delete_old_segments()
             partition_log.delete_expired_files()
-        self._remove_doomed(self._now_ms())
         return deleted
 
     def flush_due(self) -> None:
@@ -211,7 +208,7 @@ class LogManager:
         for _, partition_log in self.logs():
             partition_log.close()
         self._logs.clear()
-        self._remove_doomed(None)
+        self._deleter.close()
         if clean:
             with open(self._path(CLEAN_SHUTDOWN_FILE), "wb") as f:
                 os.fsync(f.fileno())

@@ -5,7 +5,8 @@ Files are named by the segment's base offset, 20 digits zero-padded (Kafka's
 exactly as producers sent them with offsets stamped, from offset 1500 on.
 
 Appends go through the native ``Appender`` (io_uring or pwritev) at the end position this
-object tracks, so no file offset is shared with readers. Reads never copy data: they
+object tracks, so no file offset is shared with readers. A failed write is cut back out
+of the file and its ``OSError`` raised (the ``Log`` reports it). Reads never copy data: they
 answer ``(position, length)`` ranges of the open ``.log`` descriptor, and find those
 positions with native header walks over a read-only mmap of the file (``_view``). The
 mmap covers the bytes written when it was made and is remade, lazily, when a read needs
@@ -23,7 +24,6 @@ import logging
 import mmap
 import os
 import struct
-from typing import NoReturn
 
 from pybroker._native.appender import Appender
 from pybroker._native.records import (
@@ -195,8 +195,9 @@ class LogSegment:
         position = self.size
         try:
             written = (self._appender or self._appender_for_writes()).append(buffers, position)
-        except OSError as exc:
-            self._failed_write(position, exc)
+        except OSError:
+            self._cut_back(position)
+            raise
         self._appended(position, written, nbytes, last_offset, max_timestamp,
                        offset_entries, entries_base, record_count)
         return position
@@ -222,8 +223,9 @@ class LogSegment:
         position = self.size
         try:
             written = await self._appender_for_writes().append_async(buffers, position)
-        except OSError as exc:
-            self._failed_write(position, exc)
+        except OSError:
+            self._cut_back(position)
+            raise
         return position, written
 
     def appended_async(self, position: int, written: int, nbytes: int, last_offset: int,
@@ -248,12 +250,12 @@ class LogSegment:
         """An asynchronous write to this segment is still in the kernel's hands."""
         return self._appender is not None and self._appender.writing
 
-    def _failed_write(self, position: int, exc: OSError) -> NoReturn:
-        # part of the bytes may be in the file: cut back to the last good batch (unless
-        # the segment was closed or cut shorter while an asynchronous write was out)
+    def _cut_back(self, position: int) -> None:
+        """A write failed: part of its bytes may be in the file, cut back to the last good
+        batch (unless the segment was closed or cut shorter while an asynchronous write
+        was out)."""
         if self.fd >= 0 and self.size >= position:
             os.ftruncate(self.fd, position)
-        raise KafkaStorageError(f"{self.path(LOG_SUFFIX)}: append failed: {exc}") from exc
 
     def _appended(self, position: int, written: int, nbytes: int, last_offset: int,
                   max_timestamp: int, offset_entries: bytes | None, entries_base: int,
@@ -453,14 +455,10 @@ class LogSegment:
         except FileNotFoundError:
             pass
 
-    def detach(self) -> None:
-        """Unmap the indexes but keep the log descriptor open (the partition directory is
-        being deleted; reads in flight keep working until ``release``)."""
+    def discard(self) -> None:
+        """Close the files without writing anything (the partition is deleted)."""
         self.offset_index.unmap()
         self.time_index.unmap()
-        self._view = None
-
-    def release(self) -> None:
         self._close_log()
 
     def close(self) -> None:

@@ -3,9 +3,11 @@
 Both answer per topic, as Kafka's controller does (``ControllerApis`` /
 ``ReplicationControlManager``): a topic named twice in one request gets INVALID_REQUEST and
 is not acted on; an unknown name UNKNOWN_TOPIC_OR_PARTITION, an unknown id (DeleteTopics
-v6) UNKNOWN_TOPIC_ID. Deleting a topic removes its logs and its persisted config
-(``TopicManager.delete``); with ``delete.topic.enable=false`` every topic gets
-TOPIC_DELETION_DISABLED.
+v6) UNKNOWN_TOPIC_ID. Deleting a topic removes its logs and its persisted config; one
+node deletes all the topics of a request together (``TopicManager.delete_async``: one
+write of ``topics.json``, durable before the answer, the logs closed a slice at a time and
+their files removed off the event loop); with ``delete.topic.enable=false`` every topic
+gets TOPIC_DELETION_DISABLED.
 
 CreatePartitions only grows a topic: a count at or below the current one (the declared one,
 while a topic is still being created) is INVALID_PARTITIONS, and so is one above
@@ -74,7 +76,9 @@ async def _delete_in_cluster(ctx: RequestContext, name: str | None, topic_id: uu
 
 
 async def _delete_one(ctx: RequestContext, name: str | None, topic_id: uuid.UUID,
-                      duplicated: bool) -> dict[str, Any]:
+                      duplicated: bool, deleting: dict[str, None]) -> dict[str, Any]:
+    """The answer for one topic, or on one node the topic's answer if its deletion (by
+    the caller, with the request's others: ``deleting``) succeeds."""
     topics = ctx.broker.topics
     result = {"name": name, "topic_id": topic_id}
     if (name is None) == (topic_id == ZERO_UUID):
@@ -91,16 +95,13 @@ async def _delete_one(ctx: RequestContext, name: str | None, topic_id: uuid.UUID
     if ctx.broker.cluster is not None:
         return await _delete_in_cluster(ctx, name, topic_id, result)
     topic = topics.get(name) if name is not None else topics.by_id(topic_id)
-    if topic is None:
+    if topic is None or topic.name in deleting:  # (named by name and by id: deleted once)
         if name is None:
             return {**result, "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
                     "error_message": f"Topic id {topic_id} does not exist."}
         return {**result, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 "error_message": f"Topic '{name}' does not exist."}
-    try:
-        topics.delete(topic.name)
-    except KafkaError as exc:
-        return {**result, **error_fields(exc)}
+    deleting[topic.name] = None
     return {"name": topic.name, "topic_id": topic.topic_id, **_ok()}
 
 
@@ -108,9 +109,12 @@ async def _delete_one(ctx: RequestContext, name: str | None, topic_id: uuid.UUID
 async def delete_topics(ctx: RequestContext, request: dict) -> dict:
     targets = _delete_targets(ctx, request)
     seen = Counter(name if name is not None else topic_id for name, topic_id in targets)
+    deleting: dict[str, None] = {}  # names, in request order
     responses = [await _delete_one(ctx, name, topic_id,
-                                   seen[name if name is not None else topic_id] > 1)
+                                   seen[name if name is not None else topic_id] > 1, deleting)
                  for name, topic_id in targets]
+    if deleting:
+        await ctx.broker.topics.delete_async(list(deleting))
     return {"throttle_time_ms": 0, "responses": responses}
 
 

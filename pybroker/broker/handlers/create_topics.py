@@ -10,9 +10,10 @@ INVALID_PARTITIONS (so are more than ``MAX_PARTITIONS_PER_TOPIC``, 10,000), a re
 factor other than 1 (this is one node)
 INVALID_REPLICATION_FACTOR, manual assignments naming other brokers
 INVALID_REPLICA_ASSIGNMENT, a bad config INVALID_CONFIG. -1 partitions or replication
-factor (v4+) take the broker defaults. v5+ answers the effective configs. Partition logs
-are created a slice at a time (``TopicManager.create_async``), so other clients are served
-while a large topic is created.
+factor (v4+) take the broker defaults. v5+ answers the effective configs. The request's
+topics are recorded together (one write of ``topics.json``) and their logs created a slice
+at a time (``TopicManager.create_all_async``), so other clients are served while many
+topics, or a large one, are created.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
+from pybroker.broker.topic_manager import NewTopic
 from pybroker.errors import ErrorCode, InvalidRequestError, KafkaError
 from pybroker.net.protocol.codec import ZERO_UUID
 
@@ -79,47 +81,69 @@ async def _create_in_cluster(ctx: RequestContext, item: dict, partitions: int,
                                     assignment)
 
 
-async def _create(ctx: RequestContext, item: dict, validate_only: bool) -> dict[str, Any]:
-    topics = ctx.broker.topics
-    name = item["name"]
+def _new_topic(ctx: RequestContext, item: dict) -> NewTopic:
+    """(name, partitions, replication factor, configs) asked for by ``item``."""
     partitions, replication = item["num_partitions"], item["replication_factor"]
     if item.get("assignments") and ctx.broker.cluster is None:
         partitions, replication = _from_assignments(item, ctx.broker.broker_id)
     configs = {c["name"]: c["value"] for c in item.get("configs") or ()}
-    if ctx.broker.cluster is not None:
-        topic_id, partitions, replication, overrides = await _create_in_cluster(
-            ctx, item, partitions, replication, configs, validate_only)
-    elif validate_only:
-        partitions, _, overrides = topics.check_new(name, partitions, replication, configs)
-        topic_id = ZERO_UUID
-    else:
-        topic = await topics.create_async(name, partitions, replication, configs)
-        overrides, topic_id, partitions = topic.overrides, topic.topic_id, \
-            topics.partition_count(topic)
-        replication = 1
+    return item["name"], partitions, replication, configs
+
+
+def _answer(ctx: RequestContext, name: str, topic_id: Any, partitions: int, replication: int,
+            overrides: dict[str, str]) -> dict[str, Any]:
     return {
         "name": name, "topic_id": topic_id, "error_code": ErrorCode.NONE,
         "error_message": None, "num_partitions": partitions, "replication_factor": replication,
         "configs": [{"name": key, "value": value, "read_only": False, "config_source": source,
                      "is_sensitive": False}
-                    for key, value, source in topics.describe_config(overrides)],
+                    for key, value, source in ctx.broker.topics.describe_config(overrides)],
     }
+
+
+def _failed(name: str, exc: KafkaError) -> dict[str, Any]:
+    return {"name": name, "topic_id": ZERO_UUID, "error_code": exc.code,
+            "error_message": str(exc), "num_partitions": -1, "replication_factor": -1,
+            "configs": []}
+
+
+async def _create_one(ctx: RequestContext, item: dict, validate_only: bool) -> dict[str, Any]:
+    """A topic checked only (``validate_only``) or created in the cluster."""
+    name, partitions, replication, configs = _new_topic(ctx, item)
+    if ctx.broker.cluster is not None:
+        topic_id, partitions, replication, overrides = await _create_in_cluster(
+            ctx, item, partitions, replication, configs, validate_only)
+    else:
+        partitions, _, overrides = ctx.broker.topics.check_new(name, partitions, replication,
+                                                               configs)
+        topic_id = ZERO_UUID
+    return _answer(ctx, name, topic_id, partitions, replication, overrides)
 
 
 @handler(api_key=19, versions=(0, 7))
 async def create_topics(ctx: RequestContext, request: dict) -> dict:
     items = request["topics"] or []
+    validate_only = request.get("validate_only", False)
+    topics = ctx.broker.topics
     counts = collections.Counter(item["name"] for item in items)
-    results = []
+    results: list[dict[str, Any]] = []
+    creating: list[tuple[int, NewTopic]] = []  # (slot in results, topic): created together
     for item in items:
         try:
             if counts[item["name"]] > 1:
                 raise InvalidRequestError(f"Create topics request from client "
                                           f"`{ctx.client_id}` contains multiple entries for "
                                           f"the following topics: {item['name']}")
-            results.append(await _create(ctx, item, request.get("validate_only", False)))
+            if ctx.broker.cluster is None and not validate_only:
+                creating.append((len(results), _new_topic(ctx, item)))
+                results.append({})
+            else:
+                results.append(await _create_one(ctx, item, validate_only))
         except KafkaError as exc:
-            results.append({"name": item["name"], "topic_id": ZERO_UUID, "error_code": exc.code,
-                            "error_message": str(exc), "num_partitions": -1,
-                            "replication_factor": -1, "configs": []})
+            results.append(_failed(item["name"], exc))
+    if creating:
+        created = await topics.create_all_async([new for _, new in creating])
+        for (slot, (name, *_)), topic in zip(creating, created, strict=True):
+            results[slot] = _failed(name, topic) if isinstance(topic, KafkaError) else _answer(
+                ctx, name, topic.topic_id, topics.partition_count(topic), 1, topic.overrides)
     return {"throttle_time_ms": 0, "topics": results}

@@ -1,11 +1,24 @@
 """Metadata (key 3): brokers, cluster id, and topics with their partitions and ids.
 
-This broker leads every partition with an ISR of itself. A requested topic that does not
-exist is created with the defaults when both ``auto.create.topics.enable`` and the
-request's ``allow_auto_topic_creation`` allow it (answered at once with the new topic,
-where Kafka would say LEADER_NOT_AVAILABLE until a leader is elected: there is nothing to
-elect here), else UNKNOWN_TOPIC_OR_PARTITION; an illegal name gets INVALID_TOPIC_EXCEPTION.
-Topics asked for by id (v10+) that do not exist get UNKNOWN_TOPIC_ID.
+This broker leads every partition with an ISR of itself. Requested topics that do not
+exist are created with the defaults when both ``auto.create.topics.enable`` and the
+request's ``allow_auto_topic_creation`` allow it, all of one request together
+(``TopicManager.auto_create_async``: one write of topics.json, logs a slice at a time), and
+answered once created, where Kafka would say LEADER_NOT_AVAILABLE until a leader is
+elected: there is nothing to elect here. Else UNKNOWN_TOPIC_OR_PARTITION; an illegal name
+gets INVALID_TOPIC_EXCEPTION. Topics asked for by id (v10+) that do not exist get
+UNKNOWN_TOPIC_ID.
+
+A partition whose last write failed in the file system less than a minute ago, nothing
+written since (``Log.failing_writes``: a full disk, an I/O error), is answered with
+KAFKA_STORAGE_ERROR, its leader still given: Kafka has no such state (a failed log
+directory goes offline, and a single node shuts down), and this is how ``pybroker topic
+describe`` and any Metadata reader see that the broker refuses writes there. Clients keep
+the leader and retry: librdkafka and kafka-python/aiokafka ignore a partition's error
+code in Metadata (only topic-level errors drop leaders), and Java's client treats
+KafkaStorageException as invalid metadata, refreshing it while it keeps the partition.
+DescribeLogDirs was the other way to say it, but it reports a whole directory offline,
+no partition at a time, and confluent-kafka's admin client does not offer it.
 
 Cluster mode: the answer comes from the MetadataCache (the controller's UpdateMetadata):
 live brokers, the controller, and per partition its leader (-1 with LEADER_NOT_AVAILABLE
@@ -36,7 +49,10 @@ def describe_topic(topic: Topic, broker_id: int) -> dict[str, Any]:
     return {
         "error_code": ErrorCode.NONE, "name": topic.name, "topic_id": topic.topic_id,
         "is_internal": topic.internal,
-        "partitions": [{"error_code": ErrorCode.NONE, "partition_index": p.index,
+        "partitions": [{"error_code": ErrorCode.KAFKA_STORAGE_ERROR
+                        if p.log.write_failed_at >= 0 and p.log.failing_writes()
+                        else ErrorCode.NONE,
+                        "partition_index": p.index,
                         "leader_id": broker_id, "leader_epoch": p.leader_epoch,
                         "replica_nodes": replicas, "isr_nodes": replicas,
                         "offline_replicas": []} for p in topic.partitions],
@@ -61,7 +77,7 @@ def _missing(name: str | None, topic_id: uuid.UUID, code: int) -> dict[str, Any]
 
 
 def _lookup(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
-            allow_create: bool) -> dict[str, Any]:
+            created: dict[str, Topic | KafkaError]) -> dict[str, Any]:
     topics = ctx.broker.topics
     if name is None:  # by id (v10+); the response's name is nullable from v12 only
         topic = topics.by_id(topic_id) if topic_id and topic_id != ZERO_UUID else None
@@ -73,12 +89,27 @@ def _lookup(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
     if topic is None:
         try:
             validate_topic_name(name)
-            topic = topics.auto_create(name) if allow_create else None
         except KafkaError as exc:
             return _missing(name, ZERO_UUID, exc.code)
-        if topic is None:
-            return _missing(name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        failed = created.get(name)
+        return _missing(name, ZERO_UUID, failed.code if isinstance(failed, KafkaError)
+                        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     return describe_topic(topic, ctx.broker.broker_id)
+
+
+async def _auto_create(ctx: RequestContext, requested: list[dict]) -> dict[str, Topic | KafkaError]:
+    """Create the unknown topics named in the request, all together (one write of
+    topics.json, logs a slice at a time); what failed, by name."""
+    topics = ctx.broker.topics
+    unknown = []
+    for name in dict.fromkeys(t.get("name") for t in requested):
+        if name is not None and topics.get(name) is None:
+            try:
+                validate_topic_name(name)
+            except KafkaError:
+                continue  # answered INVALID_TOPIC_EXCEPTION
+            unknown.append(name)
+    return await topics.auto_create_async(unknown) if unknown else {}
 
 
 def _cluster_lookup(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
@@ -162,8 +193,9 @@ async def metadata(ctx: RequestContext, request: dict) -> dict:
     if requested is None or (ctx.api_version == 0 and not requested):
         topics = [describe_topic(t, broker.broker_id) for t in broker.topics.topics()]
     else:
-        allow = request.get("allow_auto_topic_creation", True)
-        topics = [_lookup(ctx, t.get("name"), t.get("topic_id"), allow) for t in requested]
+        created = (await _auto_create(ctx, requested)
+                   if request.get("allow_auto_topic_creation", True) else {})
+        topics = [_lookup(ctx, t.get("name"), t.get("topic_id"), created) for t in requested]
     return {
         "throttle_time_ms": 0,
         "brokers": [{"node_id": broker.broker_id, "host": host, "port": port, "rack": None}],
