@@ -86,6 +86,19 @@ class Context:
                 raise RuntimeError(f"JoinGroup {group}: {error}")
             time.sleep(0.2)
 
+    def wait_producible(self, topic: str, partitions: int) -> None:
+        """Until one record goes to every partition: Kafka names a leader in Metadata a
+        moment before the partition takes produces (NOT_LEADER_OR_FOLLOWER meanwhile)."""
+        batch = encode_batch([b"ready"])
+        body = wire.produce_body({(topic, p): batch for p in range(partitions)})
+        started = time.monotonic()
+        with self.connect(ADMIN_DEADLINE) as conn:
+            while errors := [e for e in wire.produce_errors(conn.request(wire.PRODUCE, body))
+                             if e]:
+                if time.monotonic() - started > READY_DEADLINE:
+                    raise TimeoutError(f"{topic} refuses produces: {wire.count_errors(errors)}")
+                time.sleep(0.2)
+
     def wait_topics_ready(self, names: list[str], partitions: int,
                           deadline: float = READY_DEADLINE) -> float:
         """Seconds until Metadata names every topic with all its partitions led."""
@@ -301,6 +314,7 @@ class Bomb(Pattern):
         if "NONE" not in errors:
             raise RuntimeError(f"could not create {self.topic}: {errors}")
         self.ctx.wait_topics_ready([self.topic], self.PARTITIONS)
+        self.ctx.wait_producible(self.topic, self.PARTITIONS)
 
     def build_batch(self) -> bytes:
         value = bytes(min(self.value_size, MAX_DECOMPRESSED_SIZE - 64))
@@ -556,11 +570,13 @@ class FdExhaustion(Pattern):
         limit = watch.fd_limit()
         own_room = raise_fd_limit() - len(os.listdir("/proc/self/fd")) - self.OWN_RESERVE
         target = min(self.count or (limit or 0) + 256, own_room)
+        opening = time.monotonic_ns()
         self.socks, stopped = open_sockets(self.ctx.bootstrap, target)
         self.connections = len(self.socks)
         # The kernel completes connections the broker has not accepted yet (its backlog):
-        # the broker's own count is read once it stops growing.
-        fds = _settled(watch.fd_count)
+        # its count is read once it stops growing, as the most sampled (it may have died).
+        _plateau(watch.fd_count)
+        fds = watch.peak(opening, time.monotonic_ns())["fds"]
         cpu0, log0, t0 = watch.snapshot()["cpu_s"], watch.log_size(), time.monotonic()
         self.hold()
         cpu1, held = watch.snapshot()["cpu_s"], time.monotonic() - t0
@@ -592,15 +608,13 @@ class FdExhaustion(Pattern):
                    f"after {recovered:.1f} s" if recovered is not None else "never")
 
 
-def _settled(read: Callable[[], int | None], timeout: float = 10.0) -> int | None:
-    """``read()`` once it has not changed for a second (or after ``timeout``)."""
+def _plateau(read: Callable[[], int | None], timeout: float = 10.0) -> None:
+    """Until ``read()`` has not changed for a second (or ``timeout`` passed)."""
     value, since, started = read(), time.monotonic(), time.monotonic()
     while time.monotonic() - since < 1.0 and time.monotonic() - started < timeout:
         time.sleep(0.2)
-        now = read()
-        if now != value:
+        if (now := read()) != value:
             value, since = now, time.monotonic()
-    return value
 
 
 def _new_connection_served(bootstrap: str) -> bool:

@@ -136,7 +136,7 @@ class Session:
                       p99_ratio=None, cpu_seconds=None, log_bytes=None,
                       rss_growth_per_connection_kib=None, details=pattern.details,
                       alive=watch.alive())
-        result["fds"] = {"before": before.get("fds"), "after": after["fds"]}
+        result["fds"] = {"before": before.get("fds"), "peak": None, "after": after["fds"]}
         result["rss_kb"] = {"before": before.get("rss_kb"), "peak": None,
                             "after": after["rss_kb"]}
         if t_run is None:  # setup failed: nothing was measured
@@ -150,9 +150,11 @@ class Session:
         if None not in (ran["log_bytes"], before["log_bytes"]):
             result["log_bytes"] = ran["log_bytes"] - before["log_bytes"]
         # A run shorter than the sampling period may hold no sample: the snapshots count.
-        peak = max(filter(None, (watch.peak_rss_kb(t_run, t_cleaned), before["rss_kb"],
-                                 ran["rss_kb"])), default=None)
-        result["rss_kb"]["peak"] = peak
+        sampled = watch.peak(t_run, t_cleaned)
+        for key in ("rss_kb", "fds"):
+            result[key]["peak"] = max(filter(None, (sampled[key], before[key], ran[key])),
+                                      default=None)
+        peak = result["rss_kb"]["peak"]
         if pattern.per_connection and pattern.connections and peak and before["rss_kb"]:
             result["rss_growth_per_connection_kib"] = round(
                 (peak - before["rss_kb"]) / pattern.connections, 1)

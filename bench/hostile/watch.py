@@ -1,8 +1,9 @@
 """The broker as the host sees it: memory, CPU, descriptors, sockets and its log.
 
-A thread samples VmRSS and CPU ticks (``bench.driver.procstat.BrokerProbe``) every
-``PERIOD`` seconds for the whole session, so the peak of any window can be read back
-afterwards. The rest is read when asked: descriptors (/proc/PID/fd), the descriptor limit
+A thread samples VmRSS (``bench.driver.procstat.BrokerProbe``) and open descriptors
+(/proc/PID/fd) every ``PERIOD`` seconds for the whole session, so the peak of any window
+can be read back afterwards, even after the broker died. The rest is read when asked: CPU
+seconds, descriptors, the descriptor limit
 (/proc/PID/limits), sockets in CLOSE_WAIT on the broker's port from given client ports
 (/proc/net/tcp and tcp6: connections the client closed and the broker has not), and the
 size and new text of its log file. Everything is by pid (and port), so the broker may be
@@ -30,7 +31,7 @@ class BrokerWatch:
         self.pid = pid
         self.port = port
         self.log_path = log_path
-        self.samples: list[tuple[int, int, int]] = []  # (monotonic ns, VmRSS kB, CPU ticks)
+        self.samples: list[tuple[int, int, int]] = []  # (monotonic ns, VmRSS kB, fds)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="broker-watch", daemon=True)
 
@@ -47,11 +48,10 @@ class BrokerWatch:
             if not self.alive():
                 continue
             try:
-                ticks = self.probe.cpu_ticks()
                 rss = self.probe.memory_kb().get("VmRSS", 0)
-            except OSError:  # it ended between the two reads
+            except OSError:  # it ended since
                 continue
-            self.samples.append((time.monotonic_ns(), rss, ticks))
+            self.samples.append((time.monotonic_ns(), rss, self.fd_count() or 0))
 
     def alive(self) -> bool:
         """Running (a zombie, an unreaped child that ended, is not)."""
@@ -64,9 +64,11 @@ class BrokerWatch:
             pass
         return False
 
-    def peak_rss_kb(self, t0_ns: int, t1_ns: int) -> int | None:
-        inside = [rss for t, rss, _ in self.samples if t0_ns <= t <= t1_ns]
-        return max(inside) if inside else None
+    def peak(self, t0_ns: int, t1_ns: int) -> dict[str, int | None]:
+        """The largest VmRSS (kB) and descriptor count sampled in [t0, t1]."""
+        inside = [(rss, fds) for t, rss, fds in self.samples if t0_ns <= t <= t1_ns]
+        return {"rss_kb": max((r for r, _ in inside), default=None),
+                "fds": max((f for _, f in inside), default=None)}
 
     def snapshot(self) -> dict[str, Any]:
         """Resident set (kB), CPU seconds so far, open descriptors and log size, now."""

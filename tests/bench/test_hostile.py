@@ -48,8 +48,9 @@ def test_patterns_against_pybroker(broker: Any, tmp_path: Any) -> None:
         assert pattern["error"] is None and pattern["alive"], pattern
         assert pattern["count"] == PATTERNS[pattern["pattern"]]
         check_canary(pattern["canary"])
-        rss = pattern["rss_kb"]
-        assert 0 < rss["before"] <= rss["peak"] and rss["after"] > 0
+        for figure in ("rss_kb", "fds"):
+            values = pattern[figure]
+            assert 0 < values["before"] <= values["peak"] and values["after"] > 0, figure
         assert pattern["cpu_seconds"] >= 0 and pattern["log_bytes"] >= 0
         assert f"| {pattern['pattern']} | broker |" in done.stdout
     by_name = {p["pattern"]: p for p in result["patterns"]}
