@@ -40,7 +40,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shlex
 import signal
 import statistics
@@ -54,13 +53,13 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
+from bench.driver.local_broker import LocalBroker
 from bench.driver.procstat import CLOCK_TICKS, BrokerProbe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = "pybroker-spark-ingest/1"
 WRITERS = {"A": "pybroker", "B": "arrow-count (ceiling)", "C": "confluent foreachPartition"}
 TARGET_A_OF_B, TARGET_A_OVER_C = 0.70, 5.0
-READY = re.compile(r"ready: listening on (\S+):(\d+)")
 WARMUP_ROWS = 20_000
 # Frames of the writer's steps in a Spark Python worker, for --profile: (label, the
 # substrings a folded stack must all hold). Shares are inclusive, of the samples of the
@@ -153,56 +152,6 @@ def confluent_partition_writer(bootstrap: str, topic: str):
 
 # -- the broker ------------------------------------------------------------------------------
 
-class Broker:
-    """``python3 -m pybroker serve`` on a free loopback port with a temporary data dir."""
-
-    def __init__(self, workdir: str) -> None:
-        self.data_dir = os.path.join(workdir, "data")
-        self.log_path = os.path.join(workdir, "broker.log")
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.bootstrap = ""
-
-    def start(self, timeout: float = 60.0) -> Broker:
-        env = dict(os.environ,
-                   PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pybroker", "serve", "--data-dir", self.data_dir,
-                 "--listen", "127.0.0.1:0"],
-                stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=ROOT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            match = READY.search(self.log_text())
-            if match:
-                self.bootstrap = f"{match.group(1)}:{match.group(2)}"
-                return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"broker did not start:\n{self.log_text()[-3000:]}")
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None, "broker not started"
-        return self.proc.pid
-
-    def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        code, self.proc = self.proc.returncode, None
-        return code
-
-    def log_text(self) -> str:
-        with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
@@ -368,7 +317,7 @@ def profile_markdown(folded: str, command: str) -> str:
 
 
 class IngestBench:
-    def __init__(self, args: argparse.Namespace, spark, broker: Broker, workdir: str,
+    def __init__(self, args: argparse.Namespace, spark, broker: LocalBroker, workdir: str,
                  command: str) -> None:
         self.args, self.spark, self.broker, self.workdir = args, spark, broker, workdir
         self.command = command
@@ -612,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     machine = machine_facts()
     with tempfile.TemporaryDirectory(prefix="pybroker-spark-ingest-") as workdir:
-        broker = Broker(workdir).start()
+        broker = LocalBroker(workdir).start()
         spark = None
         try:
             spark = start_spark(args)
