@@ -37,6 +37,7 @@ import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pybroker.broker import handlers as handler_registry
@@ -85,6 +86,8 @@ class Broker:
         self._shutdown_begin: list[ShutdownHook] = []
         self._stopped = asyncio.Event()
         self._stats_path = config["stats.file"] or os.path.join(self.data_dir, STATS_FILE)
+        # periodic durable writes of broker files, in order, off the event loop
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="pybroker-files")
         self._stats_seq = 0
         self._stats_last: tuple[int, ...] = ()
 
@@ -145,7 +148,7 @@ class Broker:
             self._every(self.config["log.retention.check.interval.ms"], self._retention),
             self._every(self.config["log.flush.scheduler.interval.ms"], self.logs.flush_due),
             self._every(self.config["stats.interval.ms"], self.write_stats),
-            self._every(60_000, self._snapshot_producer_state),
+            self._every(60_000, self._snapshot_producer_state_soon),
         )]
         return bound
 
@@ -238,6 +241,7 @@ class Broker:
         if self.cluster is not None:
             await self.cluster.stop()  # the fetchers stop appending before the logs close
         await self._run_hooks(handler_registry.SHUTDOWN)
+        self._writer.shutdown(wait=True)
         if self.logs is not None:
             self._snapshot_producer_state()
             self.logs.close(clean=True)
@@ -251,6 +255,16 @@ class Broker:
     # producer state snapshots ---------------------------------------------------------
 
     def _snapshot_producer_state(self) -> None:
+        """Write the snapshot now (at shutdown, once the background writer is done)."""
+        write_json(os.path.join(self.data_dir, SNAPSHOT_FILE), self._producer_state())
+
+    def _snapshot_producer_state_soon(self) -> None:
+        """The periodic snapshot: taken on the loop, written (an fsynced file replacement,
+        up to seconds on a busy disk) by the background writer thread."""
+        self._writer.submit(write_json, os.path.join(self.data_dir, SNAPSHOT_FILE),
+                            self._producer_state())
+
+    def _producer_state(self) -> dict[str, Any]:
         state = {}
         expire_before = int(time.time() * 1000) - self.config["producer.id.expiration.ms"]
         for p in self.topics.partitions():
@@ -258,7 +272,7 @@ class Broker:
             snapshot = p.producer_snapshot()
             if snapshot is not None:
                 state[f"{p.topic}-{p.index}"] = snapshot
-        write_json(os.path.join(self.data_dir, SNAPSHOT_FILE), state)
+        return state
 
     def _restore_producer_state(self) -> None:
         snapshot = read_json(os.path.join(self.data_dir, SNAPSHOT_FILE), {}) or {}

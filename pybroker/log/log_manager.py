@@ -184,18 +184,35 @@ class LogManager:
             partition_log.flush_if_due()
         now = self._now_ms()
         if now - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS:
-            self.checkpoint()
+            self.checkpoint_soon()
 
     def checkpoint(self) -> None:
-        """Write the recovery point, log start and high watermark checkpoint files."""
+        """Write the recovery point, log start and high watermark checkpoint files now."""
+        self._write_checkpoints(self._checkpoint_offsets())
+
+    def checkpoint_soon(self) -> None:
+        """``checkpoint`` with the offsets of now, written by the flusher thread: three
+        fsynced file replacements cost the event loop up to seconds on a busy disk.
+        The flusher writes them in order, and ``close`` waits for it before its own."""
+        offsets = self._checkpoint_offsets()
+        self._flusher.submit(self._write_checkpoints_logged, offsets)
+
+    def _checkpoint_offsets(self) -> dict[str, dict[tuple[str, int], int]]:
         logs = self._logs.items()
-        write_offsets(self._path(RECOVERY_POINT_FILE),
-                      {key: lg.recovery_point for key, lg in logs})
-        write_offsets(self._path(LOG_START_OFFSET_FILE),
-                      {key: lg.log_start_offset for key, lg in logs})
-        write_offsets(self._path(HIGH_WATERMARK_FILE),
-                      {key: lg.high_watermark for key, lg in logs})
         self._last_checkpoint_ms = self._now_ms()
+        return {RECOVERY_POINT_FILE: {key: lg.recovery_point for key, lg in logs},
+                LOG_START_OFFSET_FILE: {key: lg.log_start_offset for key, lg in logs},
+                HIGH_WATERMARK_FILE: {key: lg.high_watermark for key, lg in logs}}
+
+    def _write_checkpoints(self, offsets: dict[str, dict[tuple[str, int], int]]) -> None:
+        for name, entries in offsets.items():
+            write_offsets(self._path(name), entries)
+
+    def _write_checkpoints_logged(self, offsets: dict[str, dict[tuple[str, int], int]]) -> None:
+        try:
+            self._write_checkpoints(offsets)
+        except OSError as exc:
+            log.error("writing the offset checkpoints in %s failed: %s", self.data_dir, exc)
 
     def close(self, clean: bool = True) -> None:
         """Close every log. ``clean``: flush them, write the checkpoints and the

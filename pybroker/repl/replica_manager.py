@@ -62,7 +62,7 @@ class ReplicaManager:
             asyncio.create_task(self._every(lag_ms / 2, self._shrink_isrs)),
             asyncio.create_task(self._every(
                 self.config["replica.high.watermark.checkpoint.interval.ms"],
-                self.broker.logs.checkpoint)),
+                self.broker.logs.checkpoint_soon)),
         ]
 
     async def stop(self) -> None:
