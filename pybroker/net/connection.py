@@ -31,12 +31,12 @@ sendfile/splice on the socket's fd and must wait for writability itself; asyncio
 refuse ``add_writer`` on an fd a transport owns, and a transport's write buffer would have
 to be drained before every sendfile anyway.
 
-Ordering and fairness. Requests are handled one at a time by the connection's worker task,
-and each response is fully written before the next request is handled: the muted channel
-of Kafka's SocketServer, which idempotent producers rely on. While the worker is idle,
-requests that complete at once are answered straight from the receive callback
-(``_serve_inline``), still one at a time and in order; the first that does not is handed to
-the worker. One connection never holds the event loop for long: inline serving stops after
+Ordering and fairness. Requests are handled one at a time, and each response is fully
+written before the next request is handled: the muted channel of Kafka's SocketServer,
+which idempotent producers rely on. Requests that complete at once are answered straight
+from the receive callback (``_serve_inline``), still one at a time and in order; the first
+that does not is handed to the connection's worker task with everything after it. The
+worker exists only while there is such work: an idle connection has no task. One connection never holds the event loop for long: inline serving stops after
 ``INLINE_SLICE_S`` and the worker gives the loop back every ``WORKER_SLICE_S`` of
 requests that completed without suspending, so a client pipelining thousands of cheap
 requests is served in turns with everyone else.
@@ -189,7 +189,7 @@ class Connection:
 
     __slots__ = ("sock", "fd", "peer", "last_active", "closed", "_dispatch", "_limits",
                  "_on_close", "_loop", "_pending", "_large", "_large_pos", "_queue",
-                 "_queued_bytes", "_charged", "_reading", "_wakeup", "_handover",
+                 "_queued_bytes", "_charged", "_reading", "_handover",
                  "_write_waiter", "_write_blocked", "_draining", "_gone", "_memory_wait",
                  "_thread_users", "_receiving", "_pipe", "_worker")
 
@@ -210,7 +210,6 @@ class Connection:
         self._queued_bytes = 0  # charge of the whole frames in _queue
         self._charged = 0  # charge of every frame received and not yet answered
         self._reading = False
-        self._wakeup: asyncio.Future[None] | None = None
         # (frame, awaitable giving its response | None, response | None): a request
         # _serve_inline began and the worker finishes
         self._handover: tuple[Any, Any, Any] | None = None
@@ -223,7 +222,7 @@ class Connection:
         self._thread_users = 0  # network-thread transfers on this socket under way
         self._receiving = False  # a network thread is receiving the rest of _large
         self._pipe = _new_pipe()
-        self._worker = self._loop.create_task(self._run())
+        self._worker: asyncio.Task[None] | None = None  # running while there is work
         self._update_reading()
 
     # receive ---------------------------------------------------------------------------
@@ -414,18 +413,18 @@ class Connection:
         return frame
 
     def _kick(self) -> None:
-        """Frames were queued: answer them right here if the worker is parked and they
-        complete at once (``_serve_inline``), else wake the worker for the rest."""
-        wakeup = self._wakeup
-        if wakeup is None or wakeup.done():
-            return  # the worker is busy (or already woken): it gets to them in order
+        """Frames were queued: with no worker running, answer those that complete at once
+        right here (``_serve_inline``) and start a worker for the rest; a running worker
+        gets to them in order."""
+        if self._worker is not None:
+            return
         if self._queue and self._handover is None:
             self._serve_inline()
-        if (self._queue or self._handover is not None) and not wakeup.done():
-            wakeup.set_result(None)
+        if (self._queue or self._handover is not None) and not self.closed:
+            self._worker = self._loop.create_task(self._run())
 
     def _serve_inline(self) -> None:
-        """Answer queued requests in the reader callback while the worker is parked.
+        """Answer queued requests in the reader callback while no worker runs.
 
         Why: handing a request to the worker task costs a future, a loop iteration and a
         task step before the handler runs and another future after it; for a request
@@ -482,17 +481,13 @@ class Connection:
     # request loop ----------------------------------------------------------------------
 
     async def _run(self) -> None:
+        """The worker: answers the queued requests in order, then ends (an idle
+        connection has no task; ``_kick`` starts one when work arrives)."""
         frame: Any = None
         resumed_at = time.monotonic()
+        ended = False  # ended by an error: the connection closes
         try:
-            while True:
-                while not self._queue and self._handover is None:
-                    if self._draining or self.closed:
-                        return
-                    self._wakeup = self._loop.create_future()
-                    await self._wakeup
-                    self._wakeup = None
-                    resumed_at = time.monotonic()
+            while (self._queue or self._handover is not None) and not self.closed:
                 if self._handover is not None:  # begun by _serve_inline
                     frame, resumed, response = self._handover
                     self._handover = None
@@ -516,10 +511,12 @@ class Connection:
                     resumed_at = time.monotonic()
         except CloseConnection as exc:
             log.warning("connection %s: %s; closing", self.peer, exc)
+            ended = True
         except (ConnectionClosed, asyncio.CancelledError):
-            pass
+            ended = True
         except Exception:
             log.exception("connection %s: request handling failed, closing", self.peer)
+            ended = True
         finally:
             if frame is not None:
                 self._release(frame)
@@ -532,7 +529,9 @@ class Connection:
                 if isinstance(resumed, _Resumed):
                     resumed.close()
                 self._release(frame)
-            self.close()
+            self._worker = None
+            if ended or self._draining:
+                self.close()
 
     async def wait(self, waited: asyncio.Future[T]) -> T:
         """``await waited`` on the client's behalf, unless the client goes away first:
@@ -681,16 +680,18 @@ class Connection:
     @property
     def idle(self) -> bool:
         """Nothing received and nothing being answered (``connections.max.idle.ms``)."""
-        worker_busy = self._wakeup is None or self._wakeup.done()
-        return not (worker_busy or self._charged or self._pending or self._receiving
-                    or self._thread_users)
+        return not (self._worker is not None or self._charged or self._pending
+                    or self._receiving or self._thread_users)
 
-    def drain(self) -> asyncio.Task[None]:
-        """Stop reading; the worker answers the requests already received, then closes."""
+    def drain(self) -> asyncio.Task[None] | None:
+        """Stop reading; the worker answers the requests already received, then closes
+        (returned, to be awaited); with nothing to answer, close now (None)."""
         self._draining = True
         self._update_reading()
-        if self._wakeup is not None and not self._wakeup.done():
-            self._wakeup.set_result(None)
+        if self._worker is None and self._queue:
+            self._kick()
+        if self._worker is None:
+            self.close()
         return self._worker
 
     def close(self) -> None:
@@ -700,7 +701,7 @@ class Connection:
         self._update_reading()
         self._limits.memory.forget(self)
         self._loop.remove_writer(self.fd)
-        for waiter in (self._wakeup, self._write_waiter, self._gone):
+        for waiter in (self._write_waiter, self._gone):
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
         if self._thread_users:

@@ -286,7 +286,8 @@ class Server:
 
     async def drain(self, timeout: float) -> None:
         """Answer in-flight requests on every connection (up to ``timeout`` s), then close."""
-        workers = [conn.drain() for conn in list(self.connections)]
+        workers = [worker for conn in list(self.connections)
+                   if (worker := conn.drain()) is not None]
         if workers:
             _, late = await asyncio.wait(workers, timeout=timeout)
             if late:
