@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
+import queue
 import socket
 import statistics
 import struct
 import threading
 import time
+from typing import Any
 
 from bench.single_node import Broker, fetch_frame, produce_frame, recv_frame
 from pybroker._native.crc32c import crc32c
@@ -143,14 +146,16 @@ def canary(port: int, stop: threading.Event, out: list[float]) -> None:
             stop.wait(max(0.0, CANARY_INTERVAL_S - (time.perf_counter() - started)))
 
 
-def attack(port: int, request: bytes, stop: threading.Event,
-           out: list[tuple[float, dict[int, int]]]) -> None:
+def attack(port: int, request: bytes, stop: Any, out: Any) -> None:
+    """Bomb requests one after the other until ``stop`` is set; (seconds, codes) each.
+    Runs in a process of its own, so that decoding its answers does not hold the GIL
+    the canary's thread needs."""
     with socket.create_connection(("127.0.0.1", port)) as sock:
         while not stop.is_set():
             started = time.perf_counter()
             sock.sendall(request)
             codes = _error_codes(_read_response(sock))
-            out.append((time.perf_counter() - started, codes))
+            out.put((time.perf_counter() - started, codes))
 
 
 def _summary(samples: list[float]) -> dict[str, float]:
@@ -183,16 +188,25 @@ def run(pattern: str, seconds: float, settings: dict[str, str]) -> dict:
         thread.join()
         hwm_idle = vm_hwm_bytes(broker.proc.pid)
         loaded: list[float] = []
-        bombs: list[tuple[float, dict[int, int]]] = []
+        context = mp.get_context("fork")
+        stop_attack, results = context.Event(), context.Queue()
+        attacker = context.Process(target=attack,
+                                   args=(broker.port, request, stop_attack, results))
+        attacker.start()
         stop = threading.Event()
-        threads = [threading.Thread(target=canary, args=(broker.port, stop, loaded)),
-                   threading.Thread(target=attack, args=(broker.port, request, stop, bombs))]
-        for t in threads:
-            t.start()
+        thread = threading.Thread(target=canary, args=(broker.port, stop, loaded))
+        thread.start()
         time.sleep(seconds)
         stop.set()
-        for t in threads:
-            t.join()
+        stop_attack.set()
+        thread.join()
+        bombs: list[tuple[float, dict[int, int]]] = []
+        while attacker.is_alive() or not results.empty():
+            try:
+                bombs.append(results.get(timeout=0.1))
+            except queue.Empty:
+                pass
+        attacker.join()
         codes: dict[int, int] = {}
         for _, got in bombs:
             for code, n in got.items():
