@@ -157,6 +157,215 @@ int pb_validate_records(const uint8_t *p, size_t len, int32_t count, size_t *err
     return PB_OK;
 }
 
+/* ---- resumable record walk ---- */
+
+enum {
+    PB_WALK_LENGTH,                 /* a record's length varint; after `count`: nothing */
+    PB_WALK_ATTRIBUTES,
+    PB_WALK_TIMESTAMP,
+    PB_WALK_OFFSET,
+    PB_WALK_KEY,                    /* a length varint, then that many bytes ... */
+    PB_WALK_VALUE,
+    PB_WALK_HEADER_COUNT,
+    PB_WALK_HEADER_KEY,
+    PB_WALK_HEADER_VALUE,
+    PB_WALK_HEADER_DONE,
+    PB_WALK_RECORD_END,             /* every field read: the record must end here */
+    PB_WALK_SKIP,                   /* ... passed over here, then after_skip */
+    PB_WALK_REST,                   /* to the record's end, then the pending fault */
+};
+
+void pb_walker_init(pb_record_walker *w, int32_t count) {
+    memset(w, 0, sizeof(*w));
+    w->count = count;
+    w->step = PB_WALK_LENGTH;
+}
+
+PB_INLINE void pb_walk_fail(pb_record_walker *w, int err, uint64_t pos) {
+    w->err = err;
+    w->err_pos = pos;
+}
+
+PB_INLINE void pb_walk_fault(pb_record_walker *w, int err) {
+    w->pending = err;
+    w->step = PB_WALK_REST;
+}
+
+/* Gathers the varint at w->pos into w->varint: 1 once it is whole (a byte without the
+ * continuation bit, `max` bytes, or `bound` reached), 0 when the piece ended first. Its
+ * bytes are then decoded by pb_read_varint(long), which so fails exactly where the
+ * whole-buffer read (bounded by the same `bound`) fails. */
+PB_INLINE int pb_walk_gather(pb_record_walker *w, const uint8_t **pp, const uint8_t *end,
+                             int max, uint64_t bound) {
+    while (w->varint_len < max && w->pos < bound) {
+        if (*pp == end) return 0;
+        uint8_t b = *(*pp)++;
+        w->pos++;
+        w->varint[w->varint_len++] = b;
+        if (!(b & 0x80)) break;
+    }
+    return 1;
+}
+
+PB_INLINE int pb_walk_varint(pb_record_walker *w, int32_t *v) {
+    const uint8_t *q = w->varint;
+    int rc = pb_read_varint(&q, w->varint + w->varint_len, v);
+    w->varint_len = 0;
+    return rc;
+}
+
+/* The record's fields are read: it must end here (RECORD_SIZE) and be the next offset. */
+PB_INLINE void pb_walk_record_end(pb_record_walker *w) {
+    if (w->pos != w->record_end) {
+        pb_walk_fault(w, PB_ERR_RECORD_SIZE);
+    } else if (w->offset_delta != w->index) {
+        pb_walk_fail(w, PB_ERR_OFFSET_DELTA, w->pos);
+    } else {
+        w->index++;
+        w->record_start = w->pos;
+        w->step = PB_WALK_LENGTH;
+    }
+}
+
+/* One step of the field-by-field walk of a record spanning pieces: 1 when it moved on
+ * (bytes read, or a decision that needs none), 0 when it needs bytes the piece lacks.
+ * The checks are pb_parse_record's and pb_read_bytes', in their order. */
+static int pb_walk_step(pb_record_walker *w, const uint8_t **pp, const uint8_t *end) {
+    int32_t v;
+    int64_t unused;
+    int err = PB_OK;
+    switch (w->step) {
+    case PB_WALK_LENGTH:
+        if (w->index >= w->count) {
+            if (*pp == end) return 0;
+            pb_walk_fail(w, PB_ERR_TRAILING, w->pos);
+            return 1;
+        }
+        /* bounded by the section's end, which the piece does not know: finish() says */
+        if (!pb_walk_gather(w, pp, end, PB_VARINT_MAX, UINT64_MAX)) return 0;
+        if (pb_walk_varint(w, &v)) {
+            pb_walk_fail(w, PB_ERR_RECORD_FRAMING, w->record_start);
+        } else if (v < 6) {
+            pb_walk_fail(w, PB_ERR_RECORD_SIZE, w->record_start);
+        } else {
+            w->record_end = w->pos + (uint64_t)v;
+            w->step = PB_WALK_ATTRIBUTES;
+        }
+        return 1;
+    case PB_WALK_ATTRIBUTES:        /* length >= 6: inside the record */
+        if (*pp == end) return 0;
+        (*pp)++;
+        w->pos++;
+        w->step = PB_WALK_TIMESTAMP;
+        return 1;
+    case PB_WALK_TIMESTAMP: {
+        if (!pb_walk_gather(w, pp, end, PB_VARLONG_MAX, w->record_end)) return 0;
+        const uint8_t *q = w->varint;
+        err = pb_read_varlong(&q, w->varint + w->varint_len, &unused);
+        w->varint_len = 0;
+        if (err) pb_walk_fault(w, PB_ERR_RECORD_FRAMING);
+        else w->step = PB_WALK_OFFSET;
+        return 1;
+    }
+    case PB_WALK_OFFSET:
+        if (!pb_walk_gather(w, pp, end, PB_VARINT_MAX, w->record_end)) return 0;
+        if (pb_walk_varint(w, &w->offset_delta)) pb_walk_fault(w, PB_ERR_RECORD_FRAMING);
+        else w->step = PB_WALK_KEY;
+        return 1;
+    case PB_WALK_KEY:
+    case PB_WALK_VALUE:
+    case PB_WALK_HEADER_KEY:
+    case PB_WALK_HEADER_VALUE:
+        if (!pb_walk_gather(w, pp, end, PB_VARINT_MAX, w->record_end)) return 0;
+        if (pb_walk_varint(w, &v)) err = PB_ERR_RECORD_FRAMING;
+        else if (v < -1) err = PB_ERR_LENGTH;
+        else if (v < 0 && w->step == PB_WALK_HEADER_KEY) err = PB_ERR_HEADER;
+        else if (v > 0 && w->record_end - w->pos < (uint64_t)v) err = PB_ERR_RECORD_FRAMING;
+        if (err) {
+            pb_walk_fault(w, err);
+            return 1;
+        }
+        w->skip = v > 0 ? (uint64_t)v : 0;
+        w->after_skip = w->step == PB_WALK_KEY ? PB_WALK_VALUE
+                      : w->step == PB_WALK_VALUE ? PB_WALK_HEADER_COUNT
+                      : w->step == PB_WALK_HEADER_KEY ? PB_WALK_HEADER_VALUE
+                      : PB_WALK_HEADER_DONE;
+        w->step = PB_WALK_SKIP;
+        return 1;
+    case PB_WALK_HEADER_COUNT:
+        if (!pb_walk_gather(w, pp, end, PB_VARINT_MAX, w->record_end)) return 0;
+        if (pb_walk_varint(w, &w->headers_left)) {
+            pb_walk_fault(w, PB_ERR_RECORD_FRAMING);
+        } else if (w->headers_left < 0) {
+            pb_walk_fault(w, PB_ERR_HEADER);
+        } else {
+            w->step = w->headers_left ? PB_WALK_HEADER_KEY : PB_WALK_RECORD_END;
+        }
+        return 1;
+    case PB_WALK_HEADER_DONE:
+        w->step = --w->headers_left ? PB_WALK_HEADER_KEY : PB_WALK_RECORD_END;
+        return 1;
+    case PB_WALK_RECORD_END:
+        pb_walk_record_end(w);
+        return 1;
+    case PB_WALK_SKIP: {
+        size_t n = (size_t)(end - *pp) < w->skip ? (size_t)(end - *pp) : (size_t)w->skip;
+        *pp += n;
+        w->pos += n;
+        w->skip -= n;
+        if (w->skip) return 0;
+        w->step = w->after_skip;
+        return 1;
+    }
+    case PB_WALK_REST: {
+        uint64_t left = w->record_end - w->pos;
+        size_t n = (size_t)(end - *pp) < left ? (size_t)(end - *pp) : (size_t)left;
+        *pp += n;
+        w->pos += n;
+        if (w->pos != w->record_end) return 0;
+        pb_walk_fail(w, w->pending, w->record_start);
+        return 1;
+    }
+    }
+    return 0;
+}
+
+int pb_walker_feed(pb_record_walker *w, const uint8_t *p, size_t len) {
+    const uint8_t *end = p + len;
+    while (!w->err) {
+        if (w->step == PB_WALK_LENGTH && w->varint_len == 0 && w->index < w->count) {
+            /* A record wholly inside the piece: the whole-buffer parser, at its speed (its
+             * length check against `end` passes here as it would against the section's). */
+            const uint8_t *q = p;
+            int32_t length;
+            if (pb_read_varint(&q, end, &length) == 0 && length >= 6 &&
+                (size_t)(end - q) >= (size_t)length) {
+                const uint8_t *start = p;
+                pb_record r;
+                int err = pb_parse_record(&p, end, &r);
+                if (PB_UNLIKELY(err)) {
+                    pb_walk_fail(w, err, w->pos);
+                    break;
+                }
+                w->pos += (uint64_t)(p - start);
+                w->offset_delta = r.offset_delta;
+                w->record_end = w->pos;
+                pb_walk_record_end(w);
+                continue;
+            }
+        }
+        if (!pb_walk_step(w, &p, end)) break;
+    }
+    return w->err;
+}
+
+int pb_walker_finish(pb_record_walker *w) {
+    /* Any record still open is incomplete: every step that needs no more bytes was taken. */
+    if (!w->err && w->index < w->count)
+        pb_walk_fail(w, PB_ERR_RECORD_FRAMING, w->record_start);
+    return w->err;
+}
+
 int pb_validate_batch(const uint8_t *buf, size_t len, pb_batch_header *h, size_t *err_pos) {
     *err_pos = 0;
     int err = pb_check_batch(buf, len, h);

@@ -113,6 +113,39 @@ int pb_validate_batch(const uint8_t *buf, size_t len, pb_batch_header *h, size_t
 /* `count` records filling [p, p+len) exactly, offsetDelta i for record i. */
 int pb_validate_records(const uint8_t *p, size_t len, int32_t count, size_t *err_pos);
 
+/* pb_validate_records over a records section that arrives in pieces (a compressed batch
+ * decompressed a chunk at a time), holding none of it: key, value and header bytes are
+ * passed over as they arrive and only a varint split between pieces is kept. Verdicts and
+ * error positions are pb_validate_records' on the whole section: a record wholly inside a
+ * piece goes through the same parser, one spanning pieces field by field, and a fault
+ * inside a record is reported only once the record is known to be complete (else the
+ * record is truncated, PB_ERR_RECORD_FRAMING), since the whole-buffer walk checks a
+ * record's length against the section before its fields. Not thread-safe. */
+typedef struct pb_record_walker {
+    int32_t count;                  /* records the section must hold */
+    int32_t index;                  /* records complete so far */
+    int step;                       /* what the next bytes are (pb_walk_step) */
+    int after_skip;                 /* the step after the data being passed over */
+    int err;                        /* PB_OK, or the verdict, which then stays */
+    int pending;                    /* a fault inside the current record (see above) */
+    int32_t offset_delta;
+    int32_t headers_left;
+    uint64_t pos;                   /* section bytes walked */
+    uint64_t record_start;
+    uint64_t record_end;            /* once the current record's length is read */
+    uint64_t skip;                  /* data bytes still to pass over */
+    uint64_t err_pos;
+    uint8_t varint[10];             /* a varint split between pieces (PB_VARLONG_MAX) */
+    uint8_t varint_len;
+} pb_record_walker;
+
+void pb_walker_init(pb_record_walker *w, int32_t count);
+/* Walks the next `len` bytes of the section: PB_OK while nothing is wrong so far, else
+ * the verdict (w->err_pos), after which further pieces are ignored. */
+int pb_walker_feed(pb_record_walker *w, const uint8_t *p, size_t len);
+/* The section has ended: the verdict on it (w->err_pos). */
+int pb_walker_finish(pb_record_walker *w);
+
 /* Parses one record at *pp (advancing it) and checks its framing, headers included. */
 int pb_record_parse(const uint8_t **pp, const uint8_t *end, pb_record *r);
 /* Next header of a parsed record, between r.headers and r.headers_end (already

@@ -12,6 +12,12 @@ the cluster coordinated by that ZooKeeper (docs/REPLICATION.md); ``cluster`` (in
 on stderr (``time level logger message``), says when recovery starts and how long it
 took, and prints ``ready`` with the listen address once the port accepts connections.
 SIGTERM/SIGINT shut down cleanly and exit 0.
+
+Log lines carry strings clients chose (client ids, group and member ids, topic names,
+error text), so ``EscapingFormatter`` escapes control characters in every message: a
+client cannot start a line of its own, or send a terminal escape, through its group id.
+A traceback keeps its line breaks, each of its lines indented and escaped, so no line of
+it passes for a record either.
 """
 
 from __future__ import annotations
@@ -21,16 +27,68 @@ import asyncio
 import importlib
 import logging
 import pkgutil
+import re
 import sys
 from collections.abc import Callable, Sequence
+from types import TracebackType
 
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s %(name)s %(message)s"
 LOG_DATE_FORMAT = "%Y-%m-%dT%H:%M:%S"
 
+# What could end a log line or rewrite what a reader sees: C0 controls, DEL, C1 controls
+# (NEL among them) and the Unicode line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# Lines of a traceback start with this: a line a client's string broke off inside one
+# cannot start like a record.
+TRACEBACK_INDENT = "    "
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100
+                                else f"\\u{ord(char):04x}")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with its control characters written as Python escapes (``\\n``, ``\\x1b``)."""
+    return _CONTROL.sub(_escaped, text)
+
+
+class EscapingFormatter(logging.Formatter):
+    """One record, one line: control characters of the message are escaped, and
+    tracebacks (and stacks) are indented and escaped line by line."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        message = record.message
+        escaped = escape_controls(message)
+        if escaped == message:
+            return super().formatMessage(record)
+        record.message = escaped  # this handler's rendering only
+        try:
+            return super().formatMessage(record)
+        finally:
+            record.message = message
+
+    def formatException(self, ei: tuple[type[BaseException], BaseException,
+                                        TracebackType | None] | tuple[None, None, None]
+                        ) -> str:
+        return _indented(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _indented(super().formatStack(stack_info))
+
+
+def _indented(text: str) -> str:
+    return "\n".join(TRACEBACK_INDENT + escape_controls(line) for line in text.split("\n"))
+
 
 def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(stream=sys.stderr, format=LOG_FORMAT, datefmt=LOG_DATE_FORMAT,
-                        level=getattr(logging, level.upper(), logging.INFO), force=True)
+    """Every record of the process to stderr, one line each (``EscapingFormatter``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(EscapingFormatter(LOG_FORMAT, LOG_DATE_FORMAT))
+    logging.basicConfig(handlers=[handler], level=getattr(logging, level.upper(), logging.INFO),
+                        force=True)
 
 
 # ---------------------------------------------------------------------------- serve

@@ -86,6 +86,9 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     # pybroker: threads that only send file regions and receive frames of 256 KiB and
     # more; everything else stays on the event loop. 0: all of it on the loop.
     "num.network.threads": (int, 3),
+    # Kafka: threads that process requests. pybroker: threads that validate produced
+    # batches too expensive for the event loop (compressed, or large); 0: all on the loop.
+    "num.io.threads": (int, 1),
     "producer.id.block.size": (int, 1000),
     "producer.id.expiration.ms": (int, 86_400_000),
     # consumer groups (pybroker.coordinator.CoordinatorConfig reads these)

@@ -1,6 +1,6 @@
 # C interface of csrc/pb_records.h (STYLE 2) and the cdef classes other modules (the
 # wire codec, the log) cimport to read batch fields without attribute lookups.
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 
 cdef extern from "pb_records.h" nogil:
@@ -86,6 +86,16 @@ cdef extern from "pb_records.h" nogil:
     int pb_check_batch(const uint8_t *buf, size_t len, pb_batch_header *h)
     int pb_validate_batch(const uint8_t *buf, size_t len, pb_batch_header *h, size_t *err_pos)
     int pb_validate_records(const uint8_t *p, size_t len, int32_t count, size_t *err_pos)
+
+    ctypedef struct pb_record_walker:
+        int32_t count
+        int32_t index
+        uint64_t pos
+        uint64_t err_pos
+
+    void pb_walker_init(pb_record_walker *w, int32_t count)
+    int pb_walker_feed(pb_record_walker *w, const uint8_t *p, size_t len)
+    int pb_walker_finish(pb_record_walker *w)
     int pb_record_parse(const uint8_t **pp, const uint8_t *end, pb_record *r)
     int pb_header_next(const uint8_t **pp, const uint8_t *end, const uint8_t **key,
                        int32_t *key_len, const uint8_t **value, int32_t *value_len)

@@ -4,17 +4,21 @@
 The wire format is at the top of csrc/pb_records.h. Every function takes any
 buffer-protocol object (bytes, bytearray, memoryview, mmap) and works on it in place
 (STYLE 5): validation and scans never copy the batch; stamping writes into the caller's
-writable buffer. Compressed batches are the one exception: their records section is
-decompressed once into a scratch buffer by ``compression.py`` and walked natively.
+writable buffer. Compressed batches are the one exception: ``validate_batch`` decompresses
+their records section a piece at a time (``compression.decompress_chunks``) into a
+``RecordWalker``, which checks the records as they stream by, so validation holds one
+piece whatever the batch inflates to and stops at the first bad record; the readers
+(``decode_records``, ``find_timestamp``) decompress the whole section and walk it.
 
 Bad input raises ``CorruptRecordError`` (damaged bytes: truncation, bad batchLength,
 magic, CRC), ``InvalidRecordError`` (intact bytes breaking a rule: record framing,
 counts, offset deltas, control batches from producers) or
 ``UnsupportedCompressionError``. Anything else is a bug here (STYLE 12).
 
-Thread-safety: module functions keep no state; BatchInfo and ScanResult are immutable.
-Large inputs are processed without the GIL, so the caller must not resize the buffer
-from another thread meanwhile (an mmap export already forbids that).
+Thread-safety: module functions keep no state; BatchInfo and ScanResult are immutable;
+a RecordWalker is used by one thread at a time. Large inputs are processed without the
+GIL, so the caller must not resize the buffer from another thread meanwhile (an mmap
+export already forbids that).
 """
 
 import os
@@ -106,18 +110,72 @@ cdef inline int _check_range(Py_ssize_t start, Py_ssize_t end, Py_ssize_t length
     return 0
 
 
-cdef object _decompress_section(const pb_batch_header *h, object buf, Py_ssize_t position,
-                                Py_ssize_t limit):
-    """Scratch buffer holding the decompressed records section of the checked batch at
-    ``position`` of ``buf``."""
+cdef object _compressed_section(const pb_batch_header *h, object buf, Py_ssize_t position):
+    """The compressed records section of the checked batch at ``position`` of ``buf``."""
     # A real memoryview (it keeps `buf` exported) so that nothing the codec libraries or a
     # traceback retain can outlive the memory it points to.
     view = memoryview(buf)
     if view.itemsize != 1 or view.format != "B":
         view = view.cast("B")
-    section = view[position + PB_BATCH_HEADER_SIZE:
-                   position + <Py_ssize_t>h.batch_length + PB_LOG_OVERHEAD]
-    return _compression.decompress(h.attributes & PB_ATTR_COMPRESSION_MASK, section, limit)
+    return view[position + PB_BATCH_HEADER_SIZE:
+                position + <Py_ssize_t>h.batch_length + PB_LOG_OVERHEAD]
+
+
+cdef object _decompress_section(const pb_batch_header *h, object buf, Py_ssize_t position,
+                                Py_ssize_t limit):
+    """Scratch buffer holding the decompressed records section of the checked batch at
+    ``position`` of ``buf``."""
+    return _compression.decompress(h.attributes & PB_ATTR_COMPRESSION_MASK,
+                                   _compressed_section(h, buf, position), limit)
+
+
+cdef class RecordWalker:
+    """Checks a records section of ``count`` records fed in pieces, exactly as
+    ``validate_batch`` checks a whole one (the same verdicts, at the same byte positions),
+    holding none of it (``pb_record_walker`` in pb_records.h).
+
+    ``feed(piece)`` raises as soon as the records so far are bad (``InvalidRecordError``);
+    ``finish()`` raises if the section, now ended, is. Pieces of ``RECORDS_GIL_THRESHOLD``
+    bytes and more are walked without the GIL. One thread at a time.
+    """
+
+    cdef pb_record_walker _walker
+
+    def __cinit__(self, int32_t count):
+        pb_walker_init(&self._walker, count)
+
+    @property
+    def position(self):
+        """Bytes of the section walked so far."""
+        return self._walker.pos
+
+    def feed(self, piece):
+        cdef Py_buffer view
+        cdef PyThreadState *state
+        cdef int err
+        PyObject_GetBuffer(piece, &view, PyBUF_SIMPLE)
+        try:
+            state = _crc.release_gil_if(view.len >= RECORDS_GIL_THRESHOLD)
+            err = pb_walker_feed(&self._walker, <const uint8_t *>view.buf, <size_t>view.len)
+            _crc.reacquire_gil(state)
+        finally:
+            PyBuffer_Release(&view)
+        if err:
+            _raise(err, <Py_ssize_t>self._walker.err_pos)
+
+    def finish(self):
+        cdef int err = pb_walker_finish(&self._walker)
+        if err:
+            _raise(err, <Py_ssize_t>self._walker.err_pos)
+
+
+cdef int _validate_compressed(const pb_batch_header *h, object buf, Py_ssize_t limit) except -1:
+    walker = RecordWalker(h.records_count)
+    for piece in _compression.decompress_chunks(h.attributes & PB_ATTR_COMPRESSION_MASK,
+                                                _compressed_section(h, buf, 0), limit):
+        walker.feed(piece)
+    walker.finish()
+    return 0
 
 
 cdef int _validate_section(object data, int32_t count) except -1:
@@ -142,8 +200,9 @@ def validate_batch(buf, Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSE
 
     Header bounds, batchLength == len(buf) - 12, magic 2, CRC32C, recordsCount ==
     lastOffsetDelta + 1, no control batch, and every record's framing with offsetDelta i.
-    Compressed records are decompressed (at most ``max_decompressed_size`` bytes) and
-    checked the same way. ``buf`` is never modified.
+    Compressed records are checked the same way as they are decompressed (at most
+    ``max_decompressed_size`` bytes), a piece at a time, up to the first bad record.
+    ``buf`` is never modified.
     """
     cdef Py_buffer view
     cdef PyThreadState *state
@@ -158,8 +217,7 @@ def validate_batch(buf, Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSE
         if err:
             _raise(err, <Py_ssize_t>pos)
         if h.attributes & PB_ATTR_COMPRESSION_MASK:
-            data = _decompress_section(&h, buf, 0, max_decompressed_size)
-            _validate_section(data, h.records_count)
+            _validate_compressed(&h, buf, max_decompressed_size)
     finally:
         PyBuffer_Release(&view)
     return batch_info_from_header(&h)
@@ -801,7 +859,7 @@ cdef extern from "pb_varint.h" nogil:
 
 
 def _encode_varint(int64_t value, bint long=False):
-    """Kafka zigzag varint (or varlong) bytes of ``value`` (tests only)."""
+    """Kafka zigzag varint (or varlong) bytes of ``value`` (tests and benchmarks)."""
     cdef uint8_t out[10]
     cdef size_t n
     if long:

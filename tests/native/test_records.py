@@ -192,11 +192,44 @@ def test_zstd_without_content_size_near_the_bound():
         records.validate_batch(compressed(frame[:-3], 4, 12_000))
 
 
+def zero_value_record_head(value_len: int) -> bytes:
+    """One record up to its value of ``value_len`` zeros (its header count, 0, follows)."""
+    body = b"\x00\x00\x00" + records._encode_varint(-1) + records._encode_varint(value_len)
+    return records._encode_varint(len(body) + value_len + 1) + body
+
+
+def zeros_frame(head: bytes, section_bytes: int) -> bytes:
+    """A zstd frame (no content size) of ``head`` then zeros, ``section_bytes`` in all."""
+    c = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    parts = [c.compress(head)]
+    zeros, left = bytes(1 << 20), section_bytes - len(head)
+    while left:
+        parts.append(c.compress(zeros[:min(left, len(zeros))]))
+        left -= min(left, len(zeros))
+    return b"".join(parts) + c.flush()
+
+
 def test_default_decompression_bound():
-    bomb = zstandard.ZstdCompressor(write_content_size=False).compress(
-        bytes(records.MAX_DECOMPRESSED_SIZE + 1))
+    cap = records.MAX_DECOMPRESSED_SIZE
+    # A record's value running past the cap: well-formed as far as the cap, where
+    # decompression stops.
+    bomb = zeros_frame(zero_value_record_head(cap), cap + 1)
     assert len(bomb) < 100_000
     with pytest.raises(InvalidRecordError, match="exceed"):
+        records.validate_batch(compressed(bomb, 4, 1))
+    # A well-formed record filling the cap exactly is accepted.
+    head = zero_value_record_head(cap - 13)
+    assert len(head) == 12
+    exact = zeros_frame(head, cap)
+    assert records.validate_batch(compressed(exact, 4, 1)).records_count == 1
+
+
+def test_bad_records_stop_decompression():
+    # Zeros are no record: refused at the first one, as Kafka does (INVALID_RECORD), not
+    # after inflating the whole frame.
+    bomb = zstandard.ZstdCompressor(write_content_size=False).compress(
+        bytes(records.MAX_DECOMPRESSED_SIZE + 1))
+    with pytest.raises(InvalidRecordError, match="record length does not match .* byte 0"):
         records.validate_batch(compressed(bomb, 4, 1))
 
 

@@ -26,6 +26,7 @@ SOURCES = [
     "pybroker/_native/compression.py",
     "tests/__init__.py", "tests/native/__init__.py",
     "tests/native/test_records_fuzz.py", "tests/native/test_records.py",
+    "tests/native/test_record_walker.py",
 ]
 
 

@@ -12,6 +12,18 @@ so offsets and LogAppendTime are stamped in place and nothing is copied. Batches
 as the producer compressed them (``compression.type=producer``; the broker never
 recompresses). Idempotence: see :mod:`pybroker.broker.producer_state`.
 
+A request is handled in two passes, so that no request holds the event loop long however
+many or large its batches (issue 19). The first checks every partition and validates the
+batches that are cheap to check inline (small uncompressed ones, and a request's first
+4 MiB of uncompressed bytes, see :mod:`pybroker.broker.validation`), which has no side
+effect. The second hands the others, compressed ones among them, to the validation
+threads in one job (taken in turn with other requests' jobs) and appends in request
+order, each batch once its validation is done (the partition's leadership and ISR
+checked again if that meant waiting). Both passes give the loop back every
+``SLICE_SECONDS`` of work, so a request of thousands of partitions is served in slices
+with other clients' requests in between; the one-record produce runs both without
+suspending.
+
 A request's partitions are appended concurrently (``Partition.append_async``): a large
 batch's write is awaited, so the loop serves other connections while the kernel copies
 it, and the writes of one request reach io_uring in one submission. A small batch to a
@@ -35,17 +47,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine
 from typing import Any
 
-from pybroker._native.records import HEADER_SIZE, read_batch_header, validate_batch
+from pybroker._native.records import BatchInfo
 from pybroker._native.wire import build_produce_response, parse_produce
-from pybroker.broker.handlers import Encoded, handler
+from pybroker.broker import validation
+from pybroker.broker.handlers import Encoded, handler, on_start, on_stop
 from pybroker.broker.partition import Partition
 from pybroker.broker.request import RequestContext
 from pybroker.broker.topic_manager import validate_topic_name
 from pybroker.errors import (
-    CorruptRecordError,
     ErrorCode,
     InvalidRecordError,
     KafkaError,
@@ -57,44 +70,53 @@ from pybroker.net.connection import CloseConnection
 
 log = logging.getLogger("pybroker.produce")
 
+# Loop time a request's handling takes before giving the loop back to other clients.
+SLICE_SECONDS = 0.001
+_POOL_ATTR = "validation_pool"
+
 # A partition's answer: (index, error_code, base_offset, log_append_time_ms,
 # log_start_offset, error_message), what build_produce_response encodes.
 PartitionResult = tuple[int, int, int, int, int, str | None]
+
+
+@on_start
+async def start_validation(broker: Any) -> None:
+    threads = broker.config["num.io.threads"]
+    setattr(broker, _POOL_ATTR, validation.ValidationPool(threads) if threads > 0 else None)
+
+
+@on_stop
+async def stop_validation(broker: Any) -> None:
+    pool = getattr(broker, _POOL_ATTR, None)
+    if pool is not None:
+        pool.close()
 
 
 def _error(index: int, code: int, message: str | None = None) -> PartitionResult:
     return index, code, -1, -1, -1, message
 
 
-def _checked(ctx: RequestContext, topic: str, index: int, records: Any,
-             acks: int) -> tuple[Partition, Any]:
-    """The partition and the validated batch's ``BatchInfo``, or the KafkaError to answer."""
+def _leader(ctx: RequestContext, topic: str, index: int, acks: int) -> Partition:
+    """The partition, if this broker may append to it now, or the KafkaError to answer."""
     partition = ctx.broker.topics.partition(topic, index)
     if not partition.is_leader:
         raise NotLeaderOrFollowerError(f"This broker is not the leader of {topic}-{index}")
-    config = partition.config
-    if acks == -1 and len(partition.isr) < config.min_insync_replicas:
+    if acks == -1 and len(partition.isr) < partition.config.min_insync_replicas:
         raise NotEnoughReplicasError(
             f"The size of the current ISR {len(partition.isr)} is insufficient to satisfy "
-            f"the min.isr requirement of {config.min_insync_replicas} for partition "
-            f"{topic}-{index}")
+            f"the min.isr requirement of {partition.config.min_insync_replicas} for "
+            f"partition {topic}-{index}")
+    return partition
+
+
+def _check_size(partition: Partition, records: Any) -> None:
     if records is None or len(records) == 0:
         raise InvalidRecordError("Produce requests with version 3+ must have at least one "
                                  "record batch per partition")
-    if len(records) > config.max_message_bytes:
+    if len(records) > partition.config.max_message_bytes:
         raise MessageTooLargeError(
             f"The batch is {len(records)} bytes, larger than max.message.bytes "
-            f"{config.max_message_bytes}")
-    try:
-        return partition, validate_batch(records)  # checks batchLength == len(records) too
-    except CorruptRecordError:
-        # say which of the produce-specific faults it is (one header peek, failures only)
-        if len(records) < HEADER_SIZE:
-            raise CorruptRecordError(f"{len(records)} bytes are not a record batch") from None
-        if read_batch_header(records).size != len(records):
-            raise CorruptRecordError("Produce requests must have exactly one record batch "
-                                     "per partition") from None
-        raise
+            f"{partition.config.max_message_bytes}")
 
 
 def _topic_error(topics: Any, name: str) -> int:
@@ -111,14 +133,14 @@ def _topic_error(topics: Any, name: str) -> int:
     return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def _produce_now(ctx: RequestContext, topic: str, index: int, records: Any,
-                 acks: int, timeout_ms: int) -> PartitionResult | Coroutine[Any, Any, PartitionResult]:
+def _append_now(topic: str, index: int, partition: Partition, records: Any, info: Any,
+                acks: int, timeout_ms: int
+                ) -> PartitionResult | Coroutine[Any, Any, PartitionResult]:
     """The partition's answer, when its batch is written synchronously (a small batch
     and no append of the partition under way: the one-record produce, with no coroutine
     to create and await); else the coroutine that appends it asynchronously (or that
     appends and waits for the ISR: acks=-1 with followers in the ISR)."""
     try:
-        partition, info = _checked(ctx, topic, index, records, acks)
         if acks == -1 and len(partition.isr) > 1:
             return _append_replicated(topic, index, partition, records, info, timeout_ms)
         if not partition.appends_synchronously(len(records)):
@@ -152,11 +174,11 @@ async def _append_replicated(topic: str, index: int, partition: Partition, recor
     return _answer(index, result)
 
 
-async def _produce_later(ctx: RequestContext, topic: str, index: int, records: Any,
-                         acks: int, timeout_ms: int) -> PartitionResult:
-    """``_produce_now`` for a partition after one that waits: it waits its turn, so the
+async def _append_later(topic: str, index: int, partition: Partition, records: Any,
+                        info: Any, acks: int, timeout_ms: int) -> PartitionResult:
+    """``_append_now`` for a partition after one that waits: it waits its turn, so the
     appends of one request keep their order (gather starts them in order)."""
-    answer = _produce_now(ctx, topic, index, records, acks, timeout_ms)
+    answer = _append_now(topic, index, partition, records, info, acks, timeout_ms)
     return answer if isinstance(answer, tuple) else await answer
 
 
@@ -165,35 +187,87 @@ def _answer(index: int, result: Any) -> PartitionResult:
             result.log_start_offset, None)
 
 
-def _failed(topic: str, index: int, exc: Exception) -> PartitionResult:
+def _failed(topic: str, index: int, exc: BaseException) -> PartitionResult:
     if isinstance(exc, KafkaError):
         return _error(index, exc.code, str(exc))
     log.error("bug appending to %s-%d", topic, index, exc_info=exc)
     return _error(index, ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
+# A batch ready to append: (its topic's results, its slot there, topic, index, partition,
+# records, its BatchInfo, or None while the validation pool has it to check).
+_Batch = tuple[list[PartitionResult], int, str, int, Partition, Any, BatchInfo | None]
+
+
 @handler(api_key=0, versions=(3, 11), decode=parse_produce)
 async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
     _transactional_id, acks, timeout_ms, topic_data = request
     topics = ctx.broker.topics
+    pool: validation.ValidationPool | None = getattr(ctx.broker, _POOL_ATTR, None)
+    clock = time.perf_counter
     responses: list[tuple[str, list[PartitionResult]]] = []
-    appends: list[tuple[list[PartitionResult], int, Any]] = []  # (results, slot, coroutine)
+    # 1. Check and validate every batch: no side effect, the expensive ones in the pool.
+    batches: list[_Batch] = []
+    deferred: list[Any] = []  # records of the batches left to the pool, in order
+    inline_bytes = 0
+    slice_end = clock() + SLICE_SECONDS
     for name, partitions in topic_data:
         results: list[PartitionResult] = []
         topic_code = _topic_error(topics, name) if acks in (0, 1, -1) else \
             ErrorCode.INVALID_REQUIRED_ACKS
         for index, records in partitions:
             if topic_code:
-                answer: Any = _error(index, topic_code)
-            elif appends:
-                answer = _produce_later(ctx, name, index, records, acks, timeout_ms)
-            else:
-                answer = _produce_now(ctx, name, index, records, acks, timeout_ms)
-            if not isinstance(answer, tuple):
-                appends.append((results, len(results), answer))
-                answer = _error(index, ErrorCode.UNKNOWN_SERVER_ERROR)  # placeholder
-            results.append(answer)
+                results.append(_error(index, topic_code))
+                continue
+            try:
+                partition = _leader(ctx, name, index, acks)
+                _check_size(partition, records)
+                info: BatchInfo | None = None  # None: for the pool, in the second pass
+                if pool is None or validation.cheap(records, inline_bytes):
+                    inline_bytes += len(records)
+                    info = validation.validated(records)
+                else:
+                    deferred.append(records)
+            except Exception as exc:
+                results.append(_failed(name, index, exc))
+                continue
+            batches.append((results, len(results), name, index, partition, records, info))
+            results.append(_error(index, ErrorCode.UNKNOWN_SERVER_ERROR))  # placeholder
+            if clock() > slice_end:
+                await asyncio.sleep(0)
+                slice_end = clock() + SLICE_SECONDS
         responses.append((name, results))
+    # 2. Append in request order, each batch once validated.
+    validations = iter(pool.submit(deferred) if pool and deferred else ())
+    appends: list[tuple[list[PartitionResult], int, Any]] = []  # (results, slot, coroutine)
+    for results, slot, name, index, partition, records, info in batches:
+        if info is None:
+            try:
+                outcome = await next(validations)
+                partition = _leader(ctx, name, index, acks)  # it may have changed meanwhile
+            except asyncio.CancelledError:
+                for abandoned in validations:
+                    abandoned.cancel()  # the pool skips them
+                raise
+            except Exception as exc:
+                results[slot] = _failed(name, index, exc)
+                continue
+            if isinstance(outcome, KafkaError):  # returned, not raised: see ValidationPool
+                results[slot] = _failed(name, index, outcome)
+                continue
+            info = outcome
+        if appends:
+            answer: Any = _append_later(name, index, partition, records, info, acks,
+                                        timeout_ms)
+        else:
+            answer = _append_now(name, index, partition, records, info, acks, timeout_ms)
+        if isinstance(answer, tuple):
+            results[slot] = answer
+        else:
+            appends.append((results, slot, answer))
+        if clock() > slice_end:
+            await asyncio.sleep(0)
+            slice_end = clock() + SLICE_SECONDS
     if len(appends) == 1:
         results, slot, append = appends[0]
         results[slot] = await append
