@@ -80,7 +80,8 @@ class RequestMemory:
 
     def forget(self, waiter: MemoryWaiter) -> None:
         """A closed connection leaves the queue."""
-        self._waiting.pop(waiter, None)
+        if self._waiting:
+            self._waiting.pop(waiter, None)
 
     @property
     def waiting(self) -> int:

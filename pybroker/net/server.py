@@ -55,7 +55,7 @@ log = logging.getLogger("pybroker.net")
 # so Kafka's value; the pool costs nothing when idle (threads blocked on a queue).
 DEFAULT_NETWORK_THREADS = 3
 # Accepts per readable event: bounded so one accept storm cannot starve the loop.
-ACCEPT_BATCH = 64
+ACCEPT_BATCH = 16
 ACCEPT_BACKOFF_S = 0.5
 REFUSAL_LOG_INTERVAL_S = 10.0
 # Descriptors kept free for segment files, checkpoints and the like: a tenth of the limit,
@@ -294,6 +294,7 @@ class Server:
                 log.warning("%d connections still busy at shutdown, closing them", len(late))
         for conn in list(self.connections):
             conn.close()
+        self._limits.closer.flush()
         if self._limits.threads is not None:
             await self._limits.threads.stop(timeout=1.0)
             self._limits.threads = None
