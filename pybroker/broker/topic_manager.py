@@ -13,9 +13,9 @@ fsync (several ms on a real disk; 5000 partitions took 10-20 s), and rewriting
 ``topics.json`` costs a write and two fsyncs. So one request (CreateTopics, a Metadata
 request auto-creating topics, CreatePartitions) writes ``topics.json`` once for all the
 topics it creates (:meth:`TopicManager.create_all_async`, :meth:`auto_create_async`,
-:meth:`add_partitions_async`), then creates their logs across all of them, giving the event
-loop back every ``GROW_SLICE_S``: other clients are served meanwhile and see the
-partitions appear, as they see Kafka's partitions get leaders one by one. The declared
+:meth:`add_partitions_async`), then creates their logs across all of them on a thread,
+``GROW_BATCH`` at a time: other clients are served meanwhile and see the partitions
+appear, as they see Kafka's partitions get leaders one by one. The declared
 count (``partition_count``) is what ``topics.json`` holds and what requests are checked
 against while the logs are being created; a broker stopped in the middle creates the rest
 at its next start. A request may not make a topic larger than ``MAX_PARTITIONS_PER_TOPIC``
@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pybroker.broker import topic_config
-from pybroker.broker.files import read_json, write_json
+from pybroker.broker.files import DurableJsonFile, read_json
 from pybroker.broker.partition import Partition
 from pybroker.config import BrokerConfig
 from pybroker.errors import (
@@ -77,7 +77,8 @@ _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 # partitions of one topic is far beyond what one node serves well, and a typo (1e6) would
 # otherwise create a million directories before anyone could stop it.
 MAX_PARTITIONS_PER_TOPIC = 10_000
-GROW_SLICE_S = 0.005  # longest the event loop is held while creating partition logs
+GROW_BATCH = 16  # partition logs created per hand-off to a thread
+DELETE_SLICE_S = 0.005  # longest the event loop is held closing deleted logs
 # Kafka's internal topics (``Topic.isInternal``): written by the broker only. A name that
 # merely starts with "__" is an ordinary topic, as in Kafka.
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -136,6 +137,7 @@ class TopicManager:
         self.config = config
         self.logs = log_manager
         self._path = os.path.join(config.data_dir, FILE_NAME)
+        self._file = DurableJsonFile(self._path)
         self._topics: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
         self._stored: dict[str, tuple[Topic, int]] = {}
@@ -148,6 +150,7 @@ class TopicManager:
         self._default_described: list[tuple[str, str, int]] | None = None
         # topics whose logs are being created: name -> partition count declared
         self._growing: dict[str, int] = {}
+        self._growth = asyncio.Lock()  # one _grow_async at a time
         # deleted topics: partitions whose logs are still to be deleted, and the names
         # whose directories a crash could still bring back (listed in topics.json)
         self._dropping: dict[str, list[Partition]] = {}
@@ -252,6 +255,13 @@ class TopicManager:
         """Write ``topics.json`` with the declared partition counts (saved before new logs
         exist, so a crash never leaves a log no topic owns) and the deleted topics whose
         directories could still come back after a crash (``open`` deletes them then)."""
+        self._file.write(self._contents())
+
+    async def _save_async(self) -> None:
+        """``_save`` for requests: the contents of now, written durably by a thread."""
+        await self._file.write_async(self._contents())
+
+    def _contents(self) -> dict[str, Any]:
         self._deleting = {name for name in self._deleting
                           if name in self._dropping or self.logs.deletion_pending(name)}
         data: dict[str, Any] = {"version": 1, "topics": {
@@ -259,7 +269,7 @@ class TopicManager:
                      "configs": t.overrides} for t in self._topics.values()}}
         if self._deleting:
             data["deleting"] = sorted(self._deleting)
-        write_json(self._path, data)
+        return data
 
     def _add(self, topic: Topic, partitions: int) -> None:
         self._topics[topic.name] = topic
@@ -322,14 +332,13 @@ class TopicManager:
         return partition
 
     def _declare(self, topics: list[tuple[Topic, int]]) -> None:
-        """Record that each topic has that many partitions, durably (one write of
-        ``topics.json`` for all), before their logs exist."""
+        """Record that each topic has that many partitions; the caller saves (one write
+        of ``topics.json`` for all) before their logs are created."""
         for topic, partitions in topics:
             self._claim_name(topic.name)
             self._topics[topic.name] = topic
             self._by_id[topic.topic_id] = topic
             self._growing[topic.name] = partitions
-        self._save()
 
     def _claim_name(self, name: str) -> None:
         """A topic takes ``name``: if a deleted topic had it, that topic's logs are
@@ -342,27 +351,46 @@ class TopicManager:
         self._deleting.discard(name)
 
     async def _grow_async(self, topics: list[Topic], created: bool = False) -> None:
-        """Create the declared logs of ``topics``, yielding to the loop every
-        GROW_SLICE_S; ``created``: log each topic's creation once its logs exist. Two
-        requests growing one topic share the work: each step adds the next index."""
-        resumed = time.monotonic()
-        for topic in topics:
-            config = self.log_config(topic.overrides)
-            while (not self.stopping and self._topics.get(topic.name) is topic
-                   and len(topic.partitions) < self._growing.get(topic.name, 0)):
-                self._add_partition(topic, len(topic.partitions), config)
-                if time.monotonic() - resumed >= GROW_SLICE_S:
-                    await asyncio.sleep(0)
-                    resumed = time.monotonic()
-            if created and self._topics.get(topic.name) is topic:
-                self._log_created(topic)
-        # Once, at the end and on a thread: fsyncing the data directory took up to 65 ms
-        # with other writers on the disk, and once per slice it was a third of the time.
-        await asyncio.to_thread(self.logs.sync_data_dir)
+        """Create the declared logs of ``topics``, ``GROW_BATCH`` at a time on a thread
+        (``LogManager.new_log``): other clients are served meanwhile and see the
+        partitions appear. ``created``: log each topic's creation once its logs exist.
+        One growth at a time: a second request growing the same topic finds the work
+        done or goes on from where the first stopped."""
+        async with self._growth:
+            for topic in topics:
+                config = self.log_config(topic.overrides)
+                while (not self.stopping and self._topics.get(topic.name) is topic
+                       and len(topic.partitions) < self._growing.get(topic.name, 0)):
+                    await self._add_partitions(topic, config)
+                if created and self._topics.get(topic.name) is topic:
+                    self._log_created(topic)
+            # Once, at the end and on a thread: fsyncing the data directory took up to
+            # 65 ms with other writers on the disk.
+            await asyncio.to_thread(self.logs.sync_data_dir)
         for topic in topics:
             if not self.stopping and self._topics.get(topic.name) is topic and \
                     len(topic.partitions) >= self._growing.get(topic.name, 0):
                 self._growing.pop(topic.name, None)
+
+    async def _add_partitions(self, topic: Topic, config: LogConfig) -> None:
+        """The next ``GROW_BATCH`` declared partitions of ``topic``, their logs' files
+        created on a thread. A topic deleted meanwhile has the new logs deleted too."""
+        start = len(topic.partitions)
+        indexes = range(start, min(self._growing[topic.name], start + GROW_BATCH))
+        if self.cluster_mode:
+            for index in indexes:
+                self._add_partition(topic, index, config)
+            return
+        name = topic.name
+        new = await asyncio.to_thread(
+            lambda: [self.logs.new_log(name, index, config) for index in indexes])
+        alive = self._topics.get(name) is topic and len(topic.partitions) == start
+        for index, created in zip(indexes, new, strict=True):
+            plog = self.logs.adopt(name, index, created)
+            if alive:
+                topic.partitions.append(Partition(name, index, plog, self.broker_id))
+            else:
+                self.logs.delete(name, index)
 
     # changes --------------------------------------------------------------------------
 
@@ -398,6 +426,7 @@ class TopicManager:
         [topic] = self._declare_new([(name, partitions, replication_factor, configs or {})])
         if isinstance(topic, KafkaError):
             raise topic
+        self._save()
         self._grow(topic, self._growing.pop(name))
         self._log_created(topic)
         return topic
@@ -416,7 +445,10 @@ class TopicManager:
         returned in its place; the valid ones recorded with one write of ``topics.json``,
         then their logs created a slice at a time across all of them."""
         declared = self._declare_new(requests)
-        await self._grow_async([t for t in declared if isinstance(t, Topic)], created=True)
+        topics = [t for t in declared if isinstance(t, Topic)]
+        if topics:
+            await self._save_async()
+        await self._grow_async(topics, created=True)
         return declared
 
     async def auto_create_async(self, names: list[str]) -> dict[str, Topic | KafkaError]:
@@ -456,6 +488,7 @@ class TopicManager:
     def add_partitions(self, name: str, total: int) -> Topic:
         topic = self._check_growth(name, total)
         self._declare([(topic, total)])
+        self._save()
         self._grow(topic, self._growing.pop(name))
         return topic
 
@@ -463,6 +496,7 @@ class TopicManager:
         """Grow a topic to ``total`` partitions, a slice at a time (CreatePartitions)."""
         topic = self._check_growth(name, total)
         self._declare([(topic, total)])
+        await self._save_async()
         await self._grow_async([topic])
         return topic
 
@@ -495,11 +529,13 @@ class TopicManager:
         """Delete topics (distinct names, all existing: DeleteTopics): unknown to every
         request and durable in ``topics.json`` (one write) at once, then their logs
         closed and handed to the LogManager a slice at a time."""
+        forgotten = self._forget(names)
+        await self._save_async()
         resumed = time.monotonic()
-        for name, pending in self._forget(names):
+        for name, pending in forgotten:
             while pending:
                 self.logs.delete(name, pending.pop().index)
-                if time.monotonic() - resumed >= GROW_SLICE_S:
+                if time.monotonic() - resumed >= DELETE_SLICE_S:
                     await asyncio.sleep(0)
                     resumed = time.monotonic()
             if self._dropping.get(name) is pending:
@@ -509,14 +545,16 @@ class TopicManager:
     def delete(self, name: str) -> None:
         """Delete a topic and its logs at once (cluster mode: StopReplica, a new id)."""
         [(_, pending)] = self._forget([name])
+        self._save()
         self._drop_logs(name, pending)
         del self._dropping[name]
         log.info("deleted topic %s", name)
 
     def _forget(self, names: list[str]) -> list[tuple[str, list[Partition]]]:
-        """The topics are gone for every request (waiting fetches woken) and for the
-        next start; their partitions wait in ``_dropping`` for their logs' deletion, in
-        the lists returned (drained by the caller, or by ``_claim_name`` first)."""
+        """The topics are gone for every request (waiting fetches woken), and for the
+        next start once the caller saves; their partitions wait in ``_dropping`` for
+        their logs' deletion, in the lists returned (drained by the caller, or by
+        ``_claim_name`` first)."""
         for name in names:
             if name not in self._topics:
                 raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
@@ -530,7 +568,6 @@ class TopicManager:
             self._dropping.setdefault(name, []).extend(
                 p for p in topic.partitions if p.log is not None)
             self._deleting.add(name)
-        self._save()
         return [(name, self._dropping[name]) for name in names]
 
     def _drop_logs(self, name: str, partitions: list[Partition]) -> None:
