@@ -109,7 +109,7 @@ THREAD_READ_MAX = 8 * 1024 * 1024
 # A connection whose worker is behind reads at most this much at once: parsing 64 KiB of
 # 40-byte requests holds the loop about 1 ms, which a pipelining client could make every
 # other client wait for on each of its reads.
-PIPELINED_READ = 16 * 1024
+PIPELINED_READ = 4 * 1024
 # What a small frame costs beyond its bytes (the bytearray and queue entry), charged so
 # that a client pipelining tiny requests is bounded by what they cost, not by their bytes.
 FRAME_OVERHEAD = 128
@@ -128,8 +128,8 @@ THREAD_PATIENCE_MS = 20
 THREAD_SLICE_MS = 100
 # Longest one connection holds the event loop answering requests that complete without
 # suspending, inline in a receive callback or in its worker, before the loop serves others.
-INLINE_SLICE_S = 0.00025
-WORKER_SLICE_S = 0.00025
+INLINE_SLICE_S = 0.0001
+WORKER_SLICE_S = 0.0001
 
 _SIZE = struct.Struct(">i")
 
