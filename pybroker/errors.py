@@ -172,6 +172,8 @@ InvalidProducerEpochError = _error("InvalidProducerEpochError", ErrorCode.INVALI
 UnknownProducerIdError = _error("UnknownProducerIdError", ErrorCode.UNKNOWN_PRODUCER_ID)
 NotEnoughReplicasError = _error("NotEnoughReplicasError", ErrorCode.NOT_ENOUGH_REPLICAS)
 NotLeaderOrFollowerError = _error("NotLeaderOrFollowerError", ErrorCode.NOT_LEADER_OR_FOLLOWER)
+CoordinatorNotAvailableError = _error("CoordinatorNotAvailableError",
+                                      ErrorCode.COORDINATOR_NOT_AVAILABLE)
 KafkaStorageError = _error("KafkaStorageError", ErrorCode.KAFKA_STORAGE_ERROR)
 FencedLeaderEpochError = _error("FencedLeaderEpochError", ErrorCode.FENCED_LEADER_EPOCH)
 UnknownLeaderEpochError = _error("UnknownLeaderEpochError", ErrorCode.UNKNOWN_LEADER_EPOCH)

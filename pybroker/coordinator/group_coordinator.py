@@ -338,6 +338,15 @@ class GroupCoordinator:
             else next(iter(group.members), None)
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
 
+    def offsets_topic_exists(self) -> bool:
+        return self._store is None or self._store.topic_exists()
+
+    async def create_offsets_topic(self) -> None:
+        """One node: create ``__consumer_offsets`` if it does not exist yet, off the loop
+        (``OffsetStore.create_topic``); raises ``KafkaError`` if that failed."""
+        if self._store is not None:
+            await self._store.create_topic()
+
     # leadership of the offsets partitions (cluster mode) --------------------------------
 
     def partition_for(self, group_id: str) -> int:

@@ -33,6 +33,7 @@ every broker hashes a group to the same partition.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 from collections.abc import Callable, Iterator
@@ -40,7 +41,13 @@ from typing import Any, NamedTuple
 
 from pybroker.coordinator.group import OffsetAndMetadata
 from pybroker.coordinator.wire import Reader, Writer
-from pybroker.errors import CorruptRecordError, NotEnoughReplicasError, NotLeaderOrFollowerError
+from pybroker.errors import (
+    CoordinatorNotAvailableError,
+    CorruptRecordError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    TopicAlreadyExistsError,
+)
 
 log = logging.getLogger("pybroker.coordinator")
 
@@ -225,6 +232,7 @@ class OffsetStore:
         existing = topics.get(OFFSETS_TOPIC)
         self._num_partitions = len(existing.partitions) \
             if existing and existing.partitions and not replicated else num_partitions
+        self._creation: asyncio.Future[None] | None = None  # create_topic's, while it runs
         self._topic_config = {k: str(v) for k, v in
                               {**OFFSETS_TOPIC_CONFIG, **(topic_config or {})}.items()}
 
@@ -252,13 +260,46 @@ class OffsetStore:
         if topic is None:
             if not create:
                 return None
+            # A client that skipped FindCoordinator: created here, on the loop
             return self._topics.create(OFFSETS_TOPIC, self.num_partitions, 1,
                                        self._topic_config)
+        if len(topic.partitions) < self._topics.partition_count(topic):
+            if not create:
+                return topic
+            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created")
         if not topic.partitions:
             log.warning("%s has no partitions; restoring %d", OFFSETS_TOPIC,
                         self.num_partitions)
             self._topics.add_partitions(OFFSETS_TOPIC, self.num_partitions)
         return self._topics.get(OFFSETS_TOPIC)
+
+    def topic_exists(self) -> bool:
+        """Whether the offsets topic exists with all its logs (always, in cluster mode:
+        the controller creates it there)."""
+        return self.replicated or self._creation is None and \
+            self._topics.get(OFFSETS_TOPIC) is not None
+
+    async def create_topic(self) -> None:
+        """Create the offsets topic if it does not exist (one node), its logs a slice
+        at a time off the loop: 50 partitions created at once held every client ~65 ms.
+        Concurrent callers share one creation; a caller that goes away leaves it running.
+        Raises ``KafkaError`` if the creation failed (a full disk)."""
+        if self.replicated:
+            return
+        if self._creation is None:
+            if self._topics.get(OFFSETS_TOPIC) is not None:
+                return
+            self._creation = asyncio.ensure_future(self._create_topic())
+        await asyncio.shield(self._creation)
+
+    async def _create_topic(self) -> None:
+        try:
+            await self._topics.create_async(OFFSETS_TOPIC, self.num_partitions, 1,
+                                            self._topic_config)
+        except TopicAlreadyExistsError:
+            pass  # created by a client that skipped FindCoordinator (``_topic``)
+        finally:
+            self._creation = None
 
     def _partition(self, index: int) -> Any:
         """The partition to append to; in cluster mode only one this broker leads."""

@@ -8,6 +8,7 @@ gets ILLEGAL_GENERATION, an unknown member UNKNOWN_MEMBER_ID.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -218,3 +219,33 @@ def test_offset_fetch_of_several_groups_in_one_request(conn: BrokerConnection) -
         assert [(g["group_id"], g["error_code"],
                  [p["committed_offset"] for t in g["topics"] for p in t["partitions"]])
                 for g in groups] == [(first, 0, [11]), (second, 0, [22]), ("never-seen", 0, [])]
+
+
+def test_first_find_coordinator_answers_once_the_offsets_topic_exists(
+        broker_factory: Any) -> None:
+    """The offsets topic is created on first use, its logs off the event loop; the first
+    FindCoordinators, sent together, are answered with this broker once all its
+    partitions exist, and a commit without a FindCoordinator still creates it."""
+    broker = broker_factory(**{"offsets.topic.num.partitions": 7})
+    host, port = broker.bootstrap.split(":")
+    with BrokerConnection(host, int(port)) as conn:
+        for version in (1, 4, 3):
+            conn.send(FIND_COORDINATOR, version, {"key": "g", "key_type": 0,
+                                                  "coordinator_keys": ["g"]})
+        answers = [conn.receive()[1] for _ in range(3)]
+        assert [a["port"] for a in (answers[0], answers[1]["coordinators"][0], answers[2])] \
+            == [conn.port] * 3
+        metadata = conn.request(3, 9, {"topics": [{"name": "__consumer_offsets"}],
+                                        "allow_auto_topic_creation": False})
+        assert len(metadata["topics"][0]["partitions"]) == 7
+    assert sorted(d for d in os.listdir(broker.data_dir) if d.startswith("__consumer")) == \
+        sorted(f"__consumer_offsets-{i}" for i in range(7))
+
+    other = broker_factory(**{"offsets.topic.num.partitions": 3})
+    create_topic(other.bootstrap, TOPIC, 2)
+    host, port = other.bootstrap.split(":")
+    with BrokerConnection(host, int(port)) as conn:
+        assert commit(conn, next(_names), -1, "") == ErrorCode.NONE
+        metadata = conn.request(3, 9, {"topics": [{"name": "__consumer_offsets"}],
+                                        "allow_auto_topic_creation": False})
+        assert len(metadata["topics"][0]["partitions"]) == 3

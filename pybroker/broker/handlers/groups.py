@@ -123,6 +123,9 @@ async def find_coordinator(ctx: RequestContext, request: dict) -> dict:
             "error_code": ErrorCode.NONE, "error_message": None}
     key_type = request.get("key_type", _GROUP_KEY)
     cluster = ctx.broker.cluster_mode and key_type == _GROUP_KEY
+    if key_type == _GROUP_KEY and not cluster and not await _offsets_topic_created(ctx):
+        node = {"node_id": -1, "host": "", "port": -1,
+                "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "error_message": None}
     if ctx.api_version >= 4:
         return {"throttle_time_ms": 0, "coordinators": [
             {"key": key, **(await _group_coordinator_node(ctx, key) if cluster else node)}
@@ -130,6 +133,23 @@ async def find_coordinator(ctx: RequestContext, request: dict) -> dict:
     if cluster:
         node = await _group_coordinator_node(ctx, request["key"])
     return {"throttle_time_ms": 0, **node}
+
+
+async def _offsets_topic_created(ctx: RequestContext) -> bool:
+    """One node: whether ``__consumer_offsets`` exists, creating it on first use (as
+    Kafka does) and waiting at most ``_CREATE_WAIT_S`` for that."""
+    coordinator = await _coordinator(ctx)
+    if coordinator.offsets_topic_exists():
+        return True
+    creation = asyncio.ensure_future(coordinator.create_offsets_topic())
+    # asyncio.wait: a cancellation of ours is never lost; the creation goes on without us
+    await asyncio.wait((creation,), timeout=_CREATE_WAIT_S)
+    if not creation.done():
+        return False
+    if creation.exception() is not None:
+        log.warning("creating %s failed: %s", OFFSETS_TOPIC, creation.exception())
+        return False
+    return True
 
 
 async def _group_coordinator_node(ctx: RequestContext, group_id: str) -> dict:
