@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from pybroker.broker import collector
 from pybroker.broker import handlers as handler_registry
 from pybroker.broker.files import read_json, write_json
 from pybroker.broker.producer_ids import ProducerIdManager
@@ -128,6 +129,7 @@ class Broker:
         log.info("recovery done: %d topics, %d partitions in %.3f s",
                  len(self.topics.topics()), len(self.topics.partitions()),
                  time.monotonic() - started)
+        collector.freeze_long_lived()
         host, port = self.config.listen
         config = self.config
         self.server = Server(
@@ -149,6 +151,7 @@ class Broker:
             self._every(self.config["log.flush.scheduler.interval.ms"], self.logs.flush_due),
             self._every(self.config["stats.interval.ms"], self.write_stats),
             self._every(60_000, self._snapshot_producer_state_soon),
+            self._every(60_000, collector.thaw_if_due),
         )]
         return bound
 

@@ -51,7 +51,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from pybroker.broker import topic_config
+from pybroker.broker import collector, topic_config
 from pybroker.broker.files import DurableJsonFile, read_json
 from pybroker.broker.partition import Partition
 from pybroker.config import BrokerConfig
@@ -392,6 +392,7 @@ class TopicManager:
                 topic.partitions.append(Partition(name, index, plog, self.broker_id))
             else:
                 self.logs.delete(name, index)
+        collector.freeze_long_lived()
 
     # changes --------------------------------------------------------------------------
 
@@ -571,6 +572,7 @@ class TopicManager:
             if self._dropping.get(name) is pending:
                 del self._dropping[name]
             log.info("deleted topic %s", name)
+        collector.thaw()
 
     def delete(self, name: str) -> None:
         """Delete a topic and its logs at once (cluster mode: StopReplica, a new id)."""
@@ -579,6 +581,7 @@ class TopicManager:
         self._drop_logs(name, pending)
         del self._dropping[name]
         log.info("deleted topic %s", name)
+        collector.thaw()
 
     def _forget(self, names: list[str]) -> list[tuple[str, list[Partition]]]:
         """The topics are gone for every request (waiting fetches woken), and for the
