@@ -1,6 +1,18 @@
 """One partition as the request handlers see it: its log, producer state, fetch waiters,
 and its replication role.
 
+Appending: ``append`` is the leader's one entry point (the produce handler's and the
+group coordinator's). It decides whether the write completes inline (a small batch with
+nothing of this partition queued: the one-record produce, no task or future) or joins the
+partition's queue, which one writer task works through in arrival order (a large batch's
+write awaited off the loop); either way the bytes written are the same
+(tests/log/test_append_paths.py), and since nothing is written inline while anything is
+queued, two appends of a partition can never interleave. The follower's
+``append_as_follower`` is a different operation (the leader's batches with their offsets)
+on the same log write path; it starts only once the leader appends are done: a new
+follower refuses the queued ones and the ReplicaManager awaits ``appends_done`` before the
+fetcher gets the partition.
+
 Single node (the default): this broker leads every partition at leader epoch 0 with an
 ISR of itself, so an append is committed when it is written: the high watermark moves to
 the log end right after each append (acks=all is acks=1).
@@ -29,14 +41,22 @@ Not thread-safe: used from the event loop thread only.
 from __future__ import annotations
 
 import asyncio
+import collections
+import sys
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from pybroker._native.appender import ASYNC_MIN_BYTES
 from pybroker._native.records import HEADER_SIZE, read_batch_header
 from pybroker.broker.producer_state import ProducerStateTable
-from pybroker.errors import ErrorCode, InvalidTimestampError, UnknownTopicOrPartitionError
+from pybroker.errors import (
+    ErrorCode,
+    InvalidTimestampError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+)
+from pybroker.log.log import AppendInfo
 from pybroker.log.log_config import LogConfig
 
 LEADER_EPOCH = 0  # single node: leadership never moves
@@ -44,10 +64,14 @@ NO_LEADER = -1
 _TAIL_SCAN_BYTES = 64 * 1024 * 1024  # how much log a crash replay reads without a snapshot
 
 
-class AppendResult(NamedTuple):
-    base_offset: int
-    log_append_time: int  # -1 for CreateTime topics
-    log_start_offset: int
+# a queued append: the batch, its BatchInfo, and the future its requester awaits
+_Queued = tuple[memoryview, Any, asyncio.Future[AppendInfo]]
+
+
+def _is_internal(topic: str) -> bool:
+    # imported here: the topic manager imports this module
+    from pybroker.broker.topic_manager import INTERNAL_TOPICS
+    return topic in INTERNAL_TOPICS
 
 
 class FollowerState:
@@ -63,10 +87,10 @@ class FollowerState:
 
 
 class Partition:
-    __slots__ = ("topic", "index", "log", "producers", "deleted", "_waiters", "_append_lock",
-                 "broker_id", "is_leader", "leader_id", "leader_epoch", "replicas", "isr",
-                 "zk_version", "followers", "epoch_start_offset", "isr_pending",
-                 "isr_listener", "_hw_waiters")
+    __slots__ = ("topic", "index", "log", "producers", "deleted", "_waiters", "_queue",
+                 "_writer", "_inline_below", "broker_id", "is_leader", "leader_id",
+                 "leader_epoch", "replicas", "isr", "zk_version", "followers",
+                 "epoch_start_offset", "isr_pending", "isr_listener", "_hw_waiters")
 
     def __init__(self, topic: str, index: int, log: Any, broker_id: int = 0,
                  is_leader: bool = True) -> None:
@@ -76,7 +100,13 @@ class Partition:
         self.producers = ProducerStateTable()
         self.deleted = False  # set when its topic is deleted; a waiting fetch drops it
         self._waiters: list[asyncio.Future[None]] = []
-        self._append_lock = asyncio.Lock()
+        # appends waiting their turn, and the task writing them (None: none waiting)
+        self._queue: collections.deque[_Queued] | None = None
+        self._writer: asyncio.Task[None] | None = None
+        # Smaller batches are written inline. The appender writes larger ones off the
+        # loop, but not an internal topic's: its writer (the group coordinator) applies
+        # a write as soon as the call returns.
+        self._inline_below = sys.maxsize if _is_internal(topic) else ASYNC_MIN_BYTES
         # replication role; the defaults are the single node's
         self.broker_id = broker_id
         self.is_leader = is_leader
@@ -105,53 +135,80 @@ class Partition:
     def high_watermark(self) -> int:
         return self.log.high_watermark
 
-    def append(self, batch: memoryview, info: Any) -> AppendResult:
-        """Append one validated batch (``info`` from ``validate_batch``); idempotence applied.
+    def append(self, batch: memoryview, info: Any) -> AppendInfo | asyncio.Future[AppendInfo]:
+        """The leader's one append: one validated batch (``info`` from ``validate_batch``;
+        the caller has checked its size against ``max.message.bytes``), idempotence
+        applied. Returns the ``AppendInfo`` when the batch was written inline, else a
+        future of it; a retried batch of an idempotent producer is answered with its
+        original offsets (``size`` 0: nothing written).
 
-        The caller has checked the size against ``max.message.bytes``.
+        Inline: a batch below ``ASYNC_MIN_BYTES`` when no append of this partition is
+        waiting (the one-record produce: no task, no future), and every append to an
+        internal topic, whose writer (the group coordinator) applies a write as soon as
+        the call returns. Otherwise the append joins the partition's queue: its writer
+        task takes the queued appends one at a time in arrival order, each with its
+        idempotence check, its write (a large batch's awaited, ``Log.append_async``, so
+        the loop serves other requests while the kernel copies it) and its producer
+        state update, so an inline append can never overtake or interleave with a
+        queued one. A queued append whose requester is gone (its future cancelled) is
+        skipped; one whose partition was deleted or lost its leadership meanwhile fails.
 
-        ``batch`` must be writable: offsets (and LogAppendTime) are stamped into it in place.
-        A retried batch of an idempotent producer is answered with its original offsets.
-        """
+        ``batch`` must be writable: offsets (and LogAppendTime) are stamped into it in
+        place, and it must not change until the append is done."""
+        if self._queue is not None or len(batch) >= self._inline_below:
+            return self._enqueue(batch, info)
         now, log_append_time, duplicate = self._before_append(info)
         if duplicate is not None:
             return duplicate
-        base = -1
-        if log_append_time < 0:  # the common case in one flat step (Log.append_small)
-            base = self.log.append_small(batch, info, self.leader_epoch)
-        if base < 0:
-            appended = self.log.append(batch, info, leader_epoch=self.leader_epoch,
-                                       log_append_time=log_append_time)
-            base, log_append_time = appended.base_offset, appended.log_append_time
-        return self._after_append(info, base, log_append_time, now)
+        appended = self.log.append(batch, info, self.leader_epoch, log_append_time)
+        return self._after_append(info, appended, now)
 
-    def appends_synchronously(self, size: int) -> bool:
-        """Whether ``append_async`` of a ``size``-byte batch would be written without
-        suspending (below ``ASYNC_MIN_BYTES`` with no append of this partition under
-        way): the produce handler then calls ``append`` and saves the coroutine, the
-        lock and the awaits, a few microseconds of a one-record produce round trip."""
-        return size < ASYNC_MIN_BYTES and not self._append_lock.locked()
+    def _enqueue(self, batch: memoryview, info: Any) -> asyncio.Future[AppendInfo]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[AppendInfo] = loop.create_future()
+        if self._queue is None:
+            self._queue = collections.deque()
+            self._writer = loop.create_task(self._write_queue(self._queue))
+        self._queue.append((batch, info, fut))
+        return fut
 
-    async def append_async(self, batch: memoryview, info: Any) -> AppendResult:
-        """``append`` for the produce handler: the write is awaited, so the event loop
-        serves other requests while the kernel copies the batch. Appends to this
-        partition run one at a time (the idempotence check, the write and the producer
-        state update together), in arrival order."""
-        if self.appends_synchronously(len(batch)):
-            return self.append(batch, info)  # written synchronously anyway
-        async with self._append_lock:
-            if self.deleted:  # while this append waited its turn
-                raise UnknownTopicOrPartitionError(f"{self.topic}-{self.index} was deleted")
-            now, log_append_time, duplicate = self._before_append(info)
-            if duplicate is not None:
-                return duplicate
-            appended = await self.log.append_async(batch, info,
-                                                   leader_epoch=self.leader_epoch,
-                                                   log_append_time=log_append_time)
-            return self._after_append(info, appended.base_offset, appended.log_append_time,
-                                      now)
+    async def _write_queue(self, queue: collections.deque[_Queued]) -> None:
+        """The writer task: the queued appends in order, until none is left."""
+        try:
+            while queue:
+                batch, info, fut = queue[0]  # stays queued until done: see finally
+                if not fut.done():  # else cancelled: its request was abandoned
+                    try:
+                        appended = await self._append_in_turn(batch, info)
+                    except Exception as exc:  # the requester's to answer, through its future
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    else:
+                        if not fut.done():
+                            fut.set_result(appended)
+                queue.popleft()
+        finally:
+            self._queue = self._writer = None
+            for _, _, fut in queue:  # the writer was cancelled (the loop is closing)
+                fut.cancel()
 
-    def _before_append(self, info: Any) -> tuple[int, int, AppendResult | None]:
+    async def _append_in_turn(self, batch: memoryview, info: Any) -> AppendInfo:
+        if self.deleted:
+            raise UnknownTopicOrPartitionError(f"{self.topic}-{self.index} was deleted")
+        if not self.is_leader:
+            raise NotLeaderOrFollowerError(f"This broker is no longer the leader of "
+                                           f"{self.topic}-{self.index}")
+        now, log_append_time, duplicate = self._before_append(info)
+        if duplicate is not None:
+            return duplicate
+        if len(batch) < self._inline_below:
+            appended = self.log.append(batch, info, self.leader_epoch, log_append_time)
+        else:
+            appended = await self.log.append_async(batch, info, self.leader_epoch,
+                                                   log_append_time)
+        return self._after_append(info, appended, now)
+
+    def _before_append(self, info: Any) -> tuple[int, int, AppendInfo | None]:
         """(now, LogAppendTime or -1, the original answer if this is a retried batch)."""
         now = int(time.time() * 1000)
         config = self.log.config
@@ -164,21 +221,22 @@ class Partition:
             duplicate = self.producers.check(info.producer_id, info.producer_epoch,
                                              info.base_sequence, info.last_offset_delta)
             if duplicate is not None:
-                return now, log_append_time, AppendResult(
-                    duplicate.first_offset, duplicate.timestamp, self.log.log_start_offset)
+                first, last = duplicate.first_offset, duplicate.last_offset
+                return now, log_append_time, AppendInfo(
+                    first, last, duplicate.timestamp, self.log.log_start_offset, -1, last,
+                    last - first + 1, 0)
         return now, log_append_time, None
 
-    def _after_append(self, info: Any, base: int, log_append_time: int,
-                      now: int) -> AppendResult:
-        log = self.log
+    def _after_append(self, info: Any, appended: AppendInfo, now: int) -> AppendInfo:
         if len(self.isr) == 1:  # the ISR is this replica: written is committed
-            log.high_watermark = base + info.last_offset_delta + 1
+            self.log.high_watermark = appended.last_offset + 1
         if info.producer_id >= 0 and info.base_sequence >= 0:
             self.producers.record(info.producer_id, info.producer_epoch, info.base_sequence,
-                                  info.last_offset_delta, base, log_append_time, now)
+                                  info.last_offset_delta, appended.base_offset,
+                                  appended.log_append_time, now)
         if self._waiters:
             self.wake()
-        return AppendResult(base, log_append_time, log.log_start_offset)
+        return appended
 
     @staticmethod
     def _check_timestamps(config: LogConfig, info: Any, now: int) -> None:
@@ -222,7 +280,8 @@ class Partition:
     def become_follower(self, leader_id: int, leader_epoch: int, replicas: list[int],
                         isr: list[int], zk_version: int) -> None:
         """The controller made another broker the leader: produce and consumer fetches
-        are refused from now on; acks=all appends still waiting are told."""
+        are refused from now on, and so are appends still queued (NOT_LEADER_OR_FOLLOWER
+        when their turn comes); acks=all appends still waiting are told."""
         self.is_leader = False
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
@@ -235,10 +294,10 @@ class Partition:
         self.wake()
 
     async def appends_done(self) -> None:
-        """Wait for an append of this partition in progress (a role change waits before
-        the log is truncated or handed to the fetcher)."""
-        async with self._append_lock:
-            pass
+        """Wait until no append of this partition is queued or being written (a role
+        change waits before the log is truncated or handed to the fetcher)."""
+        while self._writer is not None:
+            await asyncio.wait((self._writer,))
 
     # replication: the leader side ----------------------------------------------------------
 

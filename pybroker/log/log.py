@@ -10,10 +10,15 @@ Directory ``<data_dir>/<topic>-<partition>`` holds the segments (log_segment.py)
   plain settable field: replication moves it, a single node sets it to the end offset.
 - ``log_start_offset``: the first offset still readable (retention, DeleteRecords).
 
-Per produce request Python does a fixed amount of work per batch (stamp natively, one
-write through the Appender, maybe one index entry); per fetch a fixed amount per segment
-touched (native index lookups and header walks). Nothing here loops over records, and
-recovery is one native scan per segment.
+Appends have one write path (checks and roll, offsets stamped natively, one write
+through the segment's Appender, maybe one index entry), completed two ways: ``append``
+writes inline, ``append_async`` awaits the write (the loop serves other requests while
+the kernel copies a large batch). A leader's append does not choose between them:
+``Partition.append`` is its one entry point, decides, and keeps the partition's appends in
+arrival order, so they never interleave. ``append_as_follower`` writes a leader's batches
+as they are (offsets and epochs included), through the same segment write. Per fetch
+Python does a fixed amount of work per segment touched (native index lookups and header
+walks). Nothing here loops over records, and recovery is one native scan per segment.
 
 Deleted segments are renamed ``.deleted`` at once and closed and unlinked after
 ``file.delete.delay.ms`` (Kafka's default 60 s), by ``delete_expired_files``: a region
@@ -250,55 +255,53 @@ class Log:
                log_append_time: int = -1) -> AppendInfo:
         """Append one validated batch (``batch`` is writable and holds exactly the batch
         ``info`` describes): stamp its offsets (and LogAppendTime if the topic says so or
-        ``log_append_time`` >= 0) and write it at the end of the active segment."""
+        ``log_append_time`` >= 0) and write it at the end of the active segment, inline.
+
+        The common produce (a CreateTime batch, no new leader epoch, an active segment
+        that takes it without a roll or an index entry: ``LogSegment.fits``) is done in
+        one flat step; anything else goes through ``_prepare`` and ``_appended``. Both
+        write the same bytes (tests/log/test_append_paths.py). Why the flat step: a
+        one-record produce round trip was mostly Python calls (``_prepare``,
+        ``_maybe_roll``, ``_appended`` and the properties under them: ~3.5 us of 23 per
+        round trip); its checks are the same, taken at once."""
         if self._appending is not None:
             self._check_not_appending()
+        config = self.config
+        size = info.size
         try:
+            if log_append_time < 0 and not config.log_append_time and \
+                    size <= config.max_message_bytes and \
+                    leader_epoch <= self.leader_epoch_cache.latest_epoch:
+                segment = self.segments.active
+                base = self._next_offset
+                last = base + info.last_offset_delta
+                if segment.fits(size, last, info.max_timestamp, config.segment_bytes,
+                                config.segment_ms - config.segment_jitter_ms):
+                    stamp_batch(batch, 0, base, leader_epoch, -1)
+                    segment.append([batch], size, last, info.max_timestamp, None, 0,
+                                   info.last_offset_delta + 1)
+                    self._next_offset = last + 1
+                    count = info.records_count
+                    self._after_append(count)
+                    return AppendInfo(base, last, -1, self.log_start_offset,
+                                      info.max_timestamp, last, count, size)
             segment, base, last, max_timestamp, log_append_time = self._prepare(
                 batch, info, leader_epoch, log_append_time)
-            segment.append([batch], info.size, last, max_timestamp, None, 0,
+            segment.append([batch], size, last, max_timestamp, None, 0,
                            info.last_offset_delta + 1)
             return self._appended(info, leader_epoch, base, last, max_timestamp,
                                   log_append_time)
         except OSError as exc:
             raise self._write_failed(exc) from exc
 
-    def append_small(self, batch, info, leader_epoch: int = 0) -> int:
-        """``append`` in one flat step for the common produce, or -1 with nothing done
-        when it does not apply (the caller then takes ``append``): a CreateTime topic, no
-        new leader epoch, no asynchronous append under way, and an active segment that
-        takes the batch without a roll or an index entry (``LogSegment.fits``). Returns
-        the base offset. Why: a one-record produce round trip was mostly Python calls
-        (``_prepare``, ``_maybe_roll``, ``_appended`` and the properties under them:
-        ~3.5 us of 23 per round trip); the checks here are the same, taken at once."""
-        config = self.config
-        segment = self.segments.active
-        base = self._next_offset
-        last = base + info.last_offset_delta
-        size = info.size
-        if self._appending is not None or config.log_append_time or \
-                size > config.max_message_bytes or \
-                leader_epoch > self.leader_epoch_cache.latest_epoch or \
-                not segment.fits(size, last, info.max_timestamp, config.segment_bytes,
-                                 config.segment_ms - config.segment_jitter_ms):
-            return -1
-        stamp_batch(batch, 0, base, leader_epoch, -1)
-        try:
-            segment.append([batch], size, last, info.max_timestamp, None, 0,
-                           info.last_offset_delta + 1)
-            self._next_offset = last + 1
-            self._after_append(info.records_count)
-        except OSError as exc:
-            raise self._write_failed(exc) from exc
-        return base
-
     async def append_async(self, batch, info, leader_epoch: int = 0,
                            log_append_time: int = -1) -> AppendInfo:
-        """``append`` for the event loop: the write is awaited (the loop serves other
-        requests meanwhile) and the log changes only once the bytes are in the file, so
-        readers never see offsets whose bytes are not there yet. Appends to one log run
-        one at a time. If anything else changed the log while the write was out
-        (truncation, a roll by retention, deletion) the append fails with
+        """``append`` with the write awaited, the loop serving other requests meanwhile
+        (``Partition.append`` takes it for a batch the appender hands to the kernel's
+        asynchronous ring). The log changes only once the bytes are in the file, so
+        readers never see offsets whose bytes are not there yet. An ``append_async`` that
+        finds another under way waits for it. If anything else changed the log while the
+        write was out (truncation, a roll by retention, deletion) the append fails with
         ``KafkaStorageError`` (retriable) and its bytes are cut off."""
         while self._appending is not None:
             await asyncio.shield(self._appending)
@@ -327,8 +330,11 @@ class Log:
             done.set_result(None)
 
     def _check_not_appending(self) -> None:
+        """A write while ``append_async``'s is out would go to the same end position.
+        The broker never gets here: its leader appends go through ``Partition.append``,
+        which orders them, and a follower's appends start only once the partition's
+        leader appends are done (``Partition.appends_done``). A guard for direct callers."""
         if self._appending is not None:
-            # Both would write at the same end position.
             raise KafkaStorageError(f"{self.name}: an asynchronous append is in progress")
 
     def _prepare(self, batch, info, leader_epoch: int,

@@ -24,12 +24,14 @@ checked again if that meant waiting). Both passes give the loop back every
 with other clients' requests in between; the one-record produce runs both without
 suspending.
 
-A request's partitions are appended concurrently (``Partition.append_async``): a large
-batch's write is awaited, so the loop serves other connections while the kernel copies
-it, and the writes of one request reach io_uring in one submission. A small batch to a
-partition with no append under way is written synchronously anyway, so it is appended
-right in the handler, with no coroutine of its own (the one-record produce round trip);
-after a partition that waits, the rest wait their turn, keeping the request's order.
+Each batch is appended with one call, ``Partition.append``, in request order; the
+partition decides whether the write completes inline. A small batch to a partition with
+nothing queued is written right there, so its answer is ready with no coroutine of its
+own (the one-record produce round trip). Any other batch joins its partition's queue and
+the handler awaits its future: a large batch's write is awaited by the partition's
+writer task, so the loop serves other connections while the kernel copies it, and the
+writes of one request's partitions reach io_uring in one submission. The partition keeps
+its appends in arrival order, so the handler needs no ordering of its own.
 The response is built by the Cython ``build_produce_response``.
 
 Only the partition's leader appends (NOT_LEADER_OR_FOLLOWER: the client refreshes its
@@ -66,6 +68,7 @@ from pybroker.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
 )
+from pybroker.log.log import AppendInfo
 from pybroker.net.connection import CloseConnection
 
 log = logging.getLogger("pybroker.produce")
@@ -133,38 +136,38 @@ def _topic_error(topics: Any, name: str) -> int:
     return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def _append_now(topic: str, index: int, partition: Partition, records: Any, info: Any,
-                acks: int, timeout_ms: int
-                ) -> PartitionResult | Coroutine[Any, Any, PartitionResult]:
-    """The partition's answer, when its batch is written synchronously (a small batch
-    and no append of the partition under way: the one-record produce, with no coroutine
-    to create and await); else the coroutine that appends it asynchronously (or that
-    appends and waits for the ISR: acks=-1 with followers in the ISR)."""
+def _append(topic: str, index: int, partition: Partition, records: Any, info: Any,
+            acks: int, timeout_ms: int
+            ) -> PartitionResult | Coroutine[Any, Any, PartitionResult]:
+    """Append the batch (``Partition.append``, which decides whether the write completes
+    inline): the partition's answer when it did (the one-record produce, with no coroutine
+    to create and await), else the coroutine that awaits the write (and, for acks=-1 with
+    followers in the ISR, the high watermark)."""
     try:
-        if acks == -1 and len(partition.isr) > 1:
-            return _append_replicated(topic, index, partition, records, info, timeout_ms)
-        if not partition.appends_synchronously(len(records)):
-            return _append_async(topic, index, partition, records, info)
-        result = partition.append(records, info)
+        appended = partition.append(records, info)
     except Exception as exc:
         return _failed(topic, index, exc)
-    return _answer(index, result)
+    if acks == -1 and len(partition.isr) > 1:
+        return _replicated(topic, index, partition, appended, info, timeout_ms)
+    if isinstance(appended, AppendInfo):
+        return _answer(index, appended)
+    return _written(topic, index, appended)
 
 
-async def _append_async(topic: str, index: int, partition: Partition, records: Any,
-                        info: Any) -> PartitionResult:
+async def _written(topic: str, index: int,
+                   appended: asyncio.Future[AppendInfo]) -> PartitionResult:
     try:
-        result = await partition.append_async(records, info)
+        return _answer(index, await appended)
     except Exception as exc:
         return _failed(topic, index, exc)
-    return _answer(index, result)
 
 
-async def _append_replicated(topic: str, index: int, partition: Partition, records: Any,
-                             info: Any, timeout_ms: int) -> PartitionResult:
-    """acks=-1: append, then answer once the ISR has the batch."""
+async def _replicated(topic: str, index: int, partition: Partition,
+                      appended: AppendInfo | asyncio.Future[AppendInfo], info: Any,
+                      timeout_ms: int) -> PartitionResult:
+    """acks=-1: answer once the ISR has the batch."""
     try:
-        result = await partition.append_async(records, info)
+        result = appended if isinstance(appended, AppendInfo) else await appended
     except Exception as exc:
         return _failed(topic, index, exc)
     code = await partition.wait_for_high_watermark(
@@ -174,15 +177,7 @@ async def _append_replicated(topic: str, index: int, partition: Partition, recor
     return _answer(index, result)
 
 
-async def _append_later(topic: str, index: int, partition: Partition, records: Any,
-                        info: Any, acks: int, timeout_ms: int) -> PartitionResult:
-    """``_append_now`` for a partition after one that waits: it waits its turn, so the
-    appends of one request keep their order (gather starts them in order)."""
-    answer = _append_now(topic, index, partition, records, info, acks, timeout_ms)
-    return answer if isinstance(answer, tuple) else await answer
-
-
-def _answer(index: int, result: Any) -> PartitionResult:
+def _answer(index: int, result: AppendInfo) -> PartitionResult:
     return (index, ErrorCode.NONE, result.base_offset, result.log_append_time,
             result.log_start_offset, None)
 
@@ -256,11 +251,7 @@ async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
                 results[slot] = _failed(name, index, outcome)
                 continue
             info = outcome
-        if appends:
-            answer: Any = _append_later(name, index, partition, records, info, acks,
-                                        timeout_ms)
-        else:
-            answer = _append_now(name, index, partition, records, info, acks, timeout_ms)
+        answer = _append(name, index, partition, records, info, acks, timeout_ms)
         if isinstance(answer, tuple):
             results[slot] = answer
         else:
@@ -272,9 +263,9 @@ async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
         results, slot, append = appends[0]
         results[slot] = await append
     elif appends:
-        # All partitions' writes in flight together: the appender submits the writes
-        # queued in one loop iteration with one io_uring_enter, and the kernel copies
-        # them in parallel workers.
+        # The partitions' writer tasks have their writes in flight together: the
+        # appender submits the writes queued in one loop iteration with one
+        # io_uring_enter, and the kernel copies them in parallel workers.
         for (results, slot, _), result in zip(
                 appends, await asyncio.gather(*(a for _, _, a in appends)), strict=True):
             results[slot] = result
