@@ -17,7 +17,13 @@ its clients' produce requests by closing their connections, a failure far from i
 The handler contract: what a handler may assume in its first step (the code up to its
 first ``await`` that suspends).
 
-- The broker is started: the topics are loaded and the ``on_start`` hooks have run.
+- The broker is started: its components are built and running, and reached through its
+  typed attributes (:class:`pybroker.broker.broker.Broker`): ``ctx.broker.metadata`` (the
+  one :class:`pybroker.metadata.Metadata` interface, whichever control plane runs),
+  ``topics``, ``producer_ids``, ``group_coordinator`` (started, its groups loaded or
+  loading) and ``validation_pool`` (None with ``num.io.threads=0``). A handler never asks
+  which mode the broker runs in and never attaches state to the broker; a component with
+  a lifetime of its own is built by the broker (``Broker.start``), not by a handler.
 - ``request`` is well formed for ``ctx.api_version``, which is within the registered
   versions (the dispatcher closed the connection otherwise).
 - It runs on the event loop thread, possibly *outside any task*: the first step may run
@@ -29,10 +35,6 @@ first ``await`` that suspends).
   connection are handled one at a time, in order. A handler parking a request on the
   client's behalf (long polls, group joins) awaits through ``ctx.park(future)``.
 - ``ctx.frame`` stays valid until the handler returns; ``records`` views point into it.
-
-A family with state to set up or tear down decorates ``async def f(broker)`` with
-:func:`on_start` (run after the topics are loaded, before the port opens) or
-:func:`on_stop` (run after in-flight requests are answered, before the logs close).
 
 A handler on a hot path may bring its own ``decode(frame, body_offset, version)`` (the
 Cython parsers of ``pybroker._native.wire``) and return an :class:`Encoded` response it
@@ -53,8 +55,7 @@ from typing import Any, NamedTuple
 
 from pybroker.broker.request import Encoded, RequestContext
 
-__all__ = ["Encoded", "Handler", "HandlerImportError", "HANDLERS", "handler", "load_all",
-           "on_start", "on_stop"]
+__all__ = ["Encoded", "Handler", "HandlerImportError", "HANDLERS", "handler", "load_all"]
 
 HandlerFn = Callable[[RequestContext, Any], Awaitable[Any]]
 DecodeFn = Callable[[Any, int, int], Any]
@@ -78,21 +79,6 @@ def handler(api_key: int, versions: tuple[int, int],
         HANDLERS[api_key] = Handler(api_key, versions, fn, decode)
         return fn
     return register
-
-
-Hook = Callable[[Any], Awaitable[Any]]
-STARTUP: list[Hook] = []
-SHUTDOWN: list[Hook] = []
-
-
-def on_start(fn: Hook) -> Hook:
-    STARTUP.append(fn)
-    return fn
-
-
-def on_stop(fn: Hook) -> Hook:
-    SHUTDOWN.append(fn)
-    return fn
 
 
 class HandlerImportError(RuntimeError):
