@@ -82,7 +82,7 @@ class Broker:
         self.cluster_id = ""
         self.metadata: Metadata = metadata_for(self)
         # built by start(), in this order
-        self.logs: LogManager | None = None
+        self.logs: LogManager
         self.topics: TopicManager
         self.producer_ids: ProducerIdManager
         self.group_coordinator: GroupCoordinator
@@ -92,6 +92,7 @@ class Broker:
         self.shutting_down = False
         self.requests = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self._logs_open = False  # what shutdown has to stop: the parts start() got to
         self._coordinator_started = False
         self._stopped = asyncio.Event()
         self._stats_path = config["stats.file"] or os.path.join(self.data_dir, STATS_FILE)
@@ -111,6 +112,7 @@ class Broker:
         os.makedirs(self.data_dir, exist_ok=True)
         self.cluster_id = self._read_meta(await self.metadata.join(self._read_meta()))
         self.logs = logs = LogManager(self.data_dir)
+        self._logs_open = True
         self.topics = TopicManager(self.config, logs,
                                    leads_every_partition=self.metadata.leads_every_partition())
         self.topics.read()
@@ -176,7 +178,7 @@ class Broker:
                 log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
 
     def _retention(self) -> None:
-        deleted = self.logs.run_retention() if self.logs is not None else 0
+        deleted = self.logs.run_retention()
         if deleted:
             log.info("retention deleted %s segments", deleted)
 
@@ -224,7 +226,7 @@ class Broker:
         if self.validation_pool is not None:
             self.validation_pool.close()
         self._writer.shutdown(wait=True)
-        if self.logs is not None:
+        if self._logs_open:
             self._snapshot_producer_state()
             self.logs.close(clean=True)
         self.write_stats(force=True)

@@ -29,11 +29,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.broker.partition import Partition
 from pybroker.cluster.metadata_cache import MetadataCache
 from pybroker.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from pybroker.broker.broker import Broker
+    from pybroker.cluster.zk_store import ClusterStore
+    from pybroker.repl.fetcher import ReplicaFetcherManager
 
 log = logging.getLogger("pybroker.replicas")
 
@@ -44,7 +49,8 @@ LeadershipListener = Callable[[Partition, bool], None]
 
 
 class ReplicaManager:
-    def __init__(self, broker: Any, store: Any, fetchers: Any, cache: MetadataCache) -> None:
+    def __init__(self, broker: Broker, store: ClusterStore, fetchers: ReplicaFetcherManager,
+                 cache: MetadataCache) -> None:
         self.broker = broker
         self.cache = cache  # the cluster's metadata, which UpdateMetadata replaces
         self.broker_id: int = broker.broker_id
