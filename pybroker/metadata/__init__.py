@@ -15,7 +15,8 @@ Two implementations, chosen once at start-up by :func:`metadata_for`:
 These two modules (with ``pybroker/cluster/`` behind the second) are the only code that
 knows which mode the broker runs in; everything else asks the interface. As Kafka's
 ``MetadataSupport`` (ZkSupport / RaftSupport behind one interface): a handler never tests
-a flag.
+a flag. (The group coordinator they build still takes a ``replicated`` flag, set only
+here: it loads and commits differently in a cluster.)
 """
 
 from __future__ import annotations
