@@ -74,6 +74,14 @@ SHUTDOWN_DRAIN_SECONDS = 10.0
 
 
 class Broker:
+    # Slots: a component attached from elsewhere (``setattr(broker, ...)``) fails at once;
+    # the broker's parts are these attributes, built here.
+    __slots__ = ("config", "broker_id", "data_dir", "handlers", "cluster_id", "metadata",
+                 "logs", "topics", "producer_ids", "group_coordinator", "validation_pool",
+                 "server", "advertised", "shutting_down", "requests", "_tasks", "_logs_open",
+                 "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
+                 "_stats_last")
+
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker_id = config.broker_id
