@@ -5,7 +5,7 @@ works against any Kafka broker (``--bootstrap HOST:PORT``). ``describe`` prints 
 partition's leader, replicas and ISR as Metadata gives them (a single node is all three;
 a cluster member answers its metadata cache, which the controller keeps current) with its
 low and high watermark, and the partition's error: KAFKA_STORAGE_ERROR while pybroker's
-writes there fail (``pybroker.broker.handlers.metadata``). Errors the broker answers are printed one line per topic to
+writes there fail (``pybroker.metadata.single_node``). Errors the broker answers are printed one line per topic to
 stderr and make the exit status 1.
 """
 

@@ -165,6 +165,9 @@ InvalidReplicationFactorError = _error("InvalidReplicationFactorError",
                                        ErrorCode.INVALID_REPLICATION_FACTOR)
 InvalidConfigError = _error("InvalidConfigError", ErrorCode.INVALID_CONFIG)
 InvalidRequestError = _error("InvalidRequestError", ErrorCode.INVALID_REQUEST)
+InvalidReplicaAssignmentError = _error("InvalidReplicaAssignmentError",
+                                       ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+UnknownTopicIdError = _error("UnknownTopicIdError", ErrorCode.UNKNOWN_TOPIC_ID)
 UnsupportedVersionError = _error("UnsupportedVersionError", ErrorCode.UNSUPPORTED_VERSION)
 OutOfOrderSequenceError = _error("OutOfOrderSequenceError", ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
 DuplicateSequenceError = _error("DuplicateSequenceError", ErrorCode.DUPLICATE_SEQUENCE_NUMBER)

@@ -1,13 +1,24 @@
 """The broker process: storage, topics, producer ids, the server, and request dispatch.
 
-Start-up: open the data dir (``meta.properties`` holds the cluster id and node id), recover
-the logs (``LogManager.load``, logged with its duration), open the topics and restore
-producer state (the clean-shutdown snapshot, or a replay of the log tail after a crash),
-then bind the listener and log ``ready``. Shutdown (SIGTERM/SIGINT): stop accepting, run the
-``on_shutdown_begin`` hooks and wake long-polling fetches (so parked long polls answer now),
-answer the requests already received (at most ``SHUTDOWN_DRAIN_SECONDS``), run the
-``on_stop`` hooks, snapshot producer state, close the LogManager cleanly (it writes the
-clean-shutdown marker).
+Components, built here and nowhere else, reached by handlers as typed attributes
+(``ctx.broker.<name>``): ``metadata`` (the control plane, :mod:`pybroker.metadata`: one
+interface, a single node's or a ZooKeeper cluster's, chosen from the settings), ``logs``
+(the LogManager), ``topics`` (the TopicManager), ``producer_ids``, ``group_coordinator``
+(built by the metadata plane, which wires it to partition leadership) and
+``validation_pool`` (threads validating large produce batches; None with
+``num.io.threads=0``). Nothing is attached to the broker from elsewhere.
+
+Start-up: open the data dir (``meta.properties`` holds the cluster id and node id; the
+control plane may have its own cluster id, ZooKeeper's, which wins), recover the logs
+(``LogManager.load``, logged with its duration), open the topics and restore producer
+state (the clean-shutdown snapshot, or a replay of the log tail after a crash), start the
+group coordinator and the validation pool, bind the listener, start the control plane
+(a cluster member registers now that its port answers) and log ``ready``. Shutdown
+(SIGTERM/SIGINT): stop accepting, answer the coordinator's parked long polls and wake
+long-polling fetches (so parked long polls answer now), answer the requests already
+received (at most ``SHUTDOWN_DRAIN_SECONDS``), stop the control plane (a follower stops
+appending), the coordinator and the validation pool, snapshot producer state, close the
+LogManager cleanly (it writes the clean-shutdown marker).
 
 Dispatch of one frame: header -> handler by API key -> decode -> handle -> encode. A
 request the broker cannot parse (garbage, unknown API key, a version outside what is
@@ -19,11 +30,6 @@ Observability of the data plane: the native zero-copy counters (bytes sent with
 sendfile/splice vs bytes sent from memory) and request counts are written as JSON to
 ``stats.file`` (default ``<data_dir>/broker-stats.json``) every ``stats.interval.ms`` when
 they changed, on SIGUSR1 at once, and at shutdown.
-
-Cluster mode (``zookeeper.connect`` set; docs/REPLICATION.md): a :class:`ClusterNode`
-joins the cluster through ZooKeeper (the cluster id comes from there), the MetadataCache
-answers for the cluster, and the controller decides which partitions this broker leads;
-topics are created through ZooKeeper (:meth:`Broker.create_topic`).
 
 Not thread-safe: everything runs on the event loop thread.
 """
@@ -46,9 +52,13 @@ from pybroker.broker.files import read_json, write_json
 from pybroker.broker.producer_ids import ProducerIdManager
 from pybroker.broker.request import Encoded, RequestContext
 from pybroker.broker.topic_manager import TopicManager
+from pybroker.broker.validation import ValidationPool
 from pybroker.config import BrokerConfig
+from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log.checkpoints import replace_file
+from pybroker.log.log_manager import LogManager
+from pybroker.metadata import Metadata, metadata_for
 from pybroker.net.connection import CloseConnection, Connection, ConnectionClosed
 from pybroker.net.protocol import codec
 from pybroker.net.protocol.codec import parse_request_header
@@ -63,28 +73,36 @@ SNAPSHOT_FILE = "producer-state.json"
 STATS_FILE = "broker-stats.json"
 SHUTDOWN_DRAIN_SECONDS = 10.0
 
-ShutdownHook = Callable[["Broker"], Awaitable[Any]]
-
 
 class Broker:
+    # Slots: a component attached from elsewhere (``setattr(broker, ...)``) fails at once;
+    # the broker's parts are these attributes, built here.
+    __slots__ = ("config", "broker_id", "data_dir", "handlers", "cluster_id", "metadata",
+                 "logs", "topics", "producer_ids", "group_coordinator", "validation_pool",
+                 "server", "advertised", "shutting_down", "requests", "_tasks", "_logs_open",
+                 "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
+                 "_stats_last")
+
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.data_dir = config.data_dir
         self.handlers = handler_registry.load_all()
         self.cluster_id = ""
-        self.logs: Any = None
+        self.metadata: Metadata = metadata_for(self)
+        # built by start(), in this order
+        self.logs: LogManager
         self.topics: TopicManager
         self.producer_ids: ProducerIdManager
+        self.group_coordinator: GroupCoordinator
+        self.validation_pool: ValidationPool | None = None
         self.server: Server | None = None
-        self.cluster_mode = bool(config["zookeeper.connect"])
-        self.cluster: Any = None  # the ClusterNode, in cluster mode
-        self.metadata: Any = None  # MetadataCache (cluster) or SingleNodeMetadata
         self.advertised: tuple[str, int] = ("127.0.0.1", 0)
         self.shutting_down = False
         self.requests = 0
         self._tasks: list[asyncio.Task[None]] = []
-        self._shutdown_begin: list[ShutdownHook] = []
+        self._logs_open = False  # what shutdown has to stop: the parts start() got to
+        self._coordinator_started = False
         self._stopped = asyncio.Event()
         self._stats_path = config["stats.file"] or os.path.join(self.data_dir, STATS_FILE)
         # periodic durable writes of broker files, in order, off the event loop
@@ -96,36 +114,30 @@ class Broker:
 
     async def start(self) -> tuple[str, int]:
         """Recover storage, bind the listener; returns the bound address."""
-        from pybroker.log.log_manager import LogManager
-
         started = time.monotonic()
         changed = self.config.changed()
         if changed:
             log.info("settings: %s", ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
         os.makedirs(self.data_dir, exist_ok=True)
-        if self.cluster_mode:
-            from pybroker.cluster.node import ClusterNode
-
-            self.cluster = ClusterNode(self)
-            self.metadata = self.cluster.metadata
-            self.cluster_id = self._read_meta(await self.cluster.connect(self._read_meta()))
-        else:
-            from pybroker.cluster.metadata_cache import SingleNodeMetadata
-
-            self.metadata = SingleNodeMetadata(self)
-            self.cluster_id = self._read_meta()
-        self.logs = LogManager(self.data_dir)
-        self.topics = TopicManager(self.config, self.logs)
+        self.cluster_id = self._read_meta(await self.metadata.join(self._read_meta()))
+        self.logs = logs = LogManager(self.data_dir)
+        self._logs_open = True
+        self.topics = TopicManager(self.config, logs,
+                                   leads_every_partition=self.metadata.leads_every_partition())
         self.topics.read()
         log.info("recovering logs in %s", self.data_dir)
-        self.logs.load(config_for=self.topics.config_for)
+        logs.load(config_for=self.topics.config_for)
         self.topics.open()
         self.producer_ids = ProducerIdManager(
             self.data_dir, self.config["producer.id.block.size"],
-            self.cluster.producer_id_block if self.cluster is not None else None)
+            self.metadata.producer_id_source())
         self._restore_producer_state()
-        for hook in handler_registry.STARTUP:
-            await hook(self)
+        self.group_coordinator = self.metadata.group_coordinator(
+            CoordinatorConfig.from_config(self.config))
+        self._coordinator_started = True
+        await self.group_coordinator.start()
+        threads = self.config["num.io.threads"]
+        self.validation_pool = ValidationPool(threads) if threads > 0 else None
         log.info("recovery done: %d topics, %d partitions in %.3f s",
                  len(self.topics.topics()), len(self.topics.partitions()),
                  time.monotonic() - started)
@@ -144,11 +156,10 @@ class Broker:
             network_threads=config["num.network.threads"])
         bound = self.server.start()
         self.advertised = self.config.advertised(bound)
-        if self.cluster is not None:
-            await self.cluster.start()
+        await self.metadata.start()
         self._tasks = [asyncio.create_task(t) for t in (
             self._every(self.config["log.retention.check.interval.ms"], self._retention),
-            self._every(self.config["log.flush.scheduler.interval.ms"], self.logs.flush_due),
+            self._every(self.config["log.flush.scheduler.interval.ms"], logs.flush_due),
             self._every(self.config["stats.interval.ms"], self.write_stats),
             self._every(60_000, self._snapshot_producer_state_soon),
             self._every(60_000, collector.thaw_if_due),
@@ -157,7 +168,7 @@ class Broker:
 
     def _read_meta(self, cluster_id: str | None = None) -> str:
         """Cluster id from ``meta.properties`` (created on first start), Kafka's file name;
-        ``cluster_id``: ZooKeeper's, which wins (cluster mode)."""
+        ``cluster_id``: the control plane's (ZooKeeper's), which wins."""
         path = os.path.join(self.data_dir, "meta.properties")
         props: dict[str, str] = {}
         if os.path.exists(path):
@@ -168,24 +179,6 @@ class Broker:
         if props.get("cluster.id") != cluster_id or props.get("node.id") != str(self.broker_id):
             replace_file(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.broker_id}\n")
         return cluster_id
-
-    def on_leadership_change(self, fn: Callable[[Any, bool], None]) -> None:
-        """Call ``fn(partition, is_leader)`` on the loop whenever this broker becomes the
-        leader or a follower of a partition (cluster mode; on one node every partition is
-        led from the start and ``fn`` is never called)."""
-        if self.cluster is not None:
-            self.cluster.replicas.add_leadership_listener(fn)
-
-    async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
-                           configs: dict[str, str | None] | None = None) -> None:
-        """Create a topic in either mode: on one node its logs, in a cluster through
-        ZooKeeper, returning once this broker's metadata shows leaders for it."""
-        if self.cluster is None:
-            await self.topics.create_async(name, partitions, replication_factor, configs)
-            return
-        from pybroker.cluster.admin import create_topic
-
-        await create_topic(self, name, partitions, replication_factor, configs or {})
 
     async def _every(self, interval_ms: int, fn: Any) -> None:
         while True:
@@ -215,18 +208,12 @@ class Broker:
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
-    def on_shutdown_begin(self, hook: ShutdownHook) -> None:
-        """Run ``await hook(broker)`` when shutdown starts, before in-flight requests are
-        drained: a component holding long polls (the group coordinator's parked joins)
-        answers them there, or they would hold the drain up to its time limit."""
-        self._shutdown_begin.append(hook)
-
-    async def _run_hooks(self, hooks: list[ShutdownHook]) -> None:
-        for hook in hooks:
-            try:
-                await hook(self)
-            except Exception:
-                log.exception("shutdown hook %s failed", getattr(hook, "__name__", hook))
+    async def _quietly(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
+        """A shutdown step whose failure is logged and does not stop the next ones."""
+        try:
+            await step()
+        except Exception:
+            log.exception("stopping the %s failed", what)
 
     async def shutdown(self) -> None:
         """Stop accepting, answer in-flight requests, flush and close storage cleanly."""
@@ -237,15 +224,20 @@ class Broker:
         if self.server is not None:
             self.server.stop_accepting()
             self.topics.stopping = True  # a topic being created: its other logs come at start
-            await self._run_hooks(self._shutdown_begin)
+            if self._coordinator_started:
+                # its parked joins and syncs answer now, or they would hold the drain up
+                self.group_coordinator.begin_shutdown()
             for partition in self.topics.partitions():
                 partition.wake()  # long-polling fetches answer now
             await self.server.drain(SHUTDOWN_DRAIN_SECONDS)
-        if self.cluster is not None:
-            await self.cluster.stop()  # the fetchers stop appending before the logs close
-        await self._run_hooks(handler_registry.SHUTDOWN)
+        # the fetchers stop appending before the logs close
+        await self._quietly("control plane", self.metadata.stop)
+        if self._coordinator_started:
+            await self._quietly("group coordinator", self.group_coordinator.stop)
+        if self.validation_pool is not None:
+            self.validation_pool.close()
         self._writer.shutdown(wait=True)
-        if self.logs is not None:
+        if self._logs_open:
             self._snapshot_producer_state()
             self.logs.close(clean=True)
         self.write_stats(force=True)

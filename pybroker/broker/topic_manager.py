@@ -12,7 +12,7 @@ Creating many partitions or topics: each new log costs file creation and a direc
 fsync (several ms on a real disk; 5000 partitions took 10-20 s), and rewriting
 ``topics.json`` costs a write and two fsyncs. So one request (CreateTopics, a Metadata
 request auto-creating topics, CreatePartitions) writes ``topics.json`` once for all the
-topics it creates (:meth:`TopicManager.create_all_async`, :meth:`auto_create_async`,
+topics it creates (:meth:`TopicManager.create_all_async`,
 :meth:`add_partitions_async`), then creates their logs across all of them on a thread,
 ``GROW_BATCH`` at a time: other clients are served meanwhile and see the partitions
 appear, as they see Kafka's partitions get leaders one by one. The declared
@@ -29,7 +29,10 @@ durable ``topics.json`` lists the names under ``deleting``, so a log found at st
 such a name is deleted rather than adopted as an orphan; a topic created again under the
 name first finishes that (``_claim_name``).
 
-Cluster mode (docs/REPLICATION.md): ZooKeeper holds the topics; this manager holds the
+Leadership is the control plane's (:mod:`pybroker.metadata`, which says at construction
+whether this broker ``leads_every_partition``). A single node does: a new partition gets
+its log at once and leads it, and what survived recovery is committed. A cluster member
+does not (docs/REPLICATION.md): ZooKeeper holds the topics; this manager holds the
 partitions this broker has a replica of. The controller's LeaderAndIsr creates them
 (:meth:`TopicManager.ensure_replica`); the others of a topic are placeholders (a
 ``Partition`` with no log, never leader) so handlers answer NOT_LEADER_OR_FOLLOWER for
@@ -67,6 +70,7 @@ from pybroker.errors import (
     UnknownTopicOrPartitionError,
 )
 from pybroker.log.log_config import LogConfig
+from pybroker.log.log_manager import LogManager
 
 log = logging.getLogger("pybroker.topics")
 
@@ -134,7 +138,8 @@ class Topic:
 
 
 class TopicManager:
-    def __init__(self, config: BrokerConfig, log_manager: Any) -> None:
+    def __init__(self, config: BrokerConfig, log_manager: LogManager,
+                 leads_every_partition: bool = True) -> None:
         self.config = config
         self.logs = log_manager
         self._path = os.path.join(config.data_dir, FILE_NAME)
@@ -156,7 +161,7 @@ class TopicManager:
         # whose directories a crash could still bring back (listed in topics.json)
         self._dropping: dict[str, list[Partition]] = {}
         self._deleting: set[str] = set()
-        self.cluster_mode = bool(config["zookeeper.connect"])
+        self.leads_every_partition = leads_every_partition
         self.broker_id = config.broker_id
         self.stopping = False  # broker shutdown: growing topics stop, the next start ends them
 
@@ -246,7 +251,7 @@ class TopicManager:
             self._add(Topic(name, uuid.uuid4(), {}), partitions)
         if orphans:
             self._save()
-        if not self.cluster_mode:
+        if self.leads_every_partition:
             for partition in self.partitions():
                 # One node: everything that survived recovery is committed.
                 partition.log.high_watermark = partition.log.log_end_offset
@@ -287,7 +292,7 @@ class TopicManager:
         # One directory fsync for all the partitions a request creates, not one per
         # partition: topics.json already holds the partition count, and a log lost
         # before the sync is created again at the next start.
-        if self.cluster_mode:  # only the logs this broker has; the controller adds others
+        if not self.leads_every_partition:  # the logs this broker has; the controller adds others
             plog = self.logs.get(topic.name, index)
             topic.partitions.append(Partition(topic.name, index, plog, self.broker_id,
                                               is_leader=False))
@@ -378,7 +383,7 @@ class TopicManager:
         created on a thread. A topic deleted meanwhile has the new logs deleted too."""
         start = len(topic.partitions)
         indexes = range(start, min(self._growing[topic.name], start + GROW_BATCH))
-        if self.cluster_mode:
+        if not self.leads_every_partition:
             for index in indexes:
                 self._add_partition(topic, index, config)
             return
@@ -433,17 +438,8 @@ class TopicManager:
         self._log_created(topic)
         return topic
 
-    async def create_async(self, name: str, partitions: int = -1, replication_factor: int = -1,
-                           configs: dict[str, str | None] | None = None) -> Topic:
-        """Create a topic, its logs a slice at a time."""
-        [topic] = await self.create_all_async([(name, partitions, replication_factor,
-                                                configs or {})])
-        if isinstance(topic, KafkaError):
-            raise topic
-        return topic
-
     async def create_all_async(self, requests: list[NewTopic]) -> list[Topic | KafkaError]:
-        """Create topics (CreateTopics, auto-creation): each one checked, its error
+        """Create topics (the single node's ``create_topics``): each one checked, its error
         returned in its place; the valid ones recorded with one write of ``topics.json``,
         then their logs created a slice at a time across all of them."""
         declared = await self._declare_new_async(requests)
@@ -452,14 +448,6 @@ class TopicManager:
             await self._save_async()
         await self._grow_async(topics, created=True)
         return declared
-
-    async def auto_create_async(self, names: list[str]) -> dict[str, Topic | KafkaError]:
-        """Create the topics ``names`` (distinct, unknown) with the defaults if
-        auto.create.topics.enable (else nothing: an empty dict)."""
-        if not self.config["auto.create.topics.enable"]:
-            return {}
-        created = await self.create_all_async([(name, -1, -1, {}) for name in names])
-        return dict(zip(names, created, strict=True))
 
     def _declare_new(self, requests: list[NewTopic]) -> list[Topic | KafkaError]:
         """Check each new topic; declare the valid ones (``_declare``)."""

@@ -1,9 +1,9 @@
-"""What this broker knows of the cluster, for Metadata and FindCoordinator.
+"""What this broker knows of the cluster, for Metadata and FindCoordinator
+(``pybroker.metadata.zk_cluster`` answers from it).
 
-Cluster mode: the controller's UpdateMetadata requests (v7) are the only writer; each
-replaces what it names (live brokers as a whole, partition states one by one; a topic
-whose partitions all come with leader -2 is deleted, Kafka's marker). Single node:
-:class:`SingleNodeMetadata` answers the same questions with this broker.
+The controller's UpdateMetadata requests (v7) are the only writer; each replaces what it
+names (live brokers as a whole, partition states one by one; a topic whose partitions all
+come with leader -2 is deleted, Kafka's marker).
 
 Not thread-safe: used from the event loop thread only.
 """
@@ -13,13 +13,9 @@ from __future__ import annotations
 import uuid
 from typing import Any, NamedTuple
 
+from pybroker.metadata.interface import Endpoint
+
 DELETED_LEADER = -2  # UpdateMetadata's mark of a partition of a deleted topic (Kafka's)
-
-
-class Endpoint(NamedTuple):
-    broker_id: int
-    host: str
-    port: int
 
 
 class PartitionInfo(NamedTuple):
@@ -110,27 +106,3 @@ class MetadataCache:
             if info is None or info.leader not in self.brokers:
                 return False
         return True
-
-
-class SingleNodeMetadata:
-    """The single-node answers: this broker is every broker and leads everything."""
-
-    def __init__(self, broker: Any) -> None:
-        self._broker = broker
-
-    @property
-    def controller_id(self) -> int:
-        return self._broker.broker_id
-
-    def _self(self) -> Endpoint:
-        host, port = self._broker.advertised
-        return Endpoint(self._broker.broker_id, host, port)
-
-    def leader_of(self, topic: str, partition: int) -> Endpoint | None:
-        known = self._broker.topics.get(topic)
-        if known is None or not 0 <= partition < len(known.partitions):
-            return None
-        return self._self()
-
-    def live_brokers(self) -> list[Endpoint]:
-        return [self._self()]

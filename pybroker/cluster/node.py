@@ -18,16 +18,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.cluster.metadata_cache import MetadataCache
 from pybroker.config import parse_address
+
+if TYPE_CHECKING:
+    from pybroker.broker.broker import Broker
+    from pybroker.cluster.channel import ControlServer
+    from pybroker.cluster.controller import Controller
 
 log = logging.getLogger("pybroker.cluster")
 
 
 class ClusterNode:
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Broker) -> None:
         from pybroker.cluster.zk_store import ClusterStore
         from pybroker.repl.fetcher import ReplicaFetcherManager
         from pybroker.repl.replica_manager import ReplicaManager
@@ -40,9 +45,9 @@ class ClusterNode:
                                   config["zookeeper.connection.timeout.ms"])
         self.metadata = MetadataCache(broker.broker_id)
         self.fetchers = ReplicaFetcherManager(broker, config)
-        self.replicas = ReplicaManager(broker, self.store, self.fetchers)
-        self.controller: Any = None
-        self.control: Any = None
+        self.replicas = ReplicaManager(broker, self.store, self.fetchers, self.metadata)
+        self.controller: Controller | None = None
+        self.control: ControlServer | None = None
         self.control_address = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session_lost = False

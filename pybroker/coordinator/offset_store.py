@@ -44,6 +44,7 @@ from pybroker.coordinator.wire import Reader, Writer
 from pybroker.errors import (
     CoordinatorNotAvailableError,
     CorruptRecordError,
+    KafkaError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     TopicAlreadyExistsError,
@@ -294,12 +295,13 @@ class OffsetStore:
 
     async def _create_topic(self) -> None:
         try:
-            await self._topics.create_async(OFFSETS_TOPIC, self.num_partitions, 1,
-                                            self._topic_config)
-        except TopicAlreadyExistsError:
-            pass  # created by a client that skipped FindCoordinator (``_topic``)
+            [created] = await self._topics.create_all_async(
+                [(OFFSETS_TOPIC, self.num_partitions, 1, dict(self._topic_config))])
         finally:
             self._creation = None
+        # TOPIC_ALREADY_EXISTS: created by a client that skipped FindCoordinator (``_topic``)
+        if isinstance(created, KafkaError) and not isinstance(created, TopicAlreadyExistsError):
+            raise created
 
     def _partition(self, index: int) -> Any:
         """The partition to append to; in cluster mode only one this broker leads."""

@@ -29,10 +29,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.broker.partition import Partition
+from pybroker.cluster.metadata_cache import MetadataCache
 from pybroker.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from pybroker.broker.broker import Broker
+    from pybroker.cluster.zk_store import ClusterStore
+    from pybroker.repl.fetcher import ReplicaFetcherManager
 
 log = logging.getLogger("pybroker.replicas")
 
@@ -43,8 +49,10 @@ LeadershipListener = Callable[[Partition, bool], None]
 
 
 class ReplicaManager:
-    def __init__(self, broker: Any, store: Any, fetchers: Any) -> None:
+    def __init__(self, broker: Broker, store: ClusterStore, fetchers: ReplicaFetcherManager,
+                 cache: MetadataCache) -> None:
         self.broker = broker
+        self.cache = cache  # the cluster's metadata, which UpdateMetadata replaces
         self.broker_id: int = broker.broker_id
         self.store = store
         self.fetchers = fetchers
@@ -124,7 +132,7 @@ class ReplicaManager:
         return ErrorCode.NONE
 
     def _update_metadata(self, body: dict) -> None:
-        deleted = self.broker.metadata.update(body)
+        deleted = self.cache.update(body)
         for name in deleted:
             if self.broker.topics.get(name) is not None:
                 self._delete_local(name)

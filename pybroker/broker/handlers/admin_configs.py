@@ -16,8 +16,10 @@ AlterConfigs replaces the topic's whole override set with the given configs (wha
 named goes back to its default); IncrementalAlterConfigs applies SET, DELETE, APPEND and
 SUBTRACT (the last two only to list configs, ``cleanup.policy``) to the current
 overrides. The result is validated as a whole (INVALID_CONFIG with the reason), then
-persisted and handed to the live logs by ``TopicManager.alter_configs``; ``validate_only``
-stops after the checks.
+persisted and handed to the live logs by the control plane
+(``metadata.alter_topic_configs``: ``TopicManager.alter_configs``, and in a cluster
+ZooKeeper's change notification to the other brokers); ``validate_only`` stops after the
+checks.
 
 Broker configs are static here (Kafka's "read-only" update mode): they are described with
 ``read_only`` true and altering one is INVALID_CONFIG. Broker loggers are the broker's
@@ -312,9 +314,7 @@ def _apply_topic(ctx: RequestContext, topic: Topic, overrides: dict[str, str],
     checked = topic_config.validate(overrides)
     ctx.broker.topics.log_config(checked)  # with the broker defaults (segment sizes etc.)
     if not validate_only:
-        ctx.broker.topics.alter_configs(topic.name, checked)
-        if ctx.broker.cluster is not None:  # the others apply ZooKeeper's change notification
-            ctx.broker.cluster.publish_topic_configs(topic.name, checked)
+        ctx.broker.metadata.alter_topic_configs(topic.name, checked)
 
 
 def _alter_logger(ctx: RequestContext, name: str, configs: list[dict], validate_only: bool,

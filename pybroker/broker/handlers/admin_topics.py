@@ -3,21 +3,19 @@
 Both answer per topic, as Kafka's controller does (``ControllerApis`` /
 ``ReplicationControlManager``): a topic named twice in one request gets INVALID_REQUEST and
 is not acted on; an unknown name UNKNOWN_TOPIC_OR_PARTITION, an unknown id (DeleteTopics
-v6) UNKNOWN_TOPIC_ID. Deleting a topic removes its logs and its persisted config; one
-node deletes all the topics of a request together (``TopicManager.delete_async``: one
-write of ``topics.json``, durable before the answer, the logs closed a slice at a time and
-their files removed off the event loop); with ``delete.topic.enable=false`` every topic
-gets TOPIC_DELETION_DISABLED.
+v6) UNKNOWN_TOPIC_ID. Deleting a topic removes its logs and its persisted config; with
+``delete.topic.enable=false`` every topic gets TOPIC_DELETION_DISABLED.
 
 CreatePartitions only grows a topic: a count at or below the current one (the declared one,
 while a topic is still being created) is INVALID_PARTITIONS, and so is one above
-``MAX_PARTITIONS_PER_TOPIC`` (10,000). Manual assignments must name one replica per new
-partition, this broker (a single node has nothing else to place them on); anything else is
-INVALID_REPLICA_ASSIGNMENT. ``validate_only`` runs every check and changes nothing.
+``MAX_PARTITIONS_PER_TOPIC`` (10,000). ``validate_only`` runs every check and changes
+nothing.
 
-The change is durable (``topics.json`` replaced and fsynced) before the answer, so
-``timeout_ms`` never expires; new partition logs are created a slice at a time
-(``TopicManager.add_partitions_async``), other clients being served in between.
+The checks of the request itself are here; the topics are deleted and grown by the control
+plane (``ctx.broker.metadata``, :mod:`pybroker.metadata`), whose module docstrings say how
+(one node: all of a request's deletions in one durable write of ``topics.json`` before the
+answer, new partition logs created a slice at a time; a cluster: through ZooKeeper and
+the controller).
 """
 
 from __future__ import annotations
@@ -28,13 +26,8 @@ from typing import Any
 
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
-from pybroker.broker.topic_manager import check_partition_limit
-from pybroker.errors import (
-    ErrorCode,
-    InvalidPartitionsError,
-    KafkaError,
-    UnknownTopicOrPartitionError,
-)
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.metadata import DeletedTopic
 from pybroker.net.protocol.codec import ZERO_UUID
 
 
@@ -56,30 +49,9 @@ def _delete_targets(ctx: RequestContext, request: dict) -> list[tuple[str | None
     return [(t.get("name"), t.get("topic_id") or ZERO_UUID) for t in request.get("topics") or []]
 
 
-async def _delete_in_cluster(ctx: RequestContext, name: str | None, topic_id: uuid.UUID,
-                             result: dict[str, Any]) -> dict[str, Any]:
-    from pybroker.cluster import admin
-
-    cache = ctx.broker.metadata
-    info = cache.topic(name) if name is not None else cache.topic_by_id(topic_id)
-    if info is None and name is None:
-        return {**result, "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
-                "error_message": f"Topic id {topic_id} does not exist."}
-    target = info.name if info is not None else name
-    assert target is not None  # no info and no name was answered above
-    try:
-        await admin.delete_topic(ctx.broker, target)
-    except KafkaError as exc:
-        return {**result, **error_fields(exc)}
-    return {"name": info.name if info else name,
-            "topic_id": info.topic_id if info else topic_id, **_ok()}
-
-
-async def _delete_one(ctx: RequestContext, name: str | None, topic_id: uuid.UUID,
-                      duplicated: bool, deleting: dict[str, None]) -> dict[str, Any]:
-    """The answer for one topic, or on one node the topic's answer if its deletion (by
-    the caller, with the request's others: ``deleting``) succeeds."""
-    topics = ctx.broker.topics
+def _refused(ctx: RequestContext, name: str | None, topic_id: uuid.UUID,
+             duplicated: bool) -> dict[str, Any] | None:
+    """The answer for a topic the request may not delete, or None."""
     result = {"name": name, "topic_id": topic_id}
     if (name is None) == (topic_id == ZERO_UUID):
         code, message = ErrorCode.INVALID_REQUEST, (
@@ -92,69 +64,31 @@ async def _delete_one(ctx: RequestContext, name: str | None, topic_id: uuid.UUID
     if not ctx.broker.config["delete.topic.enable"]:
         return {**result, "error_code": ErrorCode.TOPIC_DELETION_DISABLED,
                 "error_message": "Topic deletion is disabled."}
-    if ctx.broker.cluster is not None:
-        return await _delete_in_cluster(ctx, name, topic_id, result)
-    topic = topics.get(name) if name is not None else topics.by_id(topic_id)
-    if topic is None or topic.name in deleting:  # (named by name and by id: deleted once)
-        if name is None:
-            return {**result, "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
-                    "error_message": f"Topic id {topic_id} does not exist."}
-        return {**result, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                "error_message": f"Topic '{name}' does not exist."}
-    deleting[topic.name] = None
-    return {"name": topic.name, "topic_id": topic.topic_id, **_ok()}
+    return None
 
 
 @handler(api_key=20, versions=(0, 6))
 async def delete_topics(ctx: RequestContext, request: dict) -> dict:
     targets = _delete_targets(ctx, request)
     seen = Counter(name if name is not None else topic_id for name, topic_id in targets)
-    deleting: dict[str, None] = {}  # names, in request order
-    responses = [await _delete_one(ctx, name, topic_id,
-                                   seen[name if name is not None else topic_id] > 1, deleting)
-                 for name, topic_id in targets]
+    responses: list[dict[str, Any]] = []
+    deleting: list[tuple[int, str | None, uuid.UUID]] = []  # (slot in responses, target)
+    for name, topic_id in targets:
+        refused = _refused(ctx, name, topic_id, seen[name if name is not None else topic_id] > 1)
+        if refused is None:
+            deleting.append((len(responses), name, topic_id))
+        responses.append(refused or {})
     if deleting:
-        await ctx.broker.topics.delete_async(list(deleting))
+        deleted = await ctx.broker.metadata.delete_topics(
+            [(name, topic_id) for _, name, topic_id in deleting])
+        for (slot, name, topic_id), outcome in zip(deleting, deleted, strict=True):
+            responses[slot] = {"name": outcome.name, "topic_id": outcome.topic_id, **_ok()} \
+                if isinstance(outcome, DeletedTopic) \
+                else {"name": name, "topic_id": topic_id, **error_fields(outcome)}
     return {"throttle_time_ms": 0, "responses": responses}
 
 
 # CreatePartitions --------------------------------------------------------------------------
-
-
-def check_new_partitions(ctx: RequestContext, name: str, count: int,
-                         assignments: list[dict] | None) -> None:
-    """Raise the KafkaError Kafka would answer for growing ``name`` to ``count``."""
-    topic = ctx.broker.topics.get(name)
-    if topic is None:
-        raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
-    current = ctx.broker.topics.partition_count(topic)
-    if count < current:
-        raise InvalidPartitionsError(f"The topic {name} currently has {current} partition(s); "
-                                     f"{count} would not be an increase.")
-    if count == current:
-        raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
-    if assignments is not None:
-        _check_assignments(ctx.broker.broker_id, count - current, assignments)
-    check_partition_limit(count)
-
-
-def _check_assignments(broker_id: int, added: int, assignments: list[dict]) -> None:
-    if len(assignments) != added:
-        raise KafkaError(f"Attempted to add {added} additional partition(s), but only "
-                         f"{len(assignments)} assignment(s) were specified.",
-                         ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-    for assignment in assignments:
-        replicas = assignment.get("broker_ids") or []
-        for replica in replicas:
-            if replica != broker_id:
-                raise KafkaError(f"The manual partition assignment includes broker {replica}, "
-                                 "but no such broker is registered.",
-                                 ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-        if len(replicas) != 1:
-            raise KafkaError(f"The manual partition assignment includes a partition with "
-                             f"{len(replicas)} replica(s), but this is not consistent with "
-                             "previous partitions, which have 1 replica(s).",
-                             ErrorCode.INVALID_REPLICA_ASSIGNMENT)
 
 
 async def _create_partitions_one(ctx: RequestContext, item: dict, duplicated: bool,
@@ -164,15 +98,8 @@ async def _create_partitions_one(ctx: RequestContext, item: dict, duplicated: bo
         return {"name": name, "error_code": ErrorCode.INVALID_REQUEST,
                 "error_message": "Duplicate topic name."}
     try:
-        if ctx.broker.cluster is not None:
-            from pybroker.cluster import admin
-
-            if not validate_only:
-                await admin.add_partitions(ctx.broker, name, item["count"])
-            return {"name": name, **_ok()}
-        check_new_partitions(ctx, name, item["count"], item["assignments"])
-        if not validate_only:
-            await ctx.broker.topics.add_partitions_async(name, item["count"])
+        await ctx.broker.metadata.create_partitions(name, item["count"], item["assignments"],
+                                                    validate_only)
     except KafkaError as exc:
         return {"name": name, **error_fields(exc)}
     return {"name": name, **_ok()}

@@ -56,7 +56,7 @@ from typing import Any
 from pybroker._native.records import BatchInfo
 from pybroker._native.wire import build_produce_response, parse_produce
 from pybroker.broker import validation
-from pybroker.broker.handlers import Encoded, handler, on_start, on_stop
+from pybroker.broker.handlers import Encoded, handler
 from pybroker.broker.partition import Partition
 from pybroker.broker.request import RequestContext
 from pybroker.broker.topic_manager import validate_topic_name
@@ -75,24 +75,10 @@ log = logging.getLogger("pybroker.produce")
 
 # Loop time a request's handling takes before giving the loop back to other clients.
 SLICE_SECONDS = 0.001
-_POOL_ATTR = "validation_pool"
 
 # A partition's answer: (index, error_code, base_offset, log_append_time_ms,
 # log_start_offset, error_message), what build_produce_response encodes.
 PartitionResult = tuple[int, int, int, int, int, str | None]
-
-
-@on_start
-async def start_validation(broker: Any) -> None:
-    threads = broker.config["num.io.threads"]
-    setattr(broker, _POOL_ATTR, validation.ValidationPool(threads) if threads > 0 else None)
-
-
-@on_stop
-async def stop_validation(broker: Any) -> None:
-    pool = getattr(broker, _POOL_ATTR, None)
-    if pool is not None:
-        pool.close()
 
 
 def _error(index: int, code: int, message: str | None = None) -> PartitionResult:
@@ -198,7 +184,7 @@ _Batch = tuple[list[PartitionResult], int, str, int, Partition, Any, BatchInfo |
 async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
     _transactional_id, acks, timeout_ms, topic_data = request
     topics = ctx.broker.topics
-    pool: validation.ValidationPool | None = getattr(ctx.broker, _POOL_ATTR, None)
+    pool = ctx.broker.validation_pool
     clock = time.perf_counter
     responses: list[tuple[str, list[PartitionResult]]] = []
     # 1. Check and validate every batch: no side effect, the expensive ones in the pool.

@@ -1,0 +1,174 @@
+"""The one metadata interface: what handlers, the group coordinator and the broker ask of
+the control plane, whichever stores it (the package docstring says which does).
+
+Answers and errors are Kafka's: a method that refuses raises (or returns, where a request
+names many topics) the ``KafkaError`` whose code the client gets.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypedDict
+
+if TYPE_CHECKING:
+    from pybroker.broker.partition import Partition
+    from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
+    from pybroker.errors import KafkaError
+
+# ``fn(partition, is_leader)``, called on the loop when this broker starts or stops leading
+LeadershipListener = Callable[["Partition", bool], None]
+# a Metadata response's topic entry (``MetadataResponseTopic`` as a codec dict)
+TopicAnswer = dict[str, object]
+
+
+# How long a FindCoordinator waits for the offsets topic it asked for; after that it answers
+# COORDINATOR_NOT_AVAILABLE (the client asks again) while the creation goes on.
+OFFSETS_TOPIC_CREATE_WAIT_S = 5.0
+
+
+class RequestedTopic(TypedDict, total=False):
+    """A topic a Metadata request names (``MetadataRequestTopic``): by name, or from v10
+    by id with a null name."""
+
+    name: str | None
+    topic_id: uuid.UUID | None
+
+
+class PartitionAssignment(TypedDict, total=False):
+    """A CreatePartitions request's placement of one new partition."""
+
+    broker_ids: list[int] | None
+
+
+class Endpoint(NamedTuple):
+    broker_id: int
+    host: str
+    port: int
+
+
+class NewTopic(NamedTuple):
+    """A topic to create; -1 partitions or replication factor: the broker's default.
+    ``assignment``: the request's manual placement, ``(partition, broker ids)`` pairs as
+    given (checked by the implementation), None for the broker's own placement."""
+
+    name: str
+    partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, str | None] | None = None
+    assignment: list[tuple[int, list[int]]] | None = None
+
+
+class CreatedTopic(NamedTuple):
+    """A topic created (or, validating only, that would be: its id is then zero)."""
+
+    topic_id: uuid.UUID
+    partitions: int
+    replication_factor: int
+    overrides: dict[str, str]
+
+
+class DeletedTopic(NamedTuple):
+    name: str
+    topic_id: uuid.UUID
+
+
+class Metadata(Protocol):
+    """The control plane of one broker. Not thread-safe: the event loop thread only."""
+
+    # lifecycle: the broker calls these in this order ---------------------------------
+
+    async def join(self, cluster_id: str) -> str:
+        """Before the logs load: the cluster id to use, ``cluster_id`` (this broker's) unless
+        the control plane has its own."""
+        ...
+
+    def leads_every_partition(self) -> bool:
+        """Whether every partition this broker has is led here from the moment it exists
+        (the topic manager then gives a new partition its log and leadership at once and
+        treats what survived recovery as committed); otherwise the controller creates
+        this broker's replicas and tells it their roles."""
+        ...
+
+    def producer_id_source(self) -> Callable[[int], int] | None:
+        """``source(size)``: the first id of a new block of producer ids for this broker
+        (blocking, for a worker thread), or None: the broker's own file allocates them."""
+        ...
+
+    def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:
+        """The group coordinator of this broker, wired to this control plane (which
+        partitions it coordinates, how its writes are committed); not started."""
+        ...
+
+    async def start(self) -> None:
+        """Once the listener is bound (``broker.advertised`` is final)."""
+        ...
+
+    async def stop(self) -> None:
+        """At shutdown, after in-flight requests are answered, before the logs close."""
+        ...
+
+    # brokers -------------------------------------------------------------------------
+
+    @property
+    def controller_id(self) -> int: ...
+
+    def live_brokers(self) -> list[Endpoint]:
+        """Sorted by id; empty while this broker knows of none yet (Metadata answers
+        with itself then, so clients ask again)."""
+        ...
+
+    def leader_of(self, topic: str, partition: int) -> Endpoint | None: ...
+
+    def on_leadership_change(self, fn: LeadershipListener) -> None:
+        """Call ``fn`` whenever this broker becomes the leader or a follower of a
+        partition (never, where every partition is led from the start)."""
+        ...
+
+    async def coordinator_for_group(self, group_id: str) -> Endpoint | None:
+        """The broker coordinating ``group_id`` (FindCoordinator), creating
+        ``__consumer_offsets`` on first use where the control plane creates topics; None:
+        COORDINATOR_NOT_AVAILABLE, the client asks again."""
+        ...
+
+    # topics --------------------------------------------------------------------------
+
+    def partition_exists(self, topic: str, index: int) -> bool: ...
+
+    def describe_all_topics(self) -> list[TopicAnswer]:
+        """Metadata's answer for every topic (a request naming none)."""
+        ...
+
+    async def describe_topics(self, requested: list[RequestedTopic], allow_auto_create: bool,
+                              api_version: int) -> list[TopicAnswer]:
+        """Metadata's answer for the topics a request names (``name`` or, v10+,
+        ``topic_id``), creating unknown ones with the defaults when ``allow_auto_create``
+        and ``auto.create.topics.enable`` allow it."""
+        ...
+
+    async def create_topics(self, topics: list[NewTopic], validate_only: bool = False
+                            ) -> list[CreatedTopic | KafkaError]:
+        """The one way topics are created (CreateTopics, auto-creation, the offsets
+        topic): each checked, its error returned in its place. Distinct names."""
+        ...
+
+    async def delete_topics(self, targets: list[tuple[str | None, uuid.UUID]]
+                            ) -> list[DeletedTopic | KafkaError]:
+        """Delete topics named by name, or by id when the name is None (one of the two;
+        named twice: checked by the caller); each one's outcome in its place."""
+        ...
+
+    async def create_partitions(self, name: str, count: int,
+                                assignments: list[PartitionAssignment] | None,
+                                validate_only: bool) -> None:
+        """Grow ``name`` to ``count`` partitions (CreatePartitions), or raise why not."""
+        ...
+
+    def alter_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
+        """Replace a topic's config overrides (validated by the caller) everywhere."""
+        ...
+
+
+def missing_topic(name: str | None, topic_id: uuid.UUID, code: int) -> TopicAnswer:
+    """Metadata's answer for a topic it does not describe."""
+    return {"error_code": code, "name": name, "topic_id": topic_id, "partitions": []}

@@ -1,0 +1,312 @@
+"""The embedded control plane of one broker (no ZooKeeper): this broker is every broker,
+the controller and the leader of every partition; the ``TopicManager`` is the store.
+
+Metadata (key 3): every partition led here, with an ISR of this broker. Requested topics
+that do not exist are created with the defaults when both ``auto.create.topics.enable``
+and the request's ``allow_auto_topic_creation`` allow it, all of one request together
+(one write of topics.json, logs a slice at a time), and answered once created, where
+Kafka would say LEADER_NOT_AVAILABLE until a leader is elected: there is nothing to elect
+here. Else UNKNOWN_TOPIC_OR_PARTITION; an illegal name gets INVALID_TOPIC_EXCEPTION.
+Topics asked for by id (v10+) that do not exist get UNKNOWN_TOPIC_ID.
+
+A partition whose last write failed in the file system less than a minute ago, nothing
+written since (``Log.failing_writes``: a full disk, an I/O error), is answered with
+KAFKA_STORAGE_ERROR, its leader still given: Kafka has no such state (a failed log
+directory goes offline, and a single node shuts down), and this is how ``pybroker topic
+describe`` and any Metadata reader see that the broker refuses writes there. Clients keep
+the leader and retry: librdkafka and kafka-python/aiokafka ignore a partition's error
+code in Metadata (only topic-level errors drop leaders), and Java's client treats
+KafkaStorageException as invalid metadata, refreshing it while it keeps the partition.
+DescribeLogDirs was the other way to say it, but it reports a whole directory offline,
+no partition at a time, and confluent-kafka's admin client does not offer it.
+
+Topic creation (CreateTopics, auto-creation, the offsets topic): per topic, as Kafka
+answers: an illegal name INVALID_TOPIC_EXCEPTION, an existing one TOPIC_ALREADY_EXISTS,
+partitions <= 0 INVALID_PARTITIONS (so are more than ``MAX_PARTITIONS_PER_TOPIC``,
+10,000), a replication factor other than 1 (this is one node) INVALID_REPLICATION_FACTOR,
+manual assignments naming other brokers INVALID_REPLICA_ASSIGNMENT, a bad config
+INVALID_CONFIG. The topics of one request are recorded together (one write of
+``topics.json``) and their logs created a slice at a time
+(``TopicManager.create_all_async``), so other clients are served meanwhile.
+
+Deletion: all the topics of a request together (``TopicManager.delete_async``: one write
+of ``topics.json``, durable before the answer, the logs closed a slice at a time and their
+files removed off the event loop). CreatePartitions: manual assignments must name one
+replica per new partition, this broker (there is nothing else to place them on).
+
+Not thread-safe: the event loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pybroker.broker.topic_manager import Topic, check_partition_limit, validate_topic_name
+from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
+from pybroker.coordinator.offset_store import OFFSETS_TOPIC
+from pybroker.errors import (
+    ErrorCode,
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    KafkaError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
+from pybroker.metadata.interface import (
+    OFFSETS_TOPIC_CREATE_WAIT_S,
+    CreatedTopic,
+    DeletedTopic,
+    Endpoint,
+    LeadershipListener,
+    NewTopic,
+    PartitionAssignment,
+    RequestedTopic,
+    TopicAnswer,
+    missing_topic,
+)
+from pybroker.net.protocol.codec import ZERO_UUID
+
+if TYPE_CHECKING:
+    from pybroker.broker.broker import Broker
+
+log = logging.getLogger("pybroker.metadata")
+
+
+class SingleNodeMetadata:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    # lifecycle -------------------------------------------------------------------------
+
+    async def join(self, cluster_id: str) -> str:
+        return cluster_id
+
+    def leads_every_partition(self) -> bool:
+        return True
+
+    def producer_id_source(self) -> Callable[[int], int] | None:
+        return None
+
+    def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:
+        return GroupCoordinator(self._broker.topics, config,
+                                partition_exists=self.partition_exists)
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    # brokers ---------------------------------------------------------------------------
+
+    @property
+    def controller_id(self) -> int:
+        return self._broker.broker_id
+
+    def _self(self) -> Endpoint:
+        host, port = self._broker.advertised
+        return Endpoint(self._broker.broker_id, host, port)
+
+    def live_brokers(self) -> list[Endpoint]:
+        return [self._self()]
+
+    def leader_of(self, topic: str, partition: int) -> Endpoint | None:
+        known = self._broker.topics.get(topic)
+        if known is None or not 0 <= partition < len(known.partitions):
+            return None
+        return self._self()
+
+    def on_leadership_change(self, fn: LeadershipListener) -> None:
+        pass  # every partition is led here from the start
+
+    async def coordinator_for_group(self, group_id: str) -> Endpoint | None:
+        """This broker, once ``__consumer_offsets`` exists: created on first use, its logs
+        off the loop (``GroupCoordinator.create_offsets_topic``)."""
+        coordinator = self._broker.group_coordinator
+        if coordinator.offsets_topic_exists():
+            return self._self()
+        creation = asyncio.ensure_future(coordinator.create_offsets_topic())
+        # asyncio.wait: a cancellation of ours is never lost; the creation goes on without us
+        await asyncio.wait((creation,), timeout=OFFSETS_TOPIC_CREATE_WAIT_S)
+        if not creation.done():
+            return None
+        if creation.exception() is not None:
+            log.warning("creating %s failed: %s", OFFSETS_TOPIC, creation.exception())
+            return None
+        return self._self()
+
+    # topics ----------------------------------------------------------------------------
+
+    def partition_exists(self, topic: str, index: int) -> bool:
+        known = self._broker.topics.get(topic)
+        return known is not None and 0 <= index < len(known.partitions)
+
+    def describe_all_topics(self) -> list[TopicAnswer]:
+        broker_id = self._broker.broker_id
+        return [_describe(t, broker_id) for t in self._broker.topics.topics()]
+
+    async def describe_topics(self, requested: list[RequestedTopic], allow_auto_create: bool,
+                              api_version: int) -> list[TopicAnswer]:
+        created = await self._auto_create(requested) if allow_auto_create else {}
+        return [self._lookup(t.get("name"), t.get("topic_id"), created, api_version)
+                for t in requested]
+
+    def _lookup(self, name: str | None, topic_id: uuid.UUID | None,
+                created: dict[str, CreatedTopic | KafkaError], api_version: int) -> TopicAnswer:
+        topics = self._broker.topics
+        if name is None:  # by id (v10+); the response's name is nullable from v12 only
+            topic = topics.by_id(topic_id) if topic_id and topic_id != ZERO_UUID else None
+            if topic is None:
+                return missing_topic(None if api_version >= 12 else "", topic_id or ZERO_UUID,
+                                     ErrorCode.UNKNOWN_TOPIC_ID)
+            return _describe(topic, self._broker.broker_id)
+        topic = topics.get(name)
+        if topic is None:
+            try:
+                validate_topic_name(name)
+            except KafkaError as exc:
+                return missing_topic(name, ZERO_UUID, exc.code)
+            failed = created.get(name)
+            return missing_topic(name, ZERO_UUID, failed.code if isinstance(failed, KafkaError)
+                                 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return _describe(topic, self._broker.broker_id)
+
+    async def _auto_create(self, requested: list[RequestedTopic]
+                           ) -> dict[str, CreatedTopic | KafkaError]:
+        """Create the unknown topics named in the request, all together (one write of
+        topics.json, logs a slice at a time) if ``auto.create.topics.enable``; the
+        outcome by name."""
+        if not self._broker.config["auto.create.topics.enable"]:
+            return {}
+        topics = self._broker.topics
+        unknown = []
+        for name in dict.fromkeys(t.get("name") for t in requested):
+            if name is not None and topics.get(name) is None:
+                try:
+                    validate_topic_name(name)
+                except KafkaError:
+                    continue  # answered INVALID_TOPIC_EXCEPTION
+                unknown.append(name)
+        if not unknown:
+            return {}
+        created = await self.create_topics([NewTopic(name) for name in unknown])
+        return dict(zip(unknown, created, strict=True))
+
+    async def create_topics(self, topics: list[NewTopic], validate_only: bool = False
+                            ) -> list[CreatedTopic | KafkaError]:
+        manager = self._broker.topics
+        results: list[CreatedTopic | KafkaError | None] = []
+        creating: list[tuple[int, tuple[str, int, int, dict[str, str | None]]]] = []
+        for new in topics:
+            try:
+                partitions, replication = new.partitions, new.replication_factor
+                if new.assignment is not None:
+                    partitions, replication = self._from_assignment(new.assignment)
+                configs = new.configs or {}
+                if validate_only:
+                    partitions, _, overrides = manager.check_new(new.name, partitions,
+                                                                 replication, configs)
+                    results.append(CreatedTopic(ZERO_UUID, partitions, replication, overrides))
+                else:
+                    creating.append((len(results), (new.name, partitions, replication, configs)))
+                    results.append(None)
+            except KafkaError as exc:
+                results.append(exc)
+        if creating:
+            created = await manager.create_all_async([request for _, request in creating])
+            for (slot, _), topic in zip(creating, created, strict=True):
+                results[slot] = topic if isinstance(topic, KafkaError) else CreatedTopic(
+                    topic.topic_id, manager.partition_count(topic), 1, topic.overrides)
+        return [r for r in results if r is not None]
+
+    def _from_assignment(self, assignment: list[tuple[int, list[int]]]) -> tuple[int, int]:
+        """(partitions, replication factor) of a manual assignment, checked against this
+        node."""
+        indexes = sorted(index for index, _ in assignment)
+        if indexes != list(range(len(indexes))):
+            raise InvalidReplicaAssignmentError("Partitions should be a consecutive 0-based "
+                                                "integer sequence")
+        for index, broker_ids in assignment:
+            if broker_ids != [self._broker.broker_id]:
+                raise InvalidReplicaAssignmentError(
+                    f"Unknown broker(s) or replication factor other than 1 in assignment "
+                    f"{broker_ids} of partition {index}")
+        return len(indexes), 1
+
+    async def delete_topics(self, targets: list[tuple[str | None, uuid.UUID]]
+                            ) -> list[DeletedTopic | KafkaError]:
+        topics = self._broker.topics
+        results: list[DeletedTopic | KafkaError] = []
+        deleting: dict[str, None] = {}  # names, in request order
+        for name, topic_id in targets:
+            topic: Topic | None = topics.get(name) if name is not None else topics.by_id(topic_id)
+            if topic is None or topic.name in deleting:  # (by name and by id: deleted once)
+                results.append(
+                    UnknownTopicIdError(f"Topic id {topic_id} does not exist.")
+                    if name is None else UnknownTopicOrPartitionError(
+                        f"Topic '{name}' does not exist."))
+                continue
+            deleting[topic.name] = None
+            results.append(DeletedTopic(topic.name, topic.topic_id))
+        if deleting:
+            await topics.delete_async(list(deleting))
+        return results
+
+    async def create_partitions(self, name: str, count: int,
+                                assignments: list[PartitionAssignment] | None,
+                                validate_only: bool) -> None:
+        topics = self._broker.topics
+        topic = topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+        current = topics.partition_count(topic)
+        if count < current:
+            raise InvalidPartitionsError(f"The topic {name} currently has {current} "
+                                         f"partition(s); {count} would not be an increase.")
+        if count == current:
+            raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
+        if assignments is not None:
+            self._check_new_assignments(count - current, assignments)
+        check_partition_limit(count)
+        if not validate_only:
+            await topics.add_partitions_async(name, count)
+
+    def _check_new_assignments(self, added: int, assignments: list[PartitionAssignment]) -> None:
+        if len(assignments) != added:
+            raise InvalidReplicaAssignmentError(
+                f"Attempted to add {added} additional partition(s), but only "
+                f"{len(assignments)} assignment(s) were specified.")
+        for assignment in assignments:
+            replicas = assignment.get("broker_ids") or []
+            for replica in replicas:
+                if replica != self._broker.broker_id:
+                    raise InvalidReplicaAssignmentError(
+                        f"The manual partition assignment includes broker {replica}, but no "
+                        "such broker is registered.")
+            if len(replicas) != 1:
+                raise InvalidReplicaAssignmentError(
+                    f"The manual partition assignment includes a partition with "
+                    f"{len(replicas)} replica(s), but this is not consistent with previous "
+                    "partitions, which have 1 replica(s).")
+
+    def alter_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
+        self._broker.topics.alter_configs(name, overrides)
+
+
+def _describe(topic: Topic, broker_id: int) -> TopicAnswer:
+    replicas = [broker_id]
+    return {
+        "error_code": ErrorCode.NONE, "name": topic.name, "topic_id": topic.topic_id,
+        "is_internal": topic.internal,
+        "partitions": [{"error_code": ErrorCode.KAFKA_STORAGE_ERROR
+                        if p.log.write_failed_at >= 0 and p.log.failing_writes()
+                        else ErrorCode.NONE,
+                        "partition_index": p.index,
+                        "leader_id": broker_id, "leader_epoch": p.leader_epoch,
+                        "replica_nodes": replicas, "isr_nodes": replicas,
+                        "offline_replicas": []} for p in topic.partitions],
+    }

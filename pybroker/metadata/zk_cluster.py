@@ -1,0 +1,305 @@
+"""The ZooKeeper control plane: this broker as a member of a cluster (docs/REPLICATION.md).
+
+It wraps what ``pybroker/cluster/`` has: the :class:`ClusterNode` (ZooKeeper session,
+registration, controller election, the pyzmq control channel, the ReplicaManager), the
+:class:`MetadataCache` the controller's UpdateMetadata requests fill, and the topic
+administration of ``cluster.admin`` (any broker writes a change to ZooKeeper, the
+controller carries it out).
+
+Metadata (key 3): from the MetadataCache: live brokers, the controller, and per partition
+its leader (-1 with LEADER_NOT_AVAILABLE when it has none), leader epoch, replicas, ISR and
+offline replicas. An auto-created topic is written to ZooKeeper in the background and
+answered LEADER_NOT_AVAILABLE until the controller has elected its leaders, as Kafka does;
+clients ask again.
+
+Topic creation: checked like a single node's, the replication factor against the live
+brokers, replicas placed round-robin over them (or as the request assigns them), answered
+once this broker's metadata shows a leader for every partition; one topic at a time.
+
+Groups, as Kafka: a group's coordinator is the leader of its ``__consumer_offsets``
+partition, which FindCoordinator names from the metadata (any broker answers it). The
+first FindCoordinator of a group creates the topic: ``offsets.topic.num.partitions``
+partitions, replication factor min(``offsets.topic.replication.factor``, live brokers),
+compacted; until the group's partition has a leader the answer is
+COORDINATOR_NOT_AVAILABLE. The coordinator follows the leadership of those partitions and
+answers a write once the ISR has it. Transactional ids name the broker asked (there is no
+transaction coordinator).
+
+Not thread-safe: the event loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pybroker.broker.topic_manager import INTERNAL_TOPICS, validate_topic_name
+from pybroker.cluster import admin
+from pybroker.cluster.metadata_cache import TopicInfo
+from pybroker.cluster.node import ClusterNode
+from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
+from pybroker.coordinator.offset_store import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
+from pybroker.errors import (
+    ErrorCode,
+    InvalidReplicaAssignmentError,
+    KafkaError,
+    TopicAlreadyExistsError,
+    UnknownTopicIdError,
+)
+from pybroker.metadata.interface import (
+    OFFSETS_TOPIC_CREATE_WAIT_S,
+    CreatedTopic,
+    DeletedTopic,
+    Endpoint,
+    LeadershipListener,
+    NewTopic,
+    PartitionAssignment,
+    RequestedTopic,
+    TopicAnswer,
+    missing_topic,
+)
+from pybroker.net.protocol.codec import ZERO_UUID
+
+if TYPE_CHECKING:
+    from pybroker.broker.broker import Broker
+
+log = logging.getLogger("pybroker.metadata")
+
+class ZkClusterMetadata:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self.node = ClusterNode(broker)
+        self._cache = self.node.metadata
+        self._coordinator: GroupCoordinator | None = None
+        self._offsets_topic_creation: asyncio.Task[None] | None = None
+        self._auto_creating: set[str] = set()  # topic names
+        self._background: set[asyncio.Task[None]] = set()
+
+    # lifecycle -------------------------------------------------------------------------
+
+    async def join(self, cluster_id: str) -> str:
+        return await self.node.connect(cluster_id)
+
+    def leads_every_partition(self) -> bool:
+        return False
+
+    def producer_id_source(self) -> Callable[[int], int] | None:
+        return self.node.producer_id_block
+
+    def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:
+        coordinator = GroupCoordinator(self._broker.topics, config, partition_exists=self.partition_exists,
+                                       replicated=True,
+                                       partition_count=self._offsets_partitions)
+        self._coordinator = coordinator
+        # Built before start() joins the cluster: no partition is led yet, every leadership
+        # this broker gets comes through the listener.
+        self.on_leadership_change(coordinator.leadership_changed)
+        return coordinator
+
+    async def start(self) -> None:
+        await self.node.start()
+
+    async def stop(self) -> None:
+        await self.node.stop()  # the fetchers stop appending before the logs close
+
+    # brokers ---------------------------------------------------------------------------
+
+    @property
+    def controller_id(self) -> int:
+        return self._cache.controller_id
+
+    def live_brokers(self) -> list[Endpoint]:
+        return self._cache.live_brokers()
+
+    def leader_of(self, topic: str, partition: int) -> Endpoint | None:
+        return self._cache.leader_of(topic, partition)
+
+    def on_leadership_change(self, fn: LeadershipListener) -> None:
+        self.node.replicas.add_leadership_listener(fn)
+
+    async def coordinator_for_group(self, group_id: str) -> Endpoint | None:
+        """The leader of the group's offsets partition, creating the topic on first use."""
+        if self._offsets_partitions() is None:
+            await self._create_offsets_topic()
+        if self._offsets_partitions() is None or self._coordinator is None:
+            return None
+        return self._cache.leader_of(OFFSETS_TOPIC, self._coordinator.partition_for(group_id))
+
+    def _offsets_partitions(self) -> int | None:
+        """The offsets topic's partition count as the cluster knows it."""
+        known = self._cache.topic(OFFSETS_TOPIC)
+        return len(known.partitions) if known is not None and known.partitions else None
+
+    async def _create_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` through the controller (one creation at a time per
+        broker; concurrent callers share it), waiting at most
+        ``OFFSETS_TOPIC_CREATE_WAIT_S``."""
+        task = self._offsets_topic_creation
+        if task is None or task.done():
+            config = CoordinatorConfig.from_config(self._broker.config)
+            replication = max(1, min(config.offsets_topic_replication_factor,
+                                     len(self._cache.live_brokers())))
+            task = asyncio.get_running_loop().create_task(self._create_offsets_topic_now(
+                config.offsets_topic_num_partitions, replication))
+            self._offsets_topic_creation = task
+        # asyncio.wait: no task needed (a handler's first step runs outside one), the
+        # creation is not cancelled at the time limit, and a cancellation of ours is never
+        # lost
+        await asyncio.wait((task,), timeout=OFFSETS_TOPIC_CREATE_WAIT_S)
+
+    async def _create_offsets_topic_now(self, partitions: int, replication: int) -> None:
+        try:
+            await self._create_topic(NewTopic(
+                OFFSETS_TOPIC, partitions, replication,
+                {k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items()}))
+            log.info("created %s: %d partitions, replication factor %d", OFFSETS_TOPIC,
+                     partitions, replication)
+        except TopicAlreadyExistsError:
+            pass  # another broker created it first
+        except Exception as exc:  # ZooKeeper away, no controller: the client asks again
+            log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
+
+    # topics ----------------------------------------------------------------------------
+
+    def partition_exists(self, topic: str, index: int) -> bool:
+        known = self._cache.topic(topic)
+        return known is not None and 0 <= index < len(known.partitions)
+
+    def describe_all_topics(self) -> list[TopicAnswer]:
+        live = self._cache.brokers
+        return [_describe(info, live) for info in list(self._cache.topics.values())]
+
+    async def describe_topics(self, requested: list[RequestedTopic], allow_auto_create: bool,
+                              api_version: int) -> list[TopicAnswer]:
+        return [self._lookup(t.get("name"), t.get("topic_id"), allow_auto_create, api_version)
+                for t in requested]
+
+    def _lookup(self, name: str | None, topic_id: uuid.UUID | None, allow_create: bool,
+                api_version: int) -> TopicAnswer:
+        cache = self._cache
+        if name is None:
+            info = cache.topic_by_id(topic_id) if topic_id and topic_id != ZERO_UUID else None
+            if info is None:
+                return missing_topic(None if api_version >= 12 else "", topic_id or ZERO_UUID,
+                                     ErrorCode.UNKNOWN_TOPIC_ID)
+            return _describe(info, cache.brokers)
+        info = cache.topic(name)
+        if info is not None:
+            return _describe(info, cache.brokers)
+        try:
+            validate_topic_name(name)
+        except KafkaError as exc:
+            return missing_topic(name, ZERO_UUID, exc.code)
+        if allow_create and self._broker.config["auto.create.topics.enable"]:
+            self._start_auto_create(name)
+            return missing_topic(name, ZERO_UUID, ErrorCode.LEADER_NOT_AVAILABLE)
+        return missing_topic(name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+    def _start_auto_create(self, name: str) -> None:
+        """Write the topic to ZooKeeper in the background; the client asks again."""
+        if name in self._auto_creating:
+            return
+        self._auto_creating.add(name)
+
+        async def create() -> None:
+            try:
+                await self._create_topic(NewTopic(name))
+            except KafkaError as exc:
+                if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    log.info("auto-creating topic %s: %s", name, exc)
+            except Exception:
+                log.exception("auto-creating topic %s", name)
+            finally:
+                self._auto_creating.discard(name)
+
+        self._background.add(task := asyncio.get_running_loop().create_task(create()))
+        task.add_done_callback(self._background.discard)
+
+    async def create_topics(self, topics: list[NewTopic], validate_only: bool = False
+                            ) -> list[CreatedTopic | KafkaError]:
+        results: list[CreatedTopic | KafkaError] = []
+        for new in topics:
+            try:
+                results.append(await self._create_one(new, validate_only))
+            except KafkaError as exc:
+                results.append(exc)
+        return results
+
+    async def _create_one(self, new: NewTopic, validate_only: bool) -> CreatedTopic:
+        partitions, replication = new.partitions, new.replication_factor
+        configs = new.configs or {}
+        assignment = None
+        if new.assignment is not None:
+            assignment = {index: list(ids) for index, ids in new.assignment}
+            if sorted(assignment) != list(range(len(assignment))) or len(
+                    {len(r) for r in assignment.values()}) != 1:
+                raise InvalidReplicaAssignmentError("Partitions should be a consecutive 0-based "
+                                                    "integer sequence with the same "
+                                                    "replication factor")
+            live = set(self._cache.brokers)
+            for index, replicas in assignment.items():
+                if not set(replicas) <= live or len(set(replicas)) != len(replicas):
+                    raise InvalidReplicaAssignmentError(
+                        f"Unknown or repeated broker(s) in assignment {replicas} of "
+                        f"partition {index}")
+        if validate_only:
+            if assignment is not None:
+                partitions, replication = len(assignment), len(assignment[0])
+            partitions, replication, overrides = await admin.check_new_topic(
+                self.node, new.name, partitions, replication, configs)
+            return CreatedTopic(ZERO_UUID, partitions, replication, overrides)
+        return CreatedTopic(*await admin.create_topic(self.node, new.name, partitions,
+                                                      replication, configs, assignment))
+
+    async def _create_topic(self, topic: NewTopic) -> CreatedTopic:
+        """:meth:`create_topics` of one topic, raising its error."""
+        [result] = await self.create_topics([topic])
+        if isinstance(result, KafkaError):
+            raise result
+        return result
+
+    async def delete_topics(self, targets: list[tuple[str | None, uuid.UUID]]
+                            ) -> list[DeletedTopic | KafkaError]:
+        results: list[DeletedTopic | KafkaError] = []
+        for name, topic_id in targets:
+            info = self._cache.topic(name) if name is not None \
+                else self._cache.topic_by_id(topic_id)
+            if info is None and name is None:
+                results.append(UnknownTopicIdError(f"Topic id {topic_id} does not exist."))
+                continue
+            target = info.name if info is not None else name
+            assert target is not None  # no info and no name was answered above
+            try:
+                await admin.delete_topic(self.node, target)
+            except KafkaError as exc:
+                results.append(exc)
+                continue
+            results.append(DeletedTopic(target, info.topic_id if info is not None else topic_id))
+        return results
+
+    async def create_partitions(self, name: str, count: int,
+                                assignments: list[PartitionAssignment] | None,
+                                validate_only: bool) -> None:
+        if not validate_only:
+            await admin.add_partitions(self.node, name, count)
+
+    def alter_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
+        self._broker.topics.alter_configs(name, overrides)
+        # the others apply ZooKeeper's change notification
+        self.node.publish_topic_configs(name, overrides)
+
+
+def _describe(info: TopicInfo, live: dict[int, Endpoint]) -> TopicAnswer:
+    partitions = []
+    for index, p in sorted(info.partitions.items()):
+        leader = p.leader if p.leader in live else -1
+        partitions.append({
+            "error_code": ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+            "partition_index": index, "leader_id": leader, "leader_epoch": p.leader_epoch,
+            "replica_nodes": p.replicas, "isr_nodes": p.isr,
+            "offline_replicas": [r for r in p.replicas if r not in live]})
+    return {"error_code": ErrorCode.NONE, "name": info.name, "topic_id": info.topic_id,
+            "is_internal": info.name in INTERNAL_TOPICS, "partitions": partitions}
