@@ -43,11 +43,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from pybroker._native.reqheader import (
-    parse_request_header,
-    request_header_version,
-    set_first_flexible,
-)
+from pybroker._native.reqheader import parse_request_header, request_header_version
 from pybroker._native.wire import read_uvarint
 from pybroker.errors import InvalidRequestError, UnsupportedVersionError
 from pybroker.file_region import FileRegion
@@ -63,10 +59,6 @@ __all__ = [
 
 API_VERSIONS_KEY = 18
 ZERO_UUID = uuid.UUID(int=0)
-
-# The native header parser learns from the table which request versions are flexible
-# (header v2); versions newer than the table's count as flexible (see reqheader.pyx).
-set_first_flexible({key: api.request_flexible for key, api in APIS.items()})
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
