@@ -48,13 +48,13 @@ from pybroker._native.wire import read_uvarint
 from pybroker.errors import InvalidRequestError, UnsupportedVersionError
 from pybroker.file_region import FileRegion
 from pybroker.net.protocol.schema import TYPE_DEFAULT, F, in_range
-from pybroker.net.protocol.table import APIS
+from pybroker.net.protocol.table import APIS, DATA
 
 __all__ = [
     "RequestHeader", "read_request_header", "parse_request_header", "decode_request", "encode_response",
     "encode_request", "read_response_header", "decode_response", "supported_versions",
     "request_header_version", "response_header_version", "api_name", "ZERO_UUID",
-    "UnknownFieldError",
+    "UnknownFieldError", "encode_data", "decode_data",
 ]
 
 API_VERSIONS_KEY = 18
@@ -566,6 +566,21 @@ def _plan(api_key: int, api_version: int, response: bool) -> _Plan:
     return plan
 
 
+_DATA_PLANS: dict[tuple[str, int], _Plan] = {}
+
+
+def _data_plan(name: str, version: int) -> _Plan:
+    plan = _DATA_PLANS.get((name, version))
+    if plan is None:
+        data = DATA[name]
+        if not data.versions[0] <= version <= data.versions[1]:
+            raise UnsupportedVersionError(f"{name} v{version} is not supported")
+        flexible = data.flexible is not None and version >= data.flexible
+        plan = _DATA_PLANS[(name, version)] = _Plan(data.fields, version, flexible,
+                                                    f"{name} v{version}")
+    return plan
+
+
 # --------------------------------------------------------------------------- public API
 
 
@@ -683,6 +698,30 @@ def encode_response(api_key: int, api_version: int, correlation_id: int,
         w.buf.append(0)  # no header tagged fields
     plan.write(w, body)
     return w.finish()
+
+
+def encode_data(name: str, version: int, body: dict) -> bytes:
+    """A record format of the specs (``messages.DATA``: ``OffsetCommitValue``,
+    ``ConsumerProtocolAssignment``, ...) at ``version``, with no version prefix."""
+    w = _Writer()
+    _data_plan(name, version).write(w, body)
+    if w.segments is not None:
+        raise ValueError(f"{name} cannot carry file regions")
+    return bytes(w.buf)
+
+
+def decode_data(name: str, version: int, buf: Any, offset: int = 0) -> dict:
+    """The record format ``name`` at ``version`` from ``buf[offset:]``; bytes after it are
+    ignored (newer versions append fields). Raises ``InvalidRequestError`` when malformed,
+    ``UnsupportedVersionError`` for a version outside the spec's."""
+    plan = _data_plan(name, version)
+    mv = _view(buf)
+    if not 0 <= offset <= len(mv):
+        raise InvalidRequestError(f"{name}: offset {offset} outside {len(mv)} bytes")
+    try:
+        return plan.read(_Reader(mv, offset, len(mv)))
+    except (struct.error, IndexError, ValueError, OverflowError) as e:
+        raise InvalidRequestError(f"malformed {name} v{version}: {e}") from e
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int, body: dict,
