@@ -26,13 +26,19 @@ from pybroker.broker.request import RequestContext
 from pybroker.broker.topic_manager import NewTopic
 from pybroker.errors import ErrorCode, InvalidRequestError, KafkaError
 from pybroker.net.protocol.codec import ZERO_UUID
+from pybroker.net.protocol.typed import (
+    CreateTopicsRequest,
+    CreateTopicsRequestCreatableTopic,
+    CreateTopicsResponse,
+    CreateTopicsResponseCreatableTopicResult,
+)
 
 
 def _bad_assignment(message: str) -> KafkaError:
     return KafkaError(message, ErrorCode.INVALID_REPLICA_ASSIGNMENT)
 
 
-def _from_assignments(item: dict, broker_id: int) -> tuple[int, int]:
+def _from_assignments(item: CreateTopicsRequestCreatableTopic, broker_id: int) -> tuple[int, int]:
     """(partitions, replication factor) of a manual assignment, checked against this node."""
     if item["num_partitions"] != -1 or item["replication_factor"] != -1:
         raise InvalidRequestError("Both numPartitions or replicationFactor and "
@@ -50,8 +56,8 @@ def _from_assignments(item: dict, broker_id: int) -> tuple[int, int]:
     return len(indexes), 1
 
 
-async def _create_in_cluster(ctx: RequestContext, item: dict, partitions: int,
-                             replication: int, configs: dict[str, str | None],
+async def _create_in_cluster(ctx: RequestContext, item: CreateTopicsRequestCreatableTopic,
+                             partitions: int, replication: int, configs: dict[str, str | None],
                              validate_only: bool) -> tuple[Any, int, int, dict[str, str]]:
     from pybroker.cluster import admin
 
@@ -81,7 +87,7 @@ async def _create_in_cluster(ctx: RequestContext, item: dict, partitions: int,
                                     assignment)
 
 
-def _new_topic(ctx: RequestContext, item: dict) -> NewTopic:
+def _new_topic(ctx: RequestContext, item: CreateTopicsRequestCreatableTopic) -> NewTopic:
     """(name, partitions, replication factor, configs) asked for by ``item``."""
     partitions, replication = item["num_partitions"], item["replication_factor"]
     if item.get("assignments") and ctx.broker.cluster is None:
@@ -91,7 +97,7 @@ def _new_topic(ctx: RequestContext, item: dict) -> NewTopic:
 
 
 def _answer(ctx: RequestContext, name: str, topic_id: Any, partitions: int, replication: int,
-            overrides: dict[str, str]) -> dict[str, Any]:
+            overrides: dict[str, str]) -> CreateTopicsResponseCreatableTopicResult:
     return {
         "name": name, "topic_id": topic_id, "error_code": ErrorCode.NONE,
         "error_message": None, "num_partitions": partitions, "replication_factor": replication,
@@ -101,13 +107,14 @@ def _answer(ctx: RequestContext, name: str, topic_id: Any, partitions: int, repl
     }
 
 
-def _failed(name: str, exc: KafkaError) -> dict[str, Any]:
+def _failed(name: str, exc: KafkaError) -> CreateTopicsResponseCreatableTopicResult:
     return {"name": name, "topic_id": ZERO_UUID, "error_code": exc.code,
             "error_message": str(exc), "num_partitions": -1, "replication_factor": -1,
             "configs": []}
 
 
-async def _create_one(ctx: RequestContext, item: dict, validate_only: bool) -> dict[str, Any]:
+async def _create_one(ctx: RequestContext, item: CreateTopicsRequestCreatableTopic,
+                      validate_only: bool) -> CreateTopicsResponseCreatableTopicResult:
     """A topic checked only (``validate_only``) or created in the cluster."""
     name, partitions, replication, configs = _new_topic(ctx, item)
     if ctx.broker.cluster is not None:
@@ -121,12 +128,12 @@ async def _create_one(ctx: RequestContext, item: dict, validate_only: bool) -> d
 
 
 @handler(api_key=19, versions=(0, 7))
-async def create_topics(ctx: RequestContext, request: dict) -> dict:
+async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
     items = request["topics"] or []
     validate_only = request.get("validate_only", False)
     topics = ctx.broker.topics
     counts = collections.Counter(item["name"] for item in items)
-    results: list[dict[str, Any]] = []
+    results: list[CreateTopicsResponseCreatableTopicResult] = []
     creating: list[tuple[int, NewTopic]] = []  # (slot in results, topic): created together
     for item in items:
         try:

@@ -37,6 +37,29 @@ from pybroker.broker.request import RequestContext
 from pybroker.coordinator import CoordinatorConfig, GroupCoordinator, OffsetCommit
 from pybroker.coordinator.offset_store import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
 from pybroker.errors import ErrorCode, TopicAlreadyExistsError
+from pybroker.net.protocol.typed import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchRequestTopic,
+    OffsetFetchRequestTopics,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 
 log = logging.getLogger("pybroker.coordinator")
 
@@ -117,7 +140,7 @@ def _client_host(ctx: RequestContext) -> str:
 # FindCoordinator ----------------------------------------------------------------------
 
 @handler(api_key=10, versions=(0, 6))
-async def find_coordinator(ctx: RequestContext, request: dict) -> dict:
+async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> dict:
     host, port = ctx.broker.advertised
     node = {"node_id": ctx.broker.broker_id, "host": host, "port": port,
             "error_code": ErrorCode.NONE, "error_message": None}
@@ -181,7 +204,7 @@ async def _create_topic(broker: Any, partitions: int, replication: int) -> None:
 # membership ---------------------------------------------------------------------------
 
 @handler(api_key=11, versions=(0, 9))
-async def join_group(ctx: RequestContext, request: dict) -> dict:
+async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
     coordinator = await _coordinator(ctx)
     result = await ctx.park(coordinator.join_group(
         request["group_id"], request["member_id"], request.get("group_instance_id"),
@@ -201,7 +224,7 @@ async def join_group(ctx: RequestContext, request: dict) -> dict:
 
 
 @handler(api_key=14, versions=(0, 5))
-async def sync_group(ctx: RequestContext, request: dict) -> dict:
+async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
     coordinator = await _coordinator(ctx)
     result = await ctx.park(coordinator.sync_group(
         request["group_id"], request["generation_id"], request["member_id"],
@@ -214,7 +237,7 @@ async def sync_group(ctx: RequestContext, request: dict) -> dict:
 
 
 @handler(api_key=12, versions=(0, 4))
-async def heartbeat(ctx: RequestContext, request: dict) -> dict:
+async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     coordinator = await _coordinator(ctx)
     error = coordinator.heartbeat(request["group_id"], request["member_id"],
                                   request.get("group_instance_id"), request["generation_id"])
@@ -222,7 +245,7 @@ async def heartbeat(ctx: RequestContext, request: dict) -> dict:
 
 
 @handler(api_key=13, versions=(0, 5))
-async def leave_group(ctx: RequestContext, request: dict) -> dict:
+async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
     coordinator = await _coordinator(ctx)
     leaving: list[tuple[str, str | None]]
     if ctx.api_version < 3:
@@ -240,7 +263,7 @@ async def leave_group(ctx: RequestContext, request: dict) -> dict:
 # offsets ------------------------------------------------------------------------------
 
 @handler(api_key=8, versions=(0, 9))
-async def offset_commit(ctx: RequestContext, request: dict) -> dict:
+async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     coordinator = await _coordinator(ctx)
     topics = request["topics"] or []
     commits = [OffsetCommit(t["name"], p["partition_index"], p["committed_offset"],
@@ -259,8 +282,10 @@ async def offset_commit(ctx: RequestContext, request: dict) -> dict:
         for t in topics]}
 
 
-def _fetched_topics(coordinator: GroupCoordinator, group_id: str,
-                    topics: list[dict] | None) -> list[dict]:
+def _fetched_topics(
+        coordinator: GroupCoordinator, group_id: str,
+        topics: list[OffsetFetchRequestTopic] | list[OffsetFetchRequestTopics] | None,
+) -> list[dict]:
     wanted = None if topics is None else \
         [(t["name"], p) for t in topics for p in t["partition_indexes"]]
     offsets = coordinator.fetch_offsets(group_id, wanted)
@@ -276,7 +301,7 @@ def _fetched_topics(coordinator: GroupCoordinator, group_id: str,
 
 
 @handler(api_key=9, versions=(0, 9))
-async def offset_fetch(ctx: RequestContext, request: dict) -> dict:
+async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> dict:
     coordinator = await _coordinator(ctx)
     if ctx.api_version >= 8:
         groups = []
@@ -302,7 +327,7 @@ async def offset_fetch(ctx: RequestContext, request: dict) -> dict:
 
 
 @handler(api_key=47, versions=(0, 0))
-async def offset_delete(ctx: RequestContext, request: dict) -> dict:
+async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     coordinator = await _coordinator(ctx)
     topics = request["topics"] or []
     error, results = coordinator.delete_offsets(
@@ -321,7 +346,7 @@ async def offset_delete(ctx: RequestContext, request: dict) -> dict:
 # admin --------------------------------------------------------------------------------
 
 @handler(api_key=15, versions=(0, 5))
-async def describe_groups(ctx: RequestContext, request: dict) -> dict:
+async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> dict:
     coordinator = await _coordinator(ctx)
     operations = _GROUP_OPERATIONS if request.get("include_authorized_operations") \
         else _NOT_REQUESTED
@@ -340,7 +365,7 @@ async def describe_groups(ctx: RequestContext, request: dict) -> dict:
 
 
 @handler(api_key=16, versions=(0, 5))
-async def list_groups(ctx: RequestContext, request: dict) -> dict:
+async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     coordinator = await _coordinator(ctx)
     listed = coordinator.list_groups(request.get("states_filter"), request.get("types_filter"))
     error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading() else ErrorCode.NONE
@@ -350,7 +375,7 @@ async def list_groups(ctx: RequestContext, request: dict) -> dict:
 
 
 @handler(api_key=42, versions=(0, 2))
-async def delete_groups(ctx: RequestContext, request: dict) -> dict:
+async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     coordinator = await _coordinator(ctx)
     results = coordinator.delete_groups(list(request["groups_names"]))
     return {"throttle_time_ms": 0,

@@ -40,11 +40,18 @@ from pybroker.broker.topic_manager import INTERNAL_TOPICS, Topic, validate_topic
 from pybroker.cluster.metadata_cache import Endpoint, TopicInfo
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.net.protocol.codec import ZERO_UUID
+from pybroker.net.protocol.typed import (
+    MetadataRequest,
+    MetadataRequestTopic,
+    MetadataResponse,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
 
 log = logging.getLogger("pybroker.metadata")
 
 
-def describe_topic(topic: Topic, broker_id: int) -> dict[str, Any]:
+def describe_topic(topic: Topic, broker_id: int) -> MetadataResponseTopic:
     replicas = [broker_id]
     return {
         "error_code": ErrorCode.NONE, "name": topic.name, "topic_id": topic.topic_id,
@@ -59,8 +66,8 @@ def describe_topic(topic: Topic, broker_id: int) -> dict[str, Any]:
     }
 
 
-def describe_cluster_topic(info: TopicInfo, live: dict) -> dict[str, Any]:
-    partitions = []
+def describe_cluster_topic(info: TopicInfo, live: dict) -> MetadataResponseTopic:
+    partitions: list[MetadataResponsePartition] = []
     for index, p in sorted(info.partitions.items()):
         leader = p.leader if p.leader in live else -1
         partitions.append({
@@ -72,12 +79,12 @@ def describe_cluster_topic(info: TopicInfo, live: dict) -> dict[str, Any]:
             "is_internal": info.name in INTERNAL_TOPICS, "partitions": partitions}
 
 
-def _missing(name: str | None, topic_id: uuid.UUID, code: int) -> dict[str, Any]:
+def _missing(name: str | None, topic_id: uuid.UUID, code: int) -> MetadataResponseTopic:
     return {"error_code": code, "name": name, "topic_id": topic_id, "partitions": []}
 
 
 def _lookup(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
-            created: dict[str, Topic | KafkaError]) -> dict[str, Any]:
+            created: dict[str, Topic | KafkaError]) -> MetadataResponseTopic:
     topics = ctx.broker.topics
     if name is None:  # by id (v10+); the response's name is nullable from v12 only
         topic = topics.by_id(topic_id) if topic_id and topic_id != ZERO_UUID else None
@@ -97,7 +104,8 @@ def _lookup(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
     return describe_topic(topic, ctx.broker.broker_id)
 
 
-async def _auto_create(ctx: RequestContext, requested: list[dict]) -> dict[str, Topic | KafkaError]:
+async def _auto_create(ctx: RequestContext,
+                       requested: list[MetadataRequestTopic]) -> dict[str, Topic | KafkaError]:
     """Create the unknown topics named in the request, all together (one write of
     topics.json, logs a slice at a time); what failed, by name."""
     topics = ctx.broker.topics
@@ -113,7 +121,7 @@ async def _auto_create(ctx: RequestContext, requested: list[dict]) -> dict[str, 
 
 
 def _cluster_lookup(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
-                    allow_create: bool) -> dict[str, Any]:
+                    allow_create: bool) -> MetadataResponseTopic:
     cache = ctx.broker.metadata
     if name is None:
         info = cache.topic_by_id(topic_id) if topic_id and topic_id != ZERO_UUID else None
@@ -161,7 +169,7 @@ def _start_auto_create(broker: Any, name: str) -> None:
 _tasks: set[asyncio.Task[None]] = set()
 
 
-async def _cluster_metadata(ctx: RequestContext, request: dict) -> dict:
+async def _cluster_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     cache = ctx.broker.metadata
     requested = request.get("topics")
     if requested is None or (ctx.api_version == 0 and not requested):
@@ -184,7 +192,7 @@ async def _cluster_metadata(ctx: RequestContext, request: dict) -> dict:
 
 
 @handler(api_key=3, versions=(0, 12))
-async def metadata(ctx: RequestContext, request: dict) -> dict:
+async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     broker = ctx.broker
     if broker.cluster is not None:
         return await _cluster_metadata(ctx, request)
