@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Generate pybroker/net/protocol/messages.py from Kafka's message specifications.
+"""Generate the protocol tables and types from Kafka's message specifications.
 
-Usage: python3 tools/gen_protocol.py [--specs DIR] [--out FILE] [--check]
+Usage: python3 tools/gen_protocol.py [--specs DIR] [--check]
 
 Reads every ``*Request.json`` / ``*Response.json`` (plus the request and response header
 specs) in ``../shared/kafka-message-specs`` relative to the repository, and writes a compact
@@ -12,7 +12,15 @@ comments, entity types and ``mapKey`` are left out on purpose (see the specs' SO
 
 Struct types named by a field without inline ``fields`` are resolved from the file's
 ``commonStructs`` or from an inline definition elsewhere in the same file, and inlined, so
-the codec never needs a name lookup. ``--check`` exits 1 when the committed file is stale.
+the codec never needs a name lookup.
+
+From the same specs it writes ``pybroker/net/protocol/typed.py``: one ``TypedDict`` per
+request, response and struct, so mypy checks the dicts handlers build and read (see
+:class:`TypedDicts`), and ``csrc/pb_protocol.h``: the first flexible request version of
+every API key (the native request header parser's table) and, for the APIs native code
+encodes (:data:`NATIVE_APIS`), the versions, first flexible versions and each field's
+versions and tag, so native code holds no protocol numbers of its own. ``--check`` exits 1
+when a committed output is stale.
 """
 
 from __future__ import annotations
@@ -27,7 +35,19 @@ from collections import Counter
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DEFAULT_SPECS = os.path.normpath(os.path.join(REPO, "..", "shared", "kafka-message-specs"))
-DEFAULT_OUT = os.path.join(REPO, "pybroker", "net", "protocol", "messages.py")
+MESSAGES_OUT = os.path.join("pybroker", "net", "protocol", "messages.py")
+TYPES_OUT = os.path.join("pybroker", "net", "protocol", "typed.py")
+HEADER_OUT = os.path.join("csrc", "pb_protocol.h")
+
+# API keys whose messages native code parses or builds (pybroker/_native/wire.pyx):
+# Produce and Fetch. Their versions, field versions and tags go into the C header.
+NATIVE_APIS = (0, 1)
+
+# Record formats ("type": "data") the broker reads and writes: the consumer protocol's
+# subscription and assignment, and the records of ``__consumer_offsets``.
+DATA_SPECS = ("ConsumerProtocolSubscription.json", "ConsumerProtocolAssignment.json",
+              "group-coordinator/OffsetCommitKey.json", "group-coordinator/OffsetCommitValue.json",
+              "group-coordinator/GroupMetadataKey.json", "group-coordinator/GroupMetadataValue.json")
 
 # "N+" has no upper bound; the codec treats this as "every version".
 UNBOUNDED = 0x7FFF
@@ -85,7 +105,7 @@ def indent(text: str, pad: str) -> str:
     return text.replace("\n", "\n" + pad)
 
 
-RESERVED = {"APIS", "REQUEST_HEADER_FIELDS", "RESPONSE_HEADER_FIELDS"}
+RESERVED = {"APIS", "DATA", "REQUEST_HEADER_FIELDS", "RESPONSE_HEADER_FIELDS"}
 
 
 class Shared:
@@ -125,13 +145,15 @@ class Generator:
         self.structs: dict[str, list] = {}
         for common in spec.get("commonStructs", []):
             self.structs[common["name"]] = common["fields"]
-        self._collect(spec.get("fields", []))
+        self._collect_into(self.structs, spec.get("fields", []))
 
-    def _collect(self, fields: list) -> None:
+    @staticmethod
+    def _collect_into(structs: dict[str, list], fields: list) -> None:
+        """Every struct defined inline in ``fields``, by type name, into ``structs``."""
         for f in fields:
             if "fields" in f:
-                self.structs.setdefault(f["type"].removeprefix("[]"), f["fields"])
-                self._collect(f["fields"])
+                structs.setdefault(f["type"].removeprefix("[]"), f["fields"])
+                Generator._collect_into(structs, f["fields"])
 
     def field(self, f: dict) -> str:
         ftype = f["type"]
@@ -168,7 +190,8 @@ def first_flexible(spec: dict) -> int | None:
     return None if rng is None else rng[0]
 
 
-def generate(specs_dir: str) -> str:
+def load_specs(specs_dir: str) -> tuple[dict[int, dict], dict[int, dict], dict[str, dict]]:
+    """(requests by API key, responses by API key, headers by name)."""
     requests: dict[int, dict] = {}
     responses: dict[int, dict] = {}
     headers: dict[str, dict] = {}
@@ -182,11 +205,23 @@ def generate(specs_dir: str) -> str:
             responses[spec["apiKey"]] = spec
         elif spec["type"] == "header":
             headers[spec["name"]] = spec
+    return requests, responses, headers
 
+
+def load_data_specs(specs_dir: str) -> dict[str, dict]:
+    """The :data:`DATA_SPECS` by name."""
+    specs = [load_spec(os.path.join(specs_dir, path)) for path in DATA_SPECS]
+    return {spec["name"]: spec for spec in specs}
+
+
+def generate(specs_dir: str) -> str:
+    """The text of ``messages.py``."""
+    requests, responses, headers = load_specs(specs_dir)
+    data = load_data_specs(specs_dir)
     counting = Shared()
-    render(requests, responses, headers, counting)
+    render(requests, responses, headers, data, counting)
     shared = Shared(counting.seen)
-    tables = render(requests, responses, headers, shared)
+    tables = render(requests, responses, headers, data, shared)
     out = [
         '"""Kafka message layouts: GENERATED by tools/gen_protocol.py, do not edit.',
         "",
@@ -197,10 +232,12 @@ def generate(specs_dir: str) -> str:
         "tagged=(first, last), default=value, flexible=..., fields=(children)); a last",
         f"version of {UNBOUNDED:#x} means open-ended, a missing default means the type's default.",
         "Field lists that occur more than once are the upper-case constants defined first.",
+        "DATA: record formats by name, each Data((min, max) valid versions, first flexible",
+        "version, fields).",
         '"""',
         "",
         "# ruff: noqa: E501",
-        "from pybroker.net.protocol.schema import Api, F",
+        "from pybroker.net.protocol.schema import Api, Data, F",
         "",
         *shared.definitions,
         tables,
@@ -208,7 +245,8 @@ def generate(specs_dir: str) -> str:
     return "\n".join(out)
 
 
-def render(requests: dict, responses: dict, headers: dict, shared: Shared) -> str:
+def render(requests: dict, responses: dict, headers: dict, data: dict[str, dict],
+           shared: Shared) -> str:
     out = []
     for header in ("RequestHeader", "ResponseHeader"):
         spec = headers[header]
@@ -230,26 +268,238 @@ def render(requests: dict, responses: dict, headers: dict, shared: Shared) -> st
         out.append(f"        response={response},")
         out.append("    ),")
     out.append("}")
+    out.append("")
+    out.append("DATA = {")
+    for name, spec in data.items():
+        valid = parse_versions(spec["validVersions"])
+        fields = indent(Generator(spec, shared).fields(spec["fields"]), " " * 8)
+        out.append(f"    {name!r}: Data(")
+        out.append(f"        {valid!r}, {first_flexible(spec)!r},")
+        out.append(f"        fields={fields},")
+        out.append("    ),")
+    out.append("}")
     return "\n".join(out) + "\n"
+
+
+PY_TYPES = {"bool": "bool", "int8": "int", "int16": "int", "uint16": "int", "int32": "int",
+            "uint32": "int", "int64": "int", "float64": "float", "string": "str",
+            "uuid": "uuid.UUID", "bytes": "bytes", "records": "Records"}
+
+
+def versions_note(rng: tuple[int, int] | None, valid: tuple[int, int]) -> str:
+    """``"v3+"``, ``"v0-4"``, ``"v7"``, or ``""`` when the field is in every valid version."""
+    if rng is None:
+        return "in no version"
+    lo, hi = rng
+    if lo <= valid[0] and hi >= valid[1]:
+        return ""
+    if hi >= valid[1]:
+        return f"v{lo}+"
+    return f"v{lo}" if lo == hi else f"v{lo}-{hi}"
+
+
+class TypedDicts:
+    """One ``TypedDict`` per message and per struct, for mypy.
+
+    Every key is optional (``total=False``): a field exists in some versions only (its
+    versions are the comment), and the encoder gives an absent field its default. The
+    type of a field is the union over its versions (``| None`` when nullable in any).
+    A struct is named by the spec, prefixed with the message name unless it starts with
+    it already (``MetadataResponseTopic``; ``ProduceRequestTopicProduceData``), an API
+    name it starts with giving way to the message name (``ListOffsetsTopic`` of
+    ``ListOffsetsRequest`` is ``ListOffsetsRequestTopic``), so names are unique although
+    specs reuse struct names (``TopicData``) with other fields.
+    """
+
+    def __init__(self) -> None:
+        self.classes: list[str] = []
+        self.names: set[str] = set()
+
+    def message(self, spec: dict) -> None:
+        structs = {c["name"]: c["fields"] for c in spec.get("commonStructs", [])}
+        Generator._collect_into(structs, spec.get("fields", []))
+        valid = parse_versions(spec["validVersions"])
+        assert valid is not None
+        self._struct(spec["name"], spec["name"], spec["fields"], structs, valid)
+
+    def _type_name(self, message: str, struct: str) -> str:
+        if struct.startswith(message):
+            return struct
+        api = message.removesuffix("Request").removesuffix("Response")
+        rest = struct.removeprefix(api)
+        if rest != struct and rest[:1].isupper():
+            return message + rest  # ListOffsetsTopic of ListOffsetsRequest
+        return message + struct
+
+    def _struct(self, name: str, message: str, fields: list, structs: dict[str, list],
+                valid: tuple[int, int]) -> None:
+        if name in self.names:
+            raise SystemExit(f"two structs named {name}")
+        self.names.add(name)
+        lines = [f"class {name}(TypedDict, total=False):"]
+        nested: list[tuple[str, list]] = []
+        for f in fields:
+            ftype = f["type"]
+            base = ftype.removeprefix("[]")
+            if base in PRIMITIVES:
+                py = PY_TYPES[base]
+            else:
+                py = self._type_name(message, base)
+                if py not in self.names and all(py != n for n, _ in nested):
+                    nested.append((py, f.get("fields") or structs[base]))
+            if ftype.startswith("[]"):
+                py = f"list[{py}]"
+            if parse_versions(f.get("nullableVersions")) is not None:
+                py += " | None"
+            notes = [versions_note(parse_versions(f["versions"]), valid)]
+            if "tag" in f:
+                notes.append(f"tag {f['tag']}")
+            note = ", ".join(n for n in notes if n)
+            lines.append(f"    {snake(f['name'])}: {py}" + (f"  # {note}" if note else ""))
+        if not fields:
+            lines.append("    pass")
+        self.classes.append("\n".join(lines) + "\n")
+        for child, child_fields in nested:
+            if child not in self.names:
+                self._struct(child, message, child_fields, structs, valid)
+
+
+def generate_types(specs_dir: str) -> str:
+    """The text of ``typed.py``."""
+    requests, responses, _ = load_specs(specs_dir)
+    dicts = TypedDicts()
+    for key in sorted(requests):
+        dicts.message(requests[key])
+        dicts.message(responses[key])
+    for spec in load_data_specs(specs_dir).values():
+        dicts.message(spec)
+    out = [
+        '"""Typed Kafka messages: GENERATED by tools/gen_protocol.py, do not edit.',
+        "",
+        "Regenerate with ``python3 tools/gen_protocol.py`` (reads ../shared/kafka-message-specs).",
+        "One TypedDict per request, response, record format and struct of ``messages.py``: the",
+        "codec decodes into and encodes from plain dicts of these shapes, and mypy checks them.",
+        "All keys are optional: a comment gives the versions of a field that is not in every",
+        "version, and the encoder gives a field absent from the dict its default. A key the",
+        "struct has in no version is a mypy error, and ``UnknownFieldError`` when encoded.",
+        '"""',
+        "",
+        "# ruff: noqa: E501",
+        "from __future__ import annotations",
+        "",
+        "import uuid",
+        "from typing import TypedDict",
+        "",
+        "from pybroker.net.protocol.schema import Records",
+        "",
+        "",
+        "\n\n".join(dicts.classes),
+    ]
+    return "\n".join(out)
+
+
+def c_field_defines(prefix: str, fields: list, structs: dict[str, list]) -> list[str]:
+    """``#define``s of each field's first (and, when bounded, last) version and tag, named
+    by the field's path: ``PB_FETCH_RESPONSE_RESPONSES_PARTITIONS_LOG_START_OFFSET_FIRST``."""
+    out = []
+    for f in fields:
+        name = f"{prefix}_{snake(f['name']).upper()}"
+        rng = parse_versions(f["versions"])
+        if rng is not None:
+            out.append(f"#define {name}_FIRST {rng[0]}")
+            if rng[1] != UNBOUNDED:
+                out.append(f"#define {name}_LAST {rng[1]}")
+        if "tag" in f:
+            out.append(f"#define {name}_TAG {int(f['tag'])}")
+        base = f["type"].removeprefix("[]")
+        if base not in PRIMITIVES:
+            out += c_field_defines(name, f.get("fields") or structs[base], structs)
+    return out
+
+
+def generate_header(specs_dir: str) -> str:
+    """The text of ``csrc/pb_protocol.h``."""
+    requests, responses, _ = load_specs(specs_dir)
+    limit = max(requests) + 1
+    firsts = [first_flexible(requests[key]) if key in requests else None
+              for key in range(limit)]
+    table = ", ".join("PB_NEVER_FLEXIBLE" if v is None else str(v) for v in firsts)
+    out = [
+        "/* Kafka protocol versions: GENERATED by tools/gen_protocol.py, do not edit.",
+        " * Regenerate with `python3 tools/gen_protocol.py` (reads ../shared/kafka-message-specs).",
+        " * Versions and tags of the messages native code reads and writes, and the first",
+        " * flexible request version of every API key (request header v2 from there on). */",
+        "#ifndef PB_PROTOCOL_H",
+        "#define PB_PROTOCOL_H",
+        "",
+        "#include <stdint.h>",
+        "",
+        "#define PB_NEVER_FLEXIBLE 0x7FFF",
+        "/* one past the highest API key in the specs */",
+        f"#define PB_API_KEY_LIMIT {limit}",
+        "/* by API key: PB_NEVER_FLEXIBLE where the API has no flexible version or no spec */",
+        "static const int16_t pb_first_flexible_request[PB_API_KEY_LIMIT] = {",
+        *[f"    {line.strip()}" for line in wrap(table + ",", 88)],
+        "};",
+    ]
+    for key in NATIVE_APIS:
+        for spec in (requests[key], responses[key]):
+            structs = {c["name"]: c["fields"] for c in spec.get("commonStructs", [])}
+            Generator._collect_into(structs, spec["fields"])
+            prefix = "PB_" + snake(spec["name"]).upper()
+            api = prefix.rsplit("_", 1)[0]
+            valid = parse_versions(spec["validVersions"])
+            assert valid is not None
+            out += ["", f"/* {spec['name']} (API key {key}) */"]
+            if spec["type"] == "request":
+                out.append(f"#define {api}_MIN_VERSION {valid[0]}")
+                out.append(f"#define {api}_MAX_VERSION {valid[1]}")
+            flexible = first_flexible(spec)
+            out.append(f"#define {prefix}_FIRST_FLEXIBLE "
+                       f"{'PB_NEVER_FLEXIBLE' if flexible is None else flexible}")
+            out += c_field_defines(prefix, spec["fields"], structs)
+    out += ["", "#endif", ""]
+    return "\n".join(out)
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """``text`` cut at spaces into lines of at most ``width`` characters."""
+    lines: list[str] = []
+    line = ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return lines + [line]
+
+
+def outputs(specs_dir: str) -> dict[str, str]:
+    """Every generated file, by its path in the repository."""
+    return {MESSAGES_OUT: generate(specs_dir), TYPES_OUT: generate_types(specs_dir),
+            HEADER_OUT: generate_header(specs_dir)}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--specs", default=DEFAULT_SPECS)
-    parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--check", action="store_true",
-                        help="exit 1 if the output file differs from what would be generated")
+                        help="exit 1 if an output file differs from what would be generated")
     args = parser.parse_args(argv)
-    text = generate(args.specs)
-    if args.check:
-        with open(args.out, encoding="utf-8") as f:
-            same = f.read() == text
-        if not same:
-            print(f"{args.out} is stale: run python3 tools/gen_protocol.py", file=sys.stderr)
-        return 0 if same else 1
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.write(text)
-    return 0
+    stale = 0
+    for relpath, text in outputs(args.specs).items():
+        path = os.path.join(REPO, relpath)
+        if args.check:
+            with open(path, encoding="utf-8") as f:
+                if f.read() != text:
+                    print(f"{relpath} is stale: run python3 tools/gen_protocol.py",
+                          file=sys.stderr)
+                    stale = 1
+            continue
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return stale
 
 
 if __name__ == "__main__":

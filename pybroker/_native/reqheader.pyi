@@ -1,9 +1,6 @@
 """Type stub of pybroker._native.reqheader: the Kafka request header parser."""
 
-from collections.abc import Mapping
-
 from typing_extensions import Buffer
 
-def set_first_flexible(table: Mapping[int, int | None]) -> None: ...
 def request_header_version(api_key: int, api_version: int) -> int: ...
 def parse_request_header(buf: Buffer) -> tuple[int, int, int, str | None, int]: ...

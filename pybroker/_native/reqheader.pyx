@@ -11,51 +11,26 @@ otherwise and for API keys nobody knows, v0 for ControlledShutdown v0 only. A ve
 than the table counts as flexible when the API has flexible versions, so an ApiVersions
 request from a newer client still gets its correlation id and body offset right (KIP-511).
 
-Which versions are flexible is data of the generated message table; the codec hands the
-first flexible version of each API key to :func:`set_first_flexible` when it loads the
-table, so this module holds no protocol table of its own.
+Which versions are flexible comes from the message specs through the generated
+``csrc/pb_protocol.h`` (``pb_first_flexible_request``), compiled in: the parser works
+whatever was imported before it.
 
 Why native: the Python reader cost 2-6 us per request (closures, a NamedTuple, a
 ``struct`` call per field), a visible share of a one-record produce round trip. This is
 one bounded cursor walk and one tuple.
-
-Not thread-safe to reconfigure: ``set_first_flexible`` is called once, at import of the
-codec, before any request is read.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t
 
+from pybroker._native.protocol cimport PB_API_KEY_LIMIT, pb_first_flexible_request
 from pybroker._native.wire cimport WireCursor, wire_skip_tagged, wire_take
 
 from pybroker.errors import InvalidRequestError
 
 cdef enum:
-    # API keys are int16 on the wire but Kafka has fewer than 100; keys at or above this
-    # bound are simply unknown (header v1), like negative ones.
-    MAX_API_KEYS = 1024
-    NEVER_FLEXIBLE = 0x7FFF
     CONTROLLED_SHUTDOWN_KEY = 7
-
-# first flexible request version per API key; NEVER_FLEXIBLE for none or unknown keys
-cdef int16_t _first_flexible[MAX_API_KEYS]
-for _key in range(MAX_API_KEYS):
-    _first_flexible[_key] = NEVER_FLEXIBLE
-
-
-def set_first_flexible(object table):
-    """``table`` maps API key -> first flexible request version (None: never flexible).
-    Keys not in it parse as header v1. A bad table raises and changes nothing."""
-    cdef Py_ssize_t key
-    items = [(key, NEVER_FLEXIBLE if first is None else first) for key, first in table.items()]
-    for key, first in items:
-        if not 0 <= key < MAX_API_KEYS or not 0 <= first <= NEVER_FLEXIBLE:
-            raise ValueError(f"API key {key}, first flexible version {first}: out of range")
-    for key in range(MAX_API_KEYS):
-        _first_flexible[key] = NEVER_FLEXIBLE
-    for key, first in items:
-        _first_flexible[key] = first
 
 
 cpdef int request_header_version(int api_key, int api_version) noexcept:
@@ -63,7 +38,8 @@ cpdef int request_header_version(int api_key, int api_version) noexcept:
     ControlledShutdown v0."""
     if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
         return 0
-    if 0 <= api_key < MAX_API_KEYS and api_version >= _first_flexible[api_key]:
+    # keys outside the specs (negative ones included) are unknown: header v1
+    if 0 <= api_key < PB_API_KEY_LIMIT and api_version >= pb_first_flexible_request[api_key]:
         return 2
     return 1
 

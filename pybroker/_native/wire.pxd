@@ -7,13 +7,10 @@ cdef struct WireCursor:
     Py_ssize_t end
 
 cdef enum:
+    # The oldest versions served: Kafka 4 removed Produce v0-2 and Fetch v0-3 (KIP-896).
+    # Every other version and field version comes from the specs (protocol.pxd).
     PRODUCE_MIN_VERSION = 3
-    PRODUCE_MAX_VERSION = 11
-    PRODUCE_FIRST_FLEXIBLE = 9
     FETCH_MIN_VERSION = 4
-    FETCH_MAX_VERSION = 16
-    FETCH_FIRST_FLEXIBLE = 12
-    FETCH_FIRST_TOPIC_ID = 13
 
 cdef const unsigned char *wire_take(WireCursor *c, Py_ssize_t n) except NULL
 cdef Py_ssize_t wire_uvarint(WireCursor *c) except -1

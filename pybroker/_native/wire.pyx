@@ -15,7 +15,9 @@ Fetch response v4-v16 (response header v1 with an empty tag buffer from v12):
         aborted_transactions:nullable [producer_id:int64 first_offset:int64]
         [v11+ preferred_read_replica:int32] records:nullable bytes ] ]
 
-These agree byte for byte with the generic codec (``pybroker.net.protocol.codec``), which a
+Which version has which field, and the newest version, come from the message specs
+through the generated ``csrc/pb_protocol.h`` (``protocol.pxd``); the version numbers above
+are for the reader. These agree byte for byte with the generic codec (``pybroker.net.protocol.codec``), which a
 test checks; they exist because Produce and Fetch are the requests a busy broker spends its
 time on. Work is per request and per partition: record bytes are never looked at (the
 parser hands out views of the receive buffer; the builder emits ``FileRegion``s for
@@ -32,6 +34,22 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy
+
+from pybroker._native.protocol cimport (
+    PB_FETCH_MAX_VERSION,
+    PB_FETCH_RESPONSE_ERROR_CODE_FIRST,
+    PB_FETCH_RESPONSE_FIRST_FLEXIBLE,
+    PB_FETCH_RESPONSE_RESPONSES_PARTITIONS_LOG_START_OFFSET_FIRST,
+    PB_FETCH_RESPONSE_RESPONSES_PARTITIONS_PREFERRED_READ_REPLICA_FIRST,
+    PB_FETCH_RESPONSE_RESPONSES_TOPIC_ID_FIRST,
+    PB_FETCH_RESPONSE_SESSION_ID_FIRST,
+    PB_PRODUCE_MAX_VERSION,
+    PB_PRODUCE_REQUEST_FIRST_FLEXIBLE,
+    PB_PRODUCE_RESPONSE_FIRST_FLEXIBLE,
+    PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_ERROR_MESSAGE_FIRST,
+    PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_LOG_START_OFFSET_FIRST,
+    PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_RECORD_ERRORS_FIRST,
+)
 
 import uuid as _uuid
 
@@ -144,16 +162,16 @@ def parse_produce(object buf, Py_ssize_t offset, int version):
     Returns ``(transactional_id, acks, timeout_ms, [(topic, [(partition, records)])])``
     where ``records`` is a memoryview slice of ``buf`` (no copy) or None. Raises
     ``InvalidRequestError`` on malformed input (never reading past ``buf``) and
-    ``UnsupportedVersionError`` outside v3-v11.
+    ``UnsupportedVersionError`` outside v3 to the newest version of the specs.
     """
     cdef Py_buffer view
     cdef WireCursor c
-    cdef bint flex = version >= PRODUCE_FIRST_FLEXIBLE
+    cdef bint flex = version >= PB_PRODUCE_REQUEST_FIRST_FLEXIBLE
     cdef Py_ssize_t ntopics, nparts, i, j, n
     cdef int32_t partition
     cdef object transactional_id, topic, mv
     cdef list topics, parts
-    if version < PRODUCE_MIN_VERSION or version > PRODUCE_MAX_VERSION:
+    if version < PRODUCE_MIN_VERSION or version > PB_PRODUCE_MAX_VERSION:
         raise UnsupportedVersionError(f"Produce v{version} has no fast path")
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
@@ -326,7 +344,7 @@ cdef int _put_string(_Segments out, str s, bint flexible) except -1:
 
 def build_fetch(int version, int32_t correlation_id, int32_t throttle_time_ms,
                 int error_code, int32_t session_id, list topics):
-    """Encode a whole Fetch response frame (v4-v16), size prefix included.
+    """Encode a whole Fetch response frame (v4 to the specs' newest), size prefix included.
 
     ``topics``: ``[(topic, [(partition_index, error_code, high_watermark,
     last_stable_offset, log_start_offset, aborted_transactions, records)])]`` where
@@ -337,24 +355,25 @@ def build_fetch(int version, int32_t correlation_id, int32_t throttle_time_ms,
     Returns ``(segments, total_size)``: bytes and ``FileRegion``s in wire order and the
     number of bytes they make on the wire, prefix included.
     """
-    cdef bint flex = version >= FETCH_FIRST_FLEXIBLE
+    cdef bint flex = version >= PB_FETCH_RESPONSE_FIRST_FLEXIBLE
     cdef _Segments out = _Segments()
     cdef object topic, part, aborted, records, first
     cdef bytes tid
     cdef list parts
-    if version < FETCH_MIN_VERSION or version > FETCH_MAX_VERSION:
+    if version < FETCH_MIN_VERSION or version > PB_FETCH_MAX_VERSION:
         raise UnsupportedVersionError(f"Fetch v{version} has no fast path")
     out.i32(0)  # size prefix, patched below
     out.i32(correlation_id)
     if flex:
         out.i8(0)  # response header v1: no tagged fields
     out.i32(throttle_time_ms)
-    if version >= 7:
+    if version >= PB_FETCH_RESPONSE_ERROR_CODE_FIRST:
         out.i16(error_code)
+    if version >= PB_FETCH_RESPONSE_SESSION_ID_FIRST:
         out.i32(session_id)
     out.length(len(topics), flex, True)
     for topic, parts in topics:
-        if version >= FETCH_FIRST_TOPIC_ID:
+        if version >= PB_FETCH_RESPONSE_RESPONSES_TOPIC_ID_FIRST:
             tid = topic.bytes if isinstance(topic, _uuid.UUID) else bytes(topic)
             if len(tid) != 16:
                 raise ValueError(f"topic id must be 16 bytes, got {len(tid)}")
@@ -368,7 +387,7 @@ def build_fetch(int version, int32_t correlation_id, int32_t throttle_time_ms,
             out.i16(perr)
             out.i64(hw)
             out.i64(lso)
-            if version >= 5:
+            if version >= PB_FETCH_RESPONSE_RESPONSES_PARTITIONS_LOG_START_OFFSET_FIRST:
                 out.i64(log_start)
             if aborted is None:
                 out.length(-1, flex, True)
@@ -379,7 +398,7 @@ def build_fetch(int version, int32_t correlation_id, int32_t throttle_time_ms,
                     out.i64(first_offset)
                     if flex:
                         out.i8(0)
-            if version >= 11:
+            if version >= PB_FETCH_RESPONSE_RESPONSES_PARTITIONS_PREFERRED_READ_REPLICA_FIRST:
                 out.i32(-1)  # preferred_read_replica: none, read from the leader
             if records is None:
                 out.length(-1, flex, True)
@@ -415,7 +434,8 @@ cdef int _start_response(_Segments out, int32_t correlation_id, bint flexible) e
 
 def build_produce_response(int version, int32_t correlation_id, int32_t throttle_time_ms,
                            list topics):
-    """Encode a whole Produce response frame (v3-v11), size prefix included, as bytes.
+    """Encode a whole Produce response frame (v3 to the specs' newest), size prefix
+    included, as bytes.
 
     ``topics``: ``[(name, [(partition_index, error_code, base_offset, log_append_time_ms,
     log_start_offset, error_message)])]``, ``error_message`` None or a string (v8+).
@@ -433,12 +453,12 @@ def build_produce_response(int version, int32_t correlation_id, int32_t throttle
     Why: the generic codec walks a field table per partition (~4 us a request); this is
     one pass over C integers.
     """
-    cdef bint flex = version >= PRODUCE_FIRST_FLEXIBLE
+    cdef bint flex = version >= PB_PRODUCE_RESPONSE_FIRST_FLEXIBLE
     cdef _Segments out = _Segments()
     cdef object name, parts, part, message
     cdef unsigned char *p
     cdef uint64_t size
-    if version < PRODUCE_MIN_VERSION or version > PRODUCE_MAX_VERSION:
+    if version < PRODUCE_MIN_VERSION or version > PB_PRODUCE_MAX_VERSION:
         raise UnsupportedVersionError(f"Produce v{version} has no fast path")
     _start_response(out, correlation_id, flex)
     out.length(len(topics), flex, True)
@@ -451,10 +471,11 @@ def build_produce_response(int version, int32_t correlation_id, int32_t throttle
             out.i16(error_code)
             out.i64(base_offset)
             out.i64(append_time)
-            if version >= 5:
+            if version >= PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_LOG_START_OFFSET_FIRST:
                 out.i64(log_start)
-            if version >= 8:
+            if version >= PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_RECORD_ERRORS_FIRST:
                 out.length(0, flex, True)  # record_errors
+            if version >= PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_ERROR_MESSAGE_FIRST:
                 _put_nullable_string(out, message, flex)
             if flex:
                 out.i8(0)

@@ -359,11 +359,15 @@ class Broker:
 
     @staticmethod
     def _error_body(ctx: RequestContext, code: int, message: str) -> dict:
-        """A whole-request error, for APIs whose response has a top-level error_code."""
-        api = APIS[ctx.api_key]
-        for f in api.response:
-            if f.name == "error_code" and in_range(f.versions, ctx.api_version):
-                return {"error_code": int(code), "error_message": message or None}
+        """A whole-request error, for APIs whose response has a top-level error_code
+        (with the message where the response has an error_message)."""
+        fields = {f.name: f for f in APIS[ctx.api_key].response}
+        error_code = fields.get("error_code")
+        if error_code is not None and in_range(error_code.versions, ctx.api_version):
+            body: dict[str, Any] = {"error_code": int(code)}
+            if "error_message" in fields:
+                body["error_message"] = message or None
+            return body
         raise CloseConnection(f"{codec.api_name(ctx.api_key)} failed with "
                               f"{ErrorCode(code).name} {message}")
 

@@ -18,7 +18,10 @@ layouts (apache/kafka group-coordinator ``OffsetCommitKey``/``OffsetCommitValue`
                                      rebalance_timeout int32, session_timeout int32,
                                      subscription bytes, assignment bytes]
 
-Values v0-v3 are read (v4 is Kafka's flexible encoding, which pybroker never writes).
+The layouts are the specs' (``group-coordinator/``, generated into ``messages.DATA``): the
+codec reads every version of them (v4 is Kafka's flexible encoding, which pybroker never
+writes) and writes the group records; offset commits, the hot write, are packed here and
+a test holds them to the codec's bytes.
 Writes are one record batch per request through the native encoder onto the native log;
 reading back happens once per partition (at broker start, or in cluster mode when this
 broker becomes the partition's leader) and is the only Python loop over records here.
@@ -40,7 +43,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from pybroker.coordinator.group import OffsetAndMetadata
-from pybroker.coordinator.wire import Reader, Writer
 from pybroker.errors import (
     CoordinatorNotAvailableError,
     CorruptRecordError,
@@ -49,6 +51,7 @@ from pybroker.errors import (
     NotLeaderOrFollowerError,
     TopicAlreadyExistsError,
 )
+from pybroker.net.protocol.codec import decode_data, encode_data
 
 log = logging.getLogger("pybroker.coordinator")
 
@@ -112,7 +115,8 @@ class GroupKey(NamedTuple):
 
 
 # Offset commits are the hot write of the coordinator (one record per partition per
-# commit), so their layouts are packed directly rather than through ``Writer``.
+# commit), so their layouts are packed directly rather than through the codec (a test
+# checks the bytes are the codec's).
 _KEY_HEAD = struct.Struct(">hh")     # record type, group length
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -129,7 +133,8 @@ def offset_key(group: str, topic: str, partition: int) -> bytes:
 
 
 def group_key(group: str) -> bytes:
-    return Writer().int16(GROUP_METADATA_KEY).string(group).done()
+    return _I16.pack(GROUP_METADATA_KEY) + encode_data("GroupMetadataKey", GROUP_METADATA_KEY,
+                                                       {"group": group})
 
 
 def offset_value(o: OffsetAndMetadata) -> bytes:
@@ -143,63 +148,59 @@ def offset_value(o: OffsetAndMetadata) -> bytes:
                      _I64.pack(o.commit_timestamp)))
 
 
+GROUP_VALUE_VERSION = 3  # the newest non-flexible version, as Kafka writes
+
+
 def group_value(g: GroupRecord) -> bytes:
-    w = (Writer().int16(3).string(g.protocol_type).int32(g.generation).string(g.protocol)
-         .string(g.leader).int64(g.state_timestamp).int32(len(g.members)))
-    for m in g.members:
-        (w.string(m.member_id).string(m.group_instance_id).string(m.client_id)
-         .string(m.client_host).int32(m.rebalance_timeout_ms).int32(m.session_timeout_ms)
-         .blob(m.subscription).blob(m.assignment))
-    return w.done()
+    members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id, "client_host": m.client_host,
+                "rebalance_timeout": m.rebalance_timeout_ms,
+                "session_timeout": m.session_timeout_ms, "subscription": m.subscription,
+                "assignment": m.assignment} for m in g.members]
+    value = {"protocol_type": g.protocol_type, "generation": g.generation,
+             "protocol": g.protocol, "leader": g.leader,
+             "current_state_timestamp": g.state_timestamp, "members": members}
+    return _I16.pack(GROUP_VALUE_VERSION) + encode_data("GroupMetadataValue",
+                                                        GROUP_VALUE_VERSION, value)
+
+
+def _decode(name: str, data: bytes) -> dict:
+    """A key or value: its int16 version, then the spec's layout of that version."""
+    if len(data) < _I16.size:
+        raise CorruptRecordError(f"{name}: {len(data)} bytes, no version")
+    version = _I16.unpack_from(data)[0]
+    try:
+        return decode_data(name, version, data, _I16.size)
+    except KafkaError as exc:
+        raise CorruptRecordError(f"{name}: {exc}") from None
 
 
 def parse_key(data: bytes) -> OffsetKey | GroupKey | None:
     """The key of a record; None for record types pybroker does not use."""
-    r = Reader(data)
-    kind = r.int16()
+    kind = _I16.unpack_from(data)[0] if len(data) >= _I16.size else -1
     if kind in (0, OFFSET_COMMIT_KEY):
-        return OffsetKey(r.string() or "", r.string() or "", r.int32())
+        key = _decode("OffsetCommitKey", data)
+        return OffsetKey(key["group"], key["topic"], key["partition"])
     if kind == GROUP_METADATA_KEY:
-        return GroupKey(r.string() or "")
+        return GroupKey(_decode("GroupMetadataKey", data)["group"])
     return None
 
 
 def parse_offset_value(data: bytes) -> OffsetAndMetadata:
-    r = Reader(data)
-    version = r.int16()
-    if not 0 <= version <= 3:
-        raise CorruptRecordError(f"OffsetCommitValue version {version} is not supported")
-    offset = r.int64()
-    epoch = r.int32() if version >= 3 else -1
-    metadata = r.string() or ""
-    commit_ts = r.int64()
-    expire_ts = r.int64() if version == 1 else -1
-    return OffsetAndMetadata(offset, epoch, metadata, commit_ts, expire_ts)
+    v = _decode("OffsetCommitValue", data)
+    return OffsetAndMetadata(v["offset"], v["leader_epoch"], v["metadata"],
+                             v["commit_timestamp"], v["expire_timestamp"])
 
 
 def parse_group_value(data: bytes) -> GroupRecord:
-    r = Reader(data)
-    version = r.int16()
-    if not 0 <= version <= 3:
-        raise CorruptRecordError(f"GroupMetadataValue version {version} is not supported")
-    protocol_type = r.string() or ""
-    generation = r.int32()
-    protocol = r.string()
-    leader = r.string()
-    state_ts = r.int64() if version >= 2 else -1
-
-    def member() -> MemberRecord:
-        member_id = r.string() or ""
-        instance = r.string() if version >= 3 else None
-        client_id = r.string() or ""
-        client_host = r.string() or ""
-        rebalance = r.int32() if version >= 1 else -1
-        session = r.int32()
-        rebalance = session if rebalance < 0 else rebalance
-        return MemberRecord(member_id, instance, client_id, client_host, rebalance, session,
-                            r.blob() or b"", r.blob() or b"")
-
-    return GroupRecord(protocol_type, generation, protocol, leader, state_ts, r.array(member))
+    v = _decode("GroupMetadataValue", data)
+    members = [MemberRecord(
+        m["member_id"], m["group_instance_id"], m["client_id"], m["client_host"],
+        # none (before v1: -1) means the session timeout, as Kafka reads it
+        m["rebalance_timeout"] if m["rebalance_timeout"] >= 0 else m["session_timeout"],
+        m["session_timeout"], m["subscription"], m["assignment"]) for m in v["members"]]
+    return GroupRecord(v["protocol_type"], v["generation"], v["protocol"], v["leader"],
+                       v["current_state_timestamp"], members)
 
 
 # the log -------------------------------------------------------------------------------

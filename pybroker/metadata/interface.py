@@ -11,6 +11,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypedDict
 
+from pybroker.net.protocol.typed import MetadataRequestTopic, MetadataResponseTopic
+
 if TYPE_CHECKING:
     from pybroker.broker.partition import Partition
     from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
@@ -18,21 +20,15 @@ if TYPE_CHECKING:
 
 # ``fn(partition, is_leader)``, called on the loop when this broker starts or stops leading
 LeadershipListener = Callable[["Partition", bool], None]
-# a Metadata response's topic entry (``MetadataResponseTopic`` as a codec dict)
-TopicAnswer = dict[str, object]
+# a Metadata response's topic entry, and a topic a Metadata request names (by name, or
+# from v10 by id with a null name)
+TopicAnswer = MetadataResponseTopic
+RequestedTopic = MetadataRequestTopic
 
 
 # How long a FindCoordinator waits for the offsets topic it asked for; after that it answers
 # COORDINATOR_NOT_AVAILABLE (the client asks again) while the creation goes on.
 OFFSETS_TOPIC_CREATE_WAIT_S = 5.0
-
-
-class RequestedTopic(TypedDict, total=False):
-    """A topic a Metadata request names (``MetadataRequestTopic``): by name, or from v10
-    by id with a null name."""
-
-    name: str | None
-    topic_id: uuid.UUID | None
 
 
 class PartitionAssignment(TypedDict, total=False):

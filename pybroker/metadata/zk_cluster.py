@@ -62,6 +62,7 @@ from pybroker.metadata.interface import (
     missing_topic,
 )
 from pybroker.net.protocol.codec import ZERO_UUID
+from pybroker.net.protocol.typed import MetadataResponsePartition
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
@@ -293,7 +294,7 @@ class ZkClusterMetadata:
 
 
 def _describe(info: TopicInfo, live: dict[int, Endpoint]) -> TopicAnswer:
-    partitions = []
+    partitions: list[MetadataResponsePartition] = []
     for index, p in sorted(info.partitions.items()):
         leader = p.leader if p.leader in live else -1
         partitions.append({

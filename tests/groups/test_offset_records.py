@@ -13,6 +13,7 @@ from pybroker.coordinator.consumer_protocol import (
 )
 from pybroker.coordinator.group import OffsetAndMetadata
 from pybroker.errors import KafkaError
+from pybroker.net.protocol.codec import encode_data
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -66,9 +67,28 @@ def test_group_metadata_golden_bytes_and_round_trip() -> None:
     assert rec.parse_group_value(rec.group_value(empty)) == empty
 
 
+def test_packed_offset_records_are_the_codecs_bytes() -> None:
+    for group, topic, partition in [("g", "t", 1), ("gr\u00fcppe", "topic-" * 40, 2**31 - 1)]:
+        assert rec.offset_key(group, topic, partition) == b"\x00\x01" + encode_data(
+            "OffsetCommitKey", 1, {"group": group, "topic": topic, "partition": partition})
+    for o in [OffsetAndMetadata(5, 2, "m\u00e9ta", 1000), OffsetAndMetadata(2**62, -1, "", -1),
+              OffsetAndMetadata(7, 3, "x", 1000, 2000)]:
+        version = 1 if o.expire_timestamp >= 0 else 3
+        assert rec.offset_value(o) == version.to_bytes(2, "big") + encode_data(
+            "OffsetCommitValue", version, {
+                "offset": o.offset, "leader_epoch": o.leader_epoch, "metadata": o.metadata,
+                "commit_timestamp": o.commit_timestamp, "expire_timestamp": o.expire_timestamp})
+
+
+def test_flexible_v4_values_are_read() -> None:
+    # what Kafka 4 writes: compact strings and an empty tag buffer
+    value = bytes.fromhex("0004" "0000000000000005" "00000002" "026d" "00000000000003e8" "00")
+    assert rec.parse_offset_value(value) == OffsetAndMetadata(5, 2, "m", 1000, -1)
+
+
 def test_unknown_versions_and_truncation_are_refused() -> None:
     with pytest.raises(KafkaError):
-        rec.parse_offset_value(bytes.fromhex("0004") + bytes(20))
+        rec.parse_offset_value(bytes.fromhex("0005") + bytes(20))
     with pytest.raises(KafkaError):
         rec.parse_group_value(rec.group_value(rec.GroupRecord("c", 1, None, None, 0, []))[:-2])
     assert rec.parse_key(bytes.fromhex("0003" "000167")) is None
@@ -80,3 +100,11 @@ def test_consumer_protocol_bytes() -> None:
     assert assignment_partitions(encode_assignment({"a": [0, 2], "b": [1]})) \
         == {"a": [0, 2], "b": [1]}
     assert assignment_partitions(b"") == {}
+    assert encode_subscription(["a"], None) == bytes.fromhex("0000" "00000001" "000161" "ffffffff")
+    v1 = b"\x00\x01" + encode_data("ConsumerProtocolSubscription", 1, {
+        "topics": ["a"], "owned_partitions": [{"topic": "a", "partitions": [0]}]})
+    assert subscription_topics(v1) == ["a"]
+    # a version newer than the specs' is read with the newest layout known
+    newer = b"\x00\x09" + encode_data("ConsumerProtocolSubscription", 3,
+                                       {"topics": ["b"]}) + b"later fields"
+    assert subscription_topics(newer) == ["b"]

@@ -3,10 +3,13 @@
 A handler is ``async def handle(ctx: RequestContext, request: dict) -> dict | None``:
 ``request`` is the decoded body (snake_case keys, see ``pybroker.net.protocol.codec``), the
 returned dict is encoded as the response of the same version, ``None`` sends nothing
-(acks=0 produce). Register it with the versions it serves::
+(acks=0 produce). Annotate both with the generated types of ``pybroker.net.protocol.typed``
+so mypy checks their keys; at run time a response key its struct has in no version raises
+``UnknownFieldError`` (a bug: logged, the connection closed). Register it with the versions
+it serves::
 
     @handler(api_key=3, versions=(0, 12))
-    async def metadata(ctx, request): ...
+    async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse: ...
 
 Every module of this package is imported by :func:`load_all`, so adding an API family is
 adding one module here; nothing else changes. ApiVersions advertises what is registered.

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
+from pybroker.net.protocol.typed import ApiVersionsRequest
 
 
 @handler(api_key=18, versions=(0, 4))
-async def api_versions(ctx: RequestContext, request: dict) -> dict:
+async def api_versions(ctx: RequestContext, request: ApiVersionsRequest) -> dict:
     return ctx.broker.api_versions_body()

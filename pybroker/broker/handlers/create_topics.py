@@ -13,16 +13,21 @@ replication factor (v4+) take the broker defaults. v5+ answers the effective con
 from __future__ import annotations
 
 import collections
-from typing import Any
 
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.errors import ErrorCode, InvalidRequestError, KafkaError
 from pybroker.metadata import CreatedTopic, NewTopic
 from pybroker.net.protocol.codec import ZERO_UUID
+from pybroker.net.protocol.typed import (
+    CreateTopicsRequest,
+    CreateTopicsRequestCreatableTopic,
+    CreateTopicsResponse,
+    CreateTopicsResponseCreatableTopicResult,
+)
 
 
-def _new_topic(item: dict) -> NewTopic:
+def _new_topic(item: CreateTopicsRequestCreatableTopic) -> NewTopic:
     """The topic asked for by ``item``."""
     assignment = None
     if item.get("assignments"):
@@ -37,7 +42,8 @@ def _new_topic(item: dict) -> NewTopic:
                     assignment)
 
 
-def _answer(ctx: RequestContext, name: str, created: CreatedTopic) -> dict[str, Any]:
+def _answer(ctx: RequestContext, name: str,
+            created: CreatedTopic) -> CreateTopicsResponseCreatableTopicResult:
     return {
         "name": name, "topic_id": created.topic_id, "error_code": ErrorCode.NONE,
         "error_message": None, "num_partitions": created.partitions,
@@ -49,18 +55,18 @@ def _answer(ctx: RequestContext, name: str, created: CreatedTopic) -> dict[str, 
     }
 
 
-def _failed(name: str, exc: KafkaError) -> dict[str, Any]:
+def _failed(name: str, exc: KafkaError) -> CreateTopicsResponseCreatableTopicResult:
     return {"name": name, "topic_id": ZERO_UUID, "error_code": exc.code,
             "error_message": str(exc), "num_partitions": -1, "replication_factor": -1,
             "configs": []}
 
 
 @handler(api_key=19, versions=(0, 7))
-async def create_topics(ctx: RequestContext, request: dict) -> dict:
+async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
     items = request["topics"] or []
     validate_only = request.get("validate_only", False)
     counts = collections.Counter(item["name"] for item in items)
-    results: list[dict[str, Any]] = []
+    results: list[CreateTopicsResponseCreatableTopicResult] = []
     creating: list[tuple[int, NewTopic]] = []  # (slot in results, topic): created together
     for item in items:
         try:

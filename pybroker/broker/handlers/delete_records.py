@@ -11,11 +11,16 @@ reads below it get OFFSET_OUT_OF_RANGE from then on.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+from pybroker.net.protocol.typed import (
+    DeleteRecordsRequest,
+    DeleteRecordsRequestPartition,
+    DeleteRecordsResponse,
+    DeleteRecordsResponsePartitionResult,
+    DeleteRecordsResponseTopicResult,
+)
 
 HIGH_WATERMARK = -1
 
@@ -37,7 +42,8 @@ def _delete_before(ctx: RequestContext, topic: str, index: int, offset: int) -> 
     return plog.log_start_offset
 
 
-def _partition_result(ctx: RequestContext, topic: str, item: dict) -> dict[str, Any]:
+def _partition_result(ctx: RequestContext, topic: str,
+                      item: DeleteRecordsRequestPartition) -> DeleteRecordsResponsePartitionResult:
     index = item.get("partition_index", -1)
     try:
         low = _delete_before(ctx, topic, index, item.get("offset", HIGH_WATERMARK))
@@ -47,9 +53,10 @@ def _partition_result(ctx: RequestContext, topic: str, item: dict) -> dict[str, 
 
 
 @handler(api_key=21, versions=(0, 2))
-async def delete_records(ctx: RequestContext, request: dict) -> dict:
-    topics = [{"name": t.get("name"),
-               "partitions": [_partition_result(ctx, t.get("name"), p)
-                              for p in t.get("partitions") or []]}
-              for t in request.get("topics") or []]
+async def delete_records(ctx: RequestContext,
+                         request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+    topics: list[DeleteRecordsResponseTopicResult] = [
+        {"name": t["name"], "partitions": [_partition_result(ctx, t["name"], p)
+                                           for p in t.get("partitions") or []]}
+        for t in request.get("topics") or []]
     return {"throttle_time_ms": 0, "topics": topics}

@@ -5,13 +5,19 @@ from __future__ import annotations
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.errors import ErrorCode
+from pybroker.net.protocol.typed import (
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeClusterResponseBroker,
+)
 
 UNSUPPORTED_ENDPOINT_TYPE = 115
 ENDPOINT_BROKERS = 1
 
 
 @handler(api_key=60, versions=(0, 1))
-async def describe_cluster(ctx: RequestContext, request: dict) -> dict:
+async def describe_cluster(ctx: RequestContext,
+                           request: DescribeClusterRequest) -> DescribeClusterResponse:
     broker = ctx.broker
     host, port = broker.advertised
     if request.get("endpoint_type", ENDPOINT_BROKERS) != ENDPOINT_BROKERS:
@@ -19,7 +25,7 @@ async def describe_cluster(ctx: RequestContext, request: dict) -> dict:
                 "error_message": "only broker endpoints are served", "cluster_id": "",
                 "brokers": []}
     live = broker.metadata.live_brokers() or []
-    brokers = [{"broker_id": b.broker_id, "host": b.host, "port": b.port} for b in live] \
+    brokers: list[DescribeClusterResponseBroker] = [{"broker_id": b.broker_id, "host": b.host, "port": b.port} for b in live] \
         or [{"broker_id": broker.broker_id, "host": host, "port": port}]
     return {
         "error_code": ErrorCode.NONE,

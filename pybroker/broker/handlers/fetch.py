@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from typing import Any
 
 from pybroker._native.wire import build_fetch
@@ -40,6 +41,7 @@ from pybroker.broker.partition import Partition
 from pybroker.broker.request import Encoded, RequestContext
 from pybroker.broker.topic_manager import check_leader
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.net.protocol.typed import FetchRequest
 
 log = logging.getLogger("pybroker.fetch")
 
@@ -50,7 +52,7 @@ FIRST_TOPIC_ID_VERSION = 13
 Wanted = tuple[int, "Partition | None", int, int, int]
 
 
-def _replica_id(request: dict) -> int:
+def _replica_id(request: FetchRequest) -> int:
     """The fetching follower's broker id (v15+ in ``replica_state``), -1 for consumers."""
     state = request.get("replica_state")
     if state is not None and state.get("replica_id", -1) >= 0:
@@ -58,11 +60,12 @@ def _replica_id(request: dict) -> int:
     return request.get("replica_id", -1)
 
 
-def _resolve(ctx: RequestContext, request: dict,
+def _resolve(ctx: RequestContext, request: FetchRequest,
              replica_id: int) -> list[tuple[Any, list[Wanted]]]:
     topics = ctx.broker.topics
     by_id = ctx.api_version >= FIRST_TOPIC_ID_VERSION
     wanted = []
+    key: uuid.UUID | str
     for t in request["topics"]:
         if by_id:
             key, topic, missing = t["topic_id"], topics.by_id(t["topic_id"]), \
@@ -134,7 +137,7 @@ def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
 
 
 @handler(api_key=1, versions=(4, 16))
-async def fetch(ctx: RequestContext, request: dict) -> Encoded:
+async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     broker = ctx.broker
     version = ctx.api_version
     if version >= 7 and request["session_id"] != 0:

@@ -26,6 +26,29 @@ from pybroker.broker.request import RequestContext
 from pybroker.coordinator import GroupCoordinator, OffsetCommit
 from pybroker.errors import ErrorCode
 from pybroker.metadata import Endpoint
+from pybroker.net.protocol.typed import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchRequestTopic,
+    OffsetFetchRequestTopics,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 
 _GROUP_KEY = 0
 # DescribeGroups authorized_operations without ACLs: READ(3), DELETE(6), DESCRIBE(8)
@@ -41,7 +64,7 @@ def _client_host(ctx: RequestContext) -> str:
 # FindCoordinator ----------------------------------------------------------------------
 
 @handler(api_key=10, versions=(0, 6))
-async def find_coordinator(ctx: RequestContext, request: dict) -> dict:
+async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> dict:
     group = request.get("key_type", _GROUP_KEY) == _GROUP_KEY
     if ctx.api_version >= 4:
         return {"throttle_time_ms": 0, "coordinators": [
@@ -67,7 +90,7 @@ async def _coordinator_node(ctx: RequestContext, key: str, group: bool) -> dict:
 # membership ---------------------------------------------------------------------------
 
 @handler(api_key=11, versions=(0, 9))
-async def join_group(ctx: RequestContext, request: dict) -> dict:
+async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
     coordinator = ctx.broker.group_coordinator
     result = await ctx.park(coordinator.join_group(
         request["group_id"], request["member_id"], request.get("group_instance_id"),
@@ -87,7 +110,7 @@ async def join_group(ctx: RequestContext, request: dict) -> dict:
 
 
 @handler(api_key=14, versions=(0, 5))
-async def sync_group(ctx: RequestContext, request: dict) -> dict:
+async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
     coordinator = ctx.broker.group_coordinator
     result = await ctx.park(coordinator.sync_group(
         request["group_id"], request["generation_id"], request["member_id"],
@@ -100,7 +123,7 @@ async def sync_group(ctx: RequestContext, request: dict) -> dict:
 
 
 @handler(api_key=12, versions=(0, 4))
-async def heartbeat(ctx: RequestContext, request: dict) -> dict:
+async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     coordinator = ctx.broker.group_coordinator
     error = coordinator.heartbeat(request["group_id"], request["member_id"],
                                   request.get("group_instance_id"), request["generation_id"])
@@ -108,7 +131,7 @@ async def heartbeat(ctx: RequestContext, request: dict) -> dict:
 
 
 @handler(api_key=13, versions=(0, 5))
-async def leave_group(ctx: RequestContext, request: dict) -> dict:
+async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
     coordinator = ctx.broker.group_coordinator
     leaving: list[tuple[str, str | None]]
     if ctx.api_version < 3:
@@ -126,7 +149,7 @@ async def leave_group(ctx: RequestContext, request: dict) -> dict:
 # offsets ------------------------------------------------------------------------------
 
 @handler(api_key=8, versions=(0, 9))
-async def offset_commit(ctx: RequestContext, request: dict) -> dict:
+async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     coordinator = ctx.broker.group_coordinator
     topics = request["topics"] or []
     commits = [OffsetCommit(t["name"], p["partition_index"], p["committed_offset"],
@@ -145,8 +168,10 @@ async def offset_commit(ctx: RequestContext, request: dict) -> dict:
         for t in topics]}
 
 
-def _fetched_topics(coordinator: GroupCoordinator, group_id: str,
-                    topics: list[dict] | None) -> list[dict]:
+def _fetched_topics(
+        coordinator: GroupCoordinator, group_id: str,
+        topics: list[OffsetFetchRequestTopic] | list[OffsetFetchRequestTopics] | None,
+) -> list[dict]:
     wanted = None if topics is None else \
         [(t["name"], p) for t in topics for p in t["partition_indexes"]]
     offsets = coordinator.fetch_offsets(group_id, wanted)
@@ -162,7 +187,7 @@ def _fetched_topics(coordinator: GroupCoordinator, group_id: str,
 
 
 @handler(api_key=9, versions=(0, 9))
-async def offset_fetch(ctx: RequestContext, request: dict) -> dict:
+async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> dict:
     coordinator = ctx.broker.group_coordinator
     if ctx.api_version >= 8:
         groups = []
@@ -188,7 +213,7 @@ async def offset_fetch(ctx: RequestContext, request: dict) -> dict:
 
 
 @handler(api_key=47, versions=(0, 0))
-async def offset_delete(ctx: RequestContext, request: dict) -> dict:
+async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     coordinator = ctx.broker.group_coordinator
     topics = request["topics"] or []
     error, results = coordinator.delete_offsets(
@@ -207,7 +232,7 @@ async def offset_delete(ctx: RequestContext, request: dict) -> dict:
 # admin --------------------------------------------------------------------------------
 
 @handler(api_key=15, versions=(0, 5))
-async def describe_groups(ctx: RequestContext, request: dict) -> dict:
+async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> dict:
     coordinator = ctx.broker.group_coordinator
     operations = _GROUP_OPERATIONS if request.get("include_authorized_operations") \
         else _NOT_REQUESTED
@@ -226,7 +251,7 @@ async def describe_groups(ctx: RequestContext, request: dict) -> dict:
 
 
 @handler(api_key=16, versions=(0, 5))
-async def list_groups(ctx: RequestContext, request: dict) -> dict:
+async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     coordinator = ctx.broker.group_coordinator
     listed = coordinator.list_groups(request.get("states_filter"), request.get("types_filter"))
     error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading() else ErrorCode.NONE
@@ -236,7 +261,7 @@ async def list_groups(ctx: RequestContext, request: dict) -> dict:
 
 
 @handler(api_key=42, versions=(0, 2))
-async def delete_groups(ctx: RequestContext, request: dict) -> dict:
+async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     coordinator = ctx.broker.group_coordinator
     results = coordinator.delete_groups(list(request["groups_names"]))
     return {"throttle_time_ms": 0,

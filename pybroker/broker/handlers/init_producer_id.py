@@ -10,10 +10,12 @@ from __future__ import annotations
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.errors import ErrorCode
+from pybroker.net.protocol.typed import InitProducerIdRequest, InitProducerIdResponse
 
 
 @handler(api_key=22, versions=(0, 5))
-async def init_producer_id(ctx: RequestContext, request: dict) -> dict:
+async def init_producer_id(ctx: RequestContext,
+                           request: InitProducerIdRequest) -> InitProducerIdResponse:
     pid, epoch = await ctx.broker.producer_ids.init_producer_async(
         request.get("transactional_id"))
     return {"error_code": ErrorCode.NONE, "producer_id": pid, "producer_epoch": epoch}

@@ -12,12 +12,17 @@ FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from pybroker.broker.handlers import handler
 from pybroker.broker.partition import Partition
 from pybroker.broker.request import RequestContext
 from pybroker.errors import ErrorCode, KafkaError, UnsupportedVersionError
+from pybroker.net.protocol.typed import (
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsResponsePartitionResponse,
+    ListOffsetsResponseTopicResponse,
+)
 
 log = logging.getLogger("pybroker.list_offsets")
 
@@ -44,11 +49,11 @@ def _offset(partition: Partition, timestamp: int, version: int) -> tuple[int, in
 
 
 @handler(api_key=2, versions=(1, 8))
-async def list_offsets(ctx: RequestContext, request: dict) -> dict:
+async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     topics = ctx.broker.topics
-    out = []
+    out: list[ListOffsetsResponseTopicResponse] = []
     for t in request["topics"]:
-        parts: list[dict[str, Any]] = []
+        parts: list[ListOffsetsResponsePartitionResponse] = []
         for p in t["partitions"]:
             index = p["partition_index"]
             try:

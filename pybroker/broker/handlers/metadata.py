@@ -13,10 +13,14 @@ from __future__ import annotations
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.metadata import Endpoint
+from pybroker.net.protocol.typed import (
+    MetadataRequest,
+    MetadataResponse,
+)
 
 
 @handler(api_key=3, versions=(0, 12))
-async def metadata(ctx: RequestContext, request: dict) -> dict:
+async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     broker = ctx.broker
     plane = broker.metadata
     requested = request.get("topics")

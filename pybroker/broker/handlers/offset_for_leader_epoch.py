@@ -25,12 +25,20 @@ from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from pybroker.net.protocol.typed import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochRequestOffsetForLeaderPartition,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderEpochResponseEpochEndOffset,
+    OffsetForLeaderEpochResponseOffsetForLeaderTopicResult,
+)
 
 DEBUGGING_REPLICA_ID = -2
 FIRST_REPLICA_ID_VERSION = 3
 
 
-def _epoch_end(topics: Any, topic: str, p: dict, leader_only: bool) -> tuple[int, int, int]:
+def _epoch_end(topics: Any, topic: str, p: OffsetForLeaderEpochRequestOffsetForLeaderPartition,
+               leader_only: bool) -> tuple[int, int, int]:
     """(error code, epoch, end offset) of one partition."""
     try:
         partition = topics.partition(topic, p["partition"])
@@ -50,13 +58,14 @@ def _epoch_end(topics: Any, topic: str, p: dict, leader_only: bool) -> tuple[int
 
 
 @handler(api_key=23, versions=(0, 4))
-async def offset_for_leader_epoch(ctx: RequestContext, request: dict) -> dict:
+async def offset_for_leader_epoch(
+        ctx: RequestContext, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     topics = ctx.broker.topics
     leader_only = not (ctx.api_version >= FIRST_REPLICA_ID_VERSION
                        and request["replica_id"] == DEBUGGING_REPLICA_ID)
-    out = []
+    out: list[OffsetForLeaderEpochResponseOffsetForLeaderTopicResult] = []
     for t in request["topics"]:
-        parts = []
+        parts: list[OffsetForLeaderEpochResponseEpochEndOffset] = []
         for p in t["partitions"]:
             code, epoch, end = _epoch_end(topics, t["topic"], p, leader_only)
             parts.append({"error_code": code, "partition": p["partition"],

@@ -1,4 +1,4 @@
-"""The Kafka wire protocol: generated message layouts and the codec over them.
+"""The Kafka wire protocol: generated message layouts and types, and the codec over them.
 
 ``codec`` is the generic path for every API; ``pybroker._native.wire`` parses Produce
 requests and builds Fetch responses without touching record bytes.
@@ -7,6 +7,7 @@ requests and builds Fetch responses without touching record bytes.
 from pybroker.net.protocol.codec import (
     ZERO_UUID,
     RequestHeader,
+    UnknownFieldError,
     api_name,
     decode_request,
     decode_response,
@@ -20,7 +21,8 @@ from pybroker.net.protocol.codec import (
 )
 
 __all__ = [
-    "ZERO_UUID", "RequestHeader", "api_name", "decode_request", "decode_response",
-    "encode_request", "encode_response", "read_request_header", "read_response_header",
-    "request_header_version", "response_header_version", "supported_versions",
+    "ZERO_UUID", "RequestHeader", "UnknownFieldError", "api_name", "decode_request",
+    "decode_response", "encode_request", "encode_response", "read_request_header",
+    "read_response_header", "request_header_version", "response_header_version",
+    "supported_versions",
 ]

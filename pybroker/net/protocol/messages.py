@@ -7,10 +7,12 @@ F(snake_name, type, (first, last) versions, nullable=(first, last), tag=N,
 tagged=(first, last), default=value, flexible=..., fields=(children)); a last
 version of 0x7fff means open-ended, a missing default means the type's default.
 Field lists that occur more than once are the upper-case constants defined first.
+DATA: record formats by name, each Data((min, max) valid versions, first flexible
+version, fields).
 """
 
 # ruff: noqa: E501
-from pybroker.net.protocol.schema import Api, F
+from pybroker.net.protocol.schema import Api, Data, F
 
 LEADER_AND_ISR_PARTITION_STATE = (
     F('topic_name', 'string', (0, 1)),
@@ -2316,6 +2318,73 @@ APIS = {
                     F('state_epoch', 'int32', (0, 32767)),
                     F('start_offset', 'int64', (0, 32767)),
                 )),
+            )),
+        ),
+    ),
+}
+
+DATA = {
+    'ConsumerProtocolSubscription': Data(
+        (0, 3), None,
+        fields=(
+            F('topics', '[]string', (0, 32767)),
+            F('user_data', 'bytes', (0, 32767), nullable=(0, 32767), default=None),
+            F('owned_partitions', '[]struct', (1, 32767), fields=(
+                F('topic', 'string', (1, 32767)),
+                F('partitions', '[]int32', (1, 32767)),
+            )),
+            F('generation_id', 'int32', (2, 32767), default=-1),
+            F('rack_id', 'string', (3, 32767), nullable=(3, 32767), default=None),
+        ),
+    ),
+    'ConsumerProtocolAssignment': Data(
+        (0, 3), None,
+        fields=(
+            F('assigned_partitions', '[]struct', (0, 32767), fields=DESCRIBABLE_LOG_DIR_TOPIC),
+            F('user_data', 'bytes', (0, 32767), nullable=(0, 32767), default=None),
+        ),
+    ),
+    'OffsetCommitKey': Data(
+        (0, 1), None,
+        fields=(
+            F('group', 'string', (0, 1)),
+            F('topic', 'string', (0, 1)),
+            F('partition', 'int32', (0, 1)),
+        ),
+    ),
+    'OffsetCommitValue': Data(
+        (0, 4), 4,
+        fields=(
+            F('offset', 'int64', (0, 32767)),
+            F('leader_epoch', 'int32', (3, 32767), default=-1),
+            F('metadata', 'string', (0, 32767)),
+            F('commit_timestamp', 'int64', (0, 32767)),
+            F('expire_timestamp', 'int64', (1, 1), default=-1),
+        ),
+    ),
+    'GroupMetadataKey': Data(
+        (2, 2), None,
+        fields=(
+            F('group', 'string', (2, 2)),
+        ),
+    ),
+    'GroupMetadataValue': Data(
+        (0, 4), 4,
+        fields=(
+            F('protocol_type', 'string', (0, 32767)),
+            F('generation', 'int32', (0, 32767)),
+            F('protocol', 'string', (0, 32767), nullable=(0, 32767)),
+            F('leader', 'string', (0, 32767), nullable=(0, 32767)),
+            F('current_state_timestamp', 'int64', (2, 32767), default=-1),
+            F('members', '[]struct', (0, 32767), fields=(
+                F('member_id', 'string', (0, 32767)),
+                F('group_instance_id', 'string', (3, 32767), nullable=(3, 32767), default=None),
+                F('client_id', 'string', (0, 32767)),
+                F('client_host', 'string', (0, 32767)),
+                F('rebalance_timeout', 'int32', (1, 32767), default=-1),
+                F('session_timeout', 'int32', (0, 32767)),
+                F('subscription', 'bytes', (0, 32767)),
+                F('assignment', 'bytes', (0, 32767)),
             )),
         ),
     ),

@@ -1,4 +1,5 @@
-"""The generated message table (``messages.APIS``), loaded without compiling it each start.
+"""The generated message tables (``messages.APIS`` and ``messages.DATA``), loaded without
+compiling them each start.
 
 ``messages.py`` is 100 KB of generated Python: compiling it cost 20-60 ms of every broker
 start where no bytecode is cached (these environments set PYTHONDONTWRITEBYTECODE), a
@@ -22,7 +23,9 @@ import pickle
 import sys
 import zlib
 
-from pybroker.net.protocol.schema import Api
+from pybroker.net.protocol.schema import Api, Data
+
+Tables = tuple[dict[int, Api], dict[str, Data]]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _SOURCES = ("messages.py", "schema.py")
@@ -42,7 +45,13 @@ def cache_key(directory: str = HERE) -> str:
 
 def load(directory: str = HERE, module: str = "pybroker.net.protocol.messages",
          cache_dir: str | None = None) -> dict[int, Api]:
-    """``APIS`` of the table in ``directory``: from the cache, else by importing
+    """``APIS`` of the table in ``directory`` (see :func:`load_tables`)."""
+    return load_tables(directory, module, cache_dir)[0]
+
+
+def load_tables(directory: str = HERE, module: str = "pybroker.net.protocol.messages",
+                cache_dir: str | None = None) -> Tables:
+    """``(APIS, DATA)`` of the table in ``directory``: from the cache, else by importing
     ``module`` (then written to the cache when it can be)."""
     cache_dir = cache_dir or os.path.join(directory, "__pycache__")
     try:
@@ -52,20 +61,21 @@ def load(directory: str = HERE, module: str = "pybroker.net.protocol.messages",
     if path is not None:
         try:
             with open(path, "rb") as f:
-                apis = pickle.load(f)
-            if isinstance(apis, dict):
-                return apis
+                tables = pickle.load(f)
+            if isinstance(tables, tuple) and len(tables) == 2:
+                return tables
         except Exception:  # noqa: BLE001 - missing or damaged, whatever the way: rebuild
             pass
     import importlib
 
-    apis = importlib.import_module(module).APIS
+    messages = importlib.import_module(module)
+    tables = (messages.APIS, messages.DATA)
     if path is not None:
-        _write(path, apis)
-    return apis
+        _write(path, tables)
+    return tables
 
 
-def _write(path: str, apis: dict[int, Api]) -> None:
+def _write(path: str, tables: Tables) -> None:
     """Atomically (brokers may start side by side); stale tables of older keys go."""
     directory = os.path.dirname(path)
     try:
@@ -73,7 +83,7 @@ def _write(path: str, apis: dict[int, Api]) -> None:
         tmp = f"{path}.{os.getpid()}.tmp"
         try:
             with open(tmp, "wb") as f:
-                pickle.dump(apis, f, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump(tables, f, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
@@ -87,4 +97,4 @@ def _write(path: str, apis: dict[int, Api]) -> None:
         pass  # a read-only install: import the source next time too
 
 
-APIS: dict[int, Api] = load()
+APIS, DATA = load_tables()

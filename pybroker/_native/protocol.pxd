@@ -1,0 +1,27 @@
+# C interface of csrc/pb_protocol.h (STYLE 2), which tools/gen_protocol.py generates from
+# the message specs: the native codecs take their versions and tags from here.
+from libc.stdint cimport int16_t
+
+
+cdef extern from "pb_protocol.h":
+    enum:
+        PB_NEVER_FLEXIBLE
+        PB_API_KEY_LIMIT
+
+        PB_PRODUCE_MAX_VERSION
+        PB_PRODUCE_REQUEST_FIRST_FLEXIBLE
+        PB_PRODUCE_RESPONSE_FIRST_FLEXIBLE
+        PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_LOG_START_OFFSET_FIRST
+        PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_RECORD_ERRORS_FIRST
+        PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_ERROR_MESSAGE_FIRST
+
+        PB_FETCH_MAX_VERSION
+        PB_FETCH_RESPONSE_FIRST_FLEXIBLE
+        PB_FETCH_RESPONSE_ERROR_CODE_FIRST
+        PB_FETCH_RESPONSE_SESSION_ID_FIRST
+        PB_FETCH_RESPONSE_RESPONSES_TOPIC_ID_FIRST
+        PB_FETCH_RESPONSE_RESPONSES_PARTITIONS_LOG_START_OFFSET_FIRST
+        PB_FETCH_RESPONSE_RESPONSES_PARTITIONS_PREFERRED_READ_REPLICA_FIRST
+
+    # first flexible request version by API key, PB_NEVER_FLEXIBLE for none
+    const int16_t pb_first_flexible_request[]
