@@ -87,6 +87,7 @@ def test_mypy_rejects_a_misspelt_field_of_a_generated_type(tmp_path):
         [sys.executable, "-m", "mypy", "--no-error-summary", "--follow-imports=silent",
          str(source)], cwd=REPO, capture_output=True, text=True, timeout=240,
         env={**os.environ, "PYTHONPATH": REPO})
-    lines = result.stdout.splitlines()
+    # only errors: mypy also notes the project's per-package sections this file leaves unused
+    lines = [line for line in result.stdout.splitlines() if ": error:" in line]
     assert len(lines) == 1, result.stdout + result.stderr
     assert ":3:" in lines[0] and '"error_cod"' in lines[0], lines[0]
