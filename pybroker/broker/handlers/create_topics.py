@@ -23,6 +23,7 @@ from pybroker.net.protocol.typed import (
     CreateTopicsRequest,
     CreateTopicsRequestCreatableTopic,
     CreateTopicsResponse,
+    CreateTopicsResponseCreatableTopicConfigs,
     CreateTopicsResponseCreatableTopicResult,
 )
 
@@ -42,17 +43,39 @@ def _new_topic(item: CreateTopicsRequestCreatableTopic) -> NewTopic:
                     assignment)
 
 
-def _answer(ctx: RequestContext, name: str,
-            created: CreatedTopic) -> CreateTopicsResponseCreatableTopicResult:
+def _answer(name: str, created: CreatedTopic,
+            configs: list[CreateTopicsResponseCreatableTopicConfigs]
+            ) -> CreateTopicsResponseCreatableTopicResult:
     return {
         "name": name, "topic_id": created.topic_id, "error_code": ErrorCode.NONE,
         "error_message": None, "num_partitions": created.partitions,
-        "replication_factor": created.replication_factor,
-        "configs": [{"name": key, "value": value, "read_only": False, "config_source": source,
-                     "is_sensitive": False}
-                    for key, value, source in ctx.broker.topics.describe_config(
-                        created.overrides)],
+        "replication_factor": created.replication_factor, "configs": configs,
     }
+
+
+class _ConfigAnswers:
+    """The v5+ ``configs`` of created topics, built once per distinct set of overrides
+    and shared (the encoder only reads them): 2,000 topics with the defaults took ~50 ms
+    of the loop to build one list each. Before v5 there are none to build."""
+
+    def __init__(self, ctx: RequestContext) -> None:
+        self._topics = ctx.broker.topics
+        self._wanted = ctx.api_version >= 5
+        self._built: dict[tuple[tuple[str, str], ...],
+                          list[CreateTopicsResponseCreatableTopicConfigs]] = {}
+
+    def __call__(self, overrides: dict[str, str]
+                 ) -> list[CreateTopicsResponseCreatableTopicConfigs]:
+        if not self._wanted:
+            return []
+        key = tuple(sorted(overrides.items()))
+        configs = self._built.get(key)
+        if configs is None:
+            configs = self._built[key] = [
+                {"name": name, "value": value, "read_only": False, "config_source": source,
+                 "is_sensitive": False}
+                for name, value, source in self._topics.describe_config(overrides)]
+        return configs
 
 
 def _failed(name: str, exc: KafkaError) -> CreateTopicsResponseCreatableTopicResult:
@@ -81,7 +104,8 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
     if creating:
         created = await ctx.broker.metadata.create_topics([new for _, new in creating],
                                                           validate_only)
+        configs = _ConfigAnswers(ctx)
         for (slot, new), outcome in zip(creating, created, strict=True):
             results[slot] = _failed(new.name, outcome) if isinstance(outcome, KafkaError) \
-                else _answer(ctx, new.name, outcome)
+                else _answer(new.name, outcome, configs(outcome.overrides))
     return {"throttle_time_ms": 0, "topics": results}
