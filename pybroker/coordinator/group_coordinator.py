@@ -45,14 +45,20 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from pybroker.coordinator import offset_store as records
 from pybroker.coordinator.group import Group, GroupState, OffsetAndMetadata
 from pybroker.coordinator.member import NEW_MEMBER_JOIN_TIMEOUT_MS, Member
 from pybroker.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from pybroker._native.records import Record
+    from pybroker.broker.partition import Partition
+    from pybroker.broker.topic_manager import TopicManager
+    from pybroker.config import BrokerConfig
 
 log = logging.getLogger("pybroker.coordinator")
 T = TypeVar("T")
@@ -64,6 +70,9 @@ LOAD_SLICE_S = 0.005
 _INSTALL_STEP = 256  # keys parsed (groups built) between looks at the slice's clock
 COMPACT_RATIO = 4
 COMPACT_CHECK_MS = 60_000
+# a JoinGroup's member fields: client id, client host, rebalance and session timeouts (ms),
+# protocol type, (protocol name, metadata) in the member's order of preference
+_JoinSpec = tuple[str, str, int, int, str, list[tuple[str, bytes]]]
 
 
 @dataclass(frozen=True)
@@ -103,9 +112,9 @@ class CoordinatorConfig:
     }
 
     @classmethod
-    def from_config(cls, config: Any) -> CoordinatorConfig:
+    def from_config(cls, config: BrokerConfig | Mapping[str, int | str]) -> CoordinatorConfig:
         """From a ``BrokerConfig`` (known keys or its ``extra``) or a plain mapping."""
-        def lookup(key: str) -> Any:
+        def lookup(key: str) -> int | str | None:
             if isinstance(config, dict):
                 return config.get(key)
             with contextlib.suppress(KeyError):
@@ -173,7 +182,7 @@ class _Led:
 
     __slots__ = ("partition", "loading", "task")
 
-    def __init__(self, partition: Any) -> None:
+    def __init__(self, partition: Partition) -> None:
         self.partition = partition
         self.loading = True
         self.task: asyncio.Task[None] | None = None
@@ -186,7 +195,8 @@ class _PendingCommit(NamedTuple):
 
 
 class GroupCoordinator:
-    def __init__(self, topics: Any = None, config: CoordinatorConfig | None = None,
+    def __init__(self, topics: TopicManager | None = None,
+                 config: CoordinatorConfig | None = None,
                  clock: Callable[[], float] = time.time,
                  partition_exists: Callable[[str, int], bool] | None = None,
                  replicated: bool = False,
@@ -206,7 +216,7 @@ class GroupCoordinator:
                                 replicated=replicated, partition_count=partition_count)
         # cluster mode: the offsets partitions this broker leads; None: one node, all
         self._led: dict[int, _Led] | None = {} if replicated else None
-        self._background: set[asyncio.Task[Any]] = set()  # replication waits, loads
+        self._background: set[asyncio.Task[None]] = set()  # replication waits, loads
         # one partition loads at a time, so the loop is never held longer than one slice
         # however many partitions this broker takes over at once
         self._load_lock = asyncio.Lock()
@@ -284,7 +294,6 @@ class GroupCoordinator:
         """Build the groups of the last value of each key, yielding the groups built so
         far every ``_INSTALL_STEP`` keys and groups (the cluster load pauses there)."""
         now = self.now_ms()
-        latest.pop(None, None)  # type: ignore[call-overload]  # not ours: no key
         metadata: dict[str, records.GroupRecord] = {}
         offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         step = 0
@@ -353,7 +362,7 @@ class GroupCoordinator:
         """The ``__consumer_offsets`` partition of a group (0 without a store)."""
         return self._store.partition_for(group_id) if self._store is not None else 0
 
-    def leadership_changed(self, partition: Any, is_leader: bool) -> None:
+    def leadership_changed(self, partition: Partition, is_leader: bool) -> None:
         """The broker's ``on_leadership_change`` listener: load the groups of an offsets
         partition this broker now leads, unload those of one it no longer leads. Being
         told leader again (a new leader epoch) keeps what is loaded: this broker was the
@@ -468,7 +477,7 @@ class GroupCoordinator:
         """Whether a partition's groups are still loading (ListGroups says so)."""
         return self._led is not None and any(led.loading for led in self._led.values())
 
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+    def _spawn(self, coro: Coroutine[object, object, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -564,7 +573,7 @@ class GroupCoordinator:
         return future
 
     def _join_new_member(self, group: Group, future: asyncio.Future[JoinResult],
-                         instance_id: str | None, require_known: bool, spec: tuple[Any, ...],
+                         instance_id: str | None, require_known: bool, spec: _JoinSpec,
                          now: int) -> None:
         client_id, _, _, session_timeout_ms, _, _ = spec
         new_id = f"{client_id}-{uuid.uuid4()}"
@@ -583,7 +592,7 @@ class GroupCoordinator:
             self._add_member_and_rebalance(group, future, new_id, None, spec, now)
 
     def _join_known_member(self, group: Group, future: asyncio.Future[JoinResult],
-                           member_id: str, instance_id: str | None, spec: tuple[Any, ...],
+                           member_id: str, instance_id: str | None, spec: _JoinSpec,
                            now: int) -> None:
         if member_id in group.pending_members:
             if instance_id is not None:
@@ -624,7 +633,7 @@ class GroupCoordinator:
 
     def _add_member_and_rebalance(self, group: Group, future: asyncio.Future[JoinResult],
                                   member_id: str, instance_id: str | None,
-                                  spec: tuple[Any, ...], now: int) -> None:
+                                  spec: _JoinSpec, now: int) -> None:
         client_id, client_host, rebalance_ms, session_ms, protocol_type, protocols = spec
         member = Member(member_id, instance_id, client_id, client_host, rebalance_ms,
                         session_ms, protocol_type, list(protocols))
@@ -637,7 +646,7 @@ class GroupCoordinator:
 
     def _update_member_and_rebalance(self, group: Group, member: Member,
                                      future: asyncio.Future[JoinResult],
-                                     spec: tuple[Any, ...], now: int) -> None:
+                                     spec: _JoinSpec, now: int) -> None:
         _, _, member.rebalance_timeout_ms, member.session_timeout_ms, _, protocols = spec
         member.protocols = list(protocols)
         # a join retried on a new connection replaces the parked one
@@ -646,7 +655,7 @@ class GroupCoordinator:
         self._maybe_prepare_rebalance(group, f"{member.member_id} rejoined", now)
 
     def _rejoin_static_member(self, group: Group, future: asyncio.Future[JoinResult],
-                              instance_id: str, new_id: str, spec: tuple[Any, ...],
+                              instance_id: str, new_id: str, spec: _JoinSpec,
                               now: int) -> None:
         """A known group.instance.id joins with no member id: it restarted. It takes over
         its old member (fencing the old id); a Stable group keeps its assignment."""
@@ -1271,10 +1280,11 @@ class GroupCoordinator:
             log.warning("group %s: storing metadata failed: %s", group.group_id, exc)
 
 
-def _latest_values(latest: dict[bytes, bytes | None], batch: list[Any]) -> int:
+def _latest_values(latest: dict[bytes, bytes | None], batch: list[Record]) -> int:
     """Keep the last value of each key of a batch of records; returns the record count."""
     for record in batch:
-        latest[record.key] = record.value
+        if record.key is not None:  # not ours: a coordinator record always has a key
+            latest[record.key] = record.value
     return len(batch)
 
 

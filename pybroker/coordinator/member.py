@@ -11,7 +11,10 @@ Not thread-safe: owned by the coordinator, used only on the event loop thread.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pybroker.coordinator.group_coordinator import JoinResult, SyncResult
 
 # A member that joined and has not yet been answered is kept for this long even without
 # heartbeats, so a client that disappears in the middle of its first join does not hold
@@ -38,8 +41,8 @@ class Member:
         # (name, metadata) in the member's order of preference
         self.protocols = protocols
         self.assignment = b""
-        self.join_future: asyncio.Future[Any] | None = None
-        self.sync_future: asyncio.Future[Any] | None = None
+        self.join_future: asyncio.Future[JoinResult] | None = None
+        self.sync_future: asyncio.Future[SyncResult] | None = None
         self.heartbeat_deadline = 0
         self.is_new = False
 
@@ -88,12 +91,12 @@ class Member:
             return True
         return now_ms < self.heartbeat_deadline
 
-    def complete_join(self, result: Any) -> None:
+    def complete_join(self, result: JoinResult) -> None:
         future, self.join_future = self.join_future, None
         if future is not None and not future.done():
             future.set_result(result)
 
-    def complete_sync(self, result: Any) -> None:
+    def complete_sync(self, result: SyncResult) -> None:
         future, self.sync_future = self.sync_future, None
         if future is not None and not future.done():
             future.set_result(result)

@@ -40,7 +40,7 @@ import asyncio
 import logging
 import struct
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from pybroker.coordinator.group import OffsetAndMetadata
 from pybroker.errors import (
@@ -52,6 +52,12 @@ from pybroker.errors import (
     TopicAlreadyExistsError,
 )
 from pybroker.net.protocol.codec import decode_data, encode_data
+
+if TYPE_CHECKING:
+    from pybroker._native.records import Record
+    from pybroker.broker.partition import Partition
+    from pybroker.broker.topic_manager import Topic, TopicManager
+    from pybroker.log.log import Log
 
 log = logging.getLogger("pybroker.coordinator")
 
@@ -209,7 +215,7 @@ class Written(NamedTuple):
     """Where an append went: the partition, and the offset after its last record (what
     the high watermark must reach for the write to be replicated)."""
 
-    partition: Any
+    partition: Partition
     end_offset: int
 
 
@@ -225,8 +231,8 @@ class OffsetStore:
     loop only).
     """
 
-    def __init__(self, topics: Any, num_partitions: int = 50,
-                 topic_config: dict[str, Any] | None = None, replicated: bool = False,
+    def __init__(self, topics: TopicManager, num_partitions: int = 50,
+                 topic_config: dict[str, str | int] | None = None, replicated: bool = False,
                  partition_count: Callable[[], int | None] | None = None) -> None:
         self._topics = topics
         self.replicated = replicated
@@ -235,8 +241,8 @@ class OffsetStore:
         self._num_partitions = len(existing.partitions) \
             if existing and existing.partitions and not replicated else num_partitions
         self._creation: asyncio.Future[None] | None = None  # create_topic's, while it runs
-        self._topic_config = {k: str(v) for k, v in
-                              {**OFFSETS_TOPIC_CONFIG, **(topic_config or {})}.items()}
+        self._topic_config: dict[str, str | None] = {
+            k: str(v) for k, v in {**OFFSETS_TOPIC_CONFIG, **(topic_config or {})}.items()}
 
     @property
     def num_partitions(self) -> int:
@@ -249,7 +255,7 @@ class OffsetStore:
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
-    def _topic(self, create: bool) -> Any:
+    def _topic(self, create: bool) -> Topic | None:
         """The offsets topic with all its partitions (None if absent and not ``create``).
 
         A topic recorded with no partitions (metadata saved, logs not yet attached when the
@@ -304,10 +310,12 @@ class OffsetStore:
         if isinstance(created, KafkaError) and not isinstance(created, TopicAlreadyExistsError):
             raise created
 
-    def _partition(self, index: int) -> Any:
+    def _partition(self, index: int) -> Partition:
         """The partition to append to; in cluster mode only one this broker leads."""
         if not self.replicated:
-            return self._topic(create=True).partitions[index]
+            created = self._topic(create=True)
+            assert created is not None  # one node: created if absent
+            return created.partitions[index]
         topic = self._topics.get(OFFSETS_TOPIC)
         partition = topic.partitions[index] \
             if topic is not None and index < len(topic.partitions) else None
@@ -328,7 +336,7 @@ class OffsetStore:
         return Written(partition, partition.log.log_end_offset)
 
     @staticmethod
-    def _append_to(partition: Any, records: list[tuple[bytes, bytes | None]],
+    def _append_to(partition: Partition, records: list[tuple[bytes, bytes | None]],
                    now_ms: int) -> None:
         if not records:
             return
@@ -366,7 +374,7 @@ class OffsetStore:
         written, first = self.copy_live(index, records, now_ms)
         return int(written.partition.log.delete_records_before(first))
 
-    def read_all(self) -> Iterator[list[Any]]:
+    def read_all(self) -> Iterator[list[Record]]:
         """The data records of the topic, a batch at a time (``Record`` lists with
         ``key``/``value``), in log order within each partition."""
         topic = self._topic(create=False)
@@ -375,7 +383,7 @@ class OffsetStore:
                 yield from read_log(partition.log)
 
 
-def read_log(partition_log: Any) -> Iterator[list[Any]]:
+def read_log(partition_log: Log) -> Iterator[list[Record]]:
     """The records of every data batch of a log, from its start to its end."""
     from pybroker._native.records import decode_records
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Protocol, cast
 
 from pybroker.errors import InvalidConfigError
 
@@ -20,9 +20,12 @@ _NEVER = 2**63 - 1  # Long.MAX_VALUE: Kafka's "never" for flush.messages and flu
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
+# a property as it arrives: text from the wire or a file, a number from code or a test
+PropertyValue = str | int
 
-def _int(low: int, high: int = _NEVER) -> Callable[[Any], int]:
-    def parse(value: Any) -> int:
+
+def _int(low: int, high: int = _NEVER) -> Callable[[PropertyValue], int]:
+    def parse(value: PropertyValue) -> int:
         number = int(value)
         if not low <= number <= high:
             raise ValueError(f"{number} not in [{low}, {high}]")
@@ -30,15 +33,15 @@ def _int(low: int, high: int = _NEVER) -> Callable[[Any], int]:
     return parse
 
 
-def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
-    def parse(value: Any) -> str:
+def _choice(choices: tuple[str, ...]) -> Callable[[PropertyValue], str]:
+    def parse(value: PropertyValue) -> str:
         if str(value) not in choices:
             raise ValueError(f"{value!r} not one of {', '.join(choices)}")
         return str(value)
     return parse
 
 
-def _policy(value: Any) -> str:
+def _policy(value: PropertyValue) -> str:
     parts = sorted(p.strip() for p in str(value).split(",") if p.strip())
     if not parts or any(p not in ("delete", "compact") for p in parts):
         raise ValueError(f"{value!r} is not delete and/or compact")
@@ -46,7 +49,7 @@ def _policy(value: Any) -> str:
 
 
 # Kafka key -> (attribute, parser); the defaults are the LogConfig field defaults
-_SCHEMA: dict[str, tuple[str, Callable[[Any], Any]]] = {
+_SCHEMA: dict[str, tuple[str, Callable[[PropertyValue], int | str]]] = {
     "segment.bytes": ("segment_bytes", _int(14, 2**31 - 1)),
     "segment.ms": ("segment_ms", _int(1)),
     "segment.jitter.ms": ("segment_jitter_ms", _int(0)),
@@ -65,6 +68,10 @@ _SCHEMA: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "compression.type": ("compression_type", _choice(_COMPRESSION_TYPES)),
     "min.insync.replicas": ("min_insync_replicas", _int(1, 2**31 - 1)),
 }
+
+
+class _FromValues(Protocol):
+    def __call__(self, **values: int | str) -> LogConfig: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +97,9 @@ class LogConfig:
     min_insync_replicas: int = 1
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, Any] | None = None) -> LogConfig:
-        values: dict[str, Any] = {}
+    def from_properties(cls, props: Mapping[str, PropertyValue | None] | None = None
+                        ) -> LogConfig:
+        values: dict[str, int | str] = {}
         for key, value in (props or {}).items():
             if value is None:
                 continue  # "not set": the default stays
@@ -103,9 +111,11 @@ class LogConfig:
                 values[attribute] = parse(value)
             except (TypeError, ValueError) as exc:
                 raise InvalidConfigError(f"Invalid value {value!r} for {key}: {exc}") from None
-        return cls(**values)
+        # each attribute gets its own parser's type, which mypy cannot follow through a
+        # name-keyed dict (it would check every value against every field)
+        return cast(_FromValues, cls)(**values)
 
-    def to_properties(self) -> dict[str, Any]:
+    def to_properties(self) -> dict[str, int | str]:
         return {key: getattr(self, attribute) for key, (attribute, _) in _SCHEMA.items()}
 
     @functools.cached_property

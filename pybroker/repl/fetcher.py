@@ -52,7 +52,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, cast
 
 from pybroker._native.framebuffer import FrameBuffer
 from pybroker._native.records import HEADER_SIZE, read_batch_header, scan_log
@@ -61,6 +61,12 @@ from pybroker.log.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFF
 from pybroker.net import frame_pool
 from pybroker.net.connection import LARGE_FRAME
 from pybroker.net.protocol import codec
+
+if TYPE_CHECKING:
+    from pybroker.broker.broker import Broker
+    from pybroker.broker.partition import Partition
+    from pybroker.config import BrokerConfig
+    from pybroker.log.log import Log
 
 log = logging.getLogger("pybroker.fetcher")
 
@@ -71,6 +77,20 @@ FETCH_VERSION, OFFSET_FOR_LEADER_EPOCH_VERSION = 11, 3
 REQUEST_TIMEOUT_S = 30.0
 MAX_RESPONSE_BYTES = 1 << 30  # a size prefix above this is garbage, not a response
 
+# a response frame without its size prefix: large ones come from the frame pool
+Frame = bytearray | FrameBuffer
+
+
+class LeaderAddress(Protocol):
+    """Where a leader is: ``BrokerInfo``, or what a LeaderAndIsr names."""
+
+    @property
+    def broker_id(self) -> int: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+
 
 class _LeaderConnection(asyncio.BufferedProtocol):
     """One connection to a leader, one request at a time. A response's size prefix is
@@ -79,14 +99,14 @@ class _LeaderConnection(asyncio.BufferedProtocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self._size = bytearray(4)
-        self._frame: bytearray | FrameBuffer | None = None
+        self._frame: Frame | None = None
         self._target: memoryview = memoryview(self._size)  # what is being filled
         self._filled = 0
-        self._waiter: asyncio.Future[Any] | None = None
+        self._waiter: asyncio.Future[Frame] | None = None
         self.error: BaseException | None = None
 
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # a TCP connection's
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._target[self._filled:]
@@ -131,13 +151,13 @@ class _LeaderConnection(asyncio.BufferedProtocol):
         if self.transport is not None:
             self.transport.abort()
 
-    async def request(self, data: bytes, timeout_s: float) -> Any:
+    async def request(self, data: bytes, timeout_s: float) -> Frame:
         """Send one request frame, return the response frame (without its size). Any
         failure, timeout or cancellation closes the connection: a late response must
         never be read as the answer to the next request."""
         if self.error is not None:
             raise ConnectionError(f"connection failed: {self.error}")
-        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
         self._waiter = waiter
         try:
             assert self.transport is not None
@@ -160,7 +180,7 @@ class _PartitionState:
 
     __slots__ = ("partition", "epoch", "truncating", "delayed_until", "leader_hw")
 
-    def __init__(self, partition: Any) -> None:
+    def __init__(self, partition: Partition) -> None:
         self.partition = partition
         self.epoch = partition.leader_epoch  # the LeaderAndIsr that made us follow
         self.truncating = True
@@ -171,7 +191,7 @@ class _PartitionState:
 class LeaderFetcher:
     """The partitions followed from one leader broker: one task, one connection."""
 
-    def __init__(self, leader: Any, broker_id: int, config: Any) -> None:
+    def __init__(self, leader: LeaderAddress, broker_id: int, config: BrokerConfig) -> None:
         self.leader_id: int = leader.broker_id
         self.host: str = leader.host
         self.port: int = leader.port
@@ -210,11 +230,11 @@ class LeaderFetcher:
         finally:
             self._disconnect()
 
-    def add(self, partition: Any) -> None:
+    def add(self, partition: Partition) -> None:
         self.states[(partition.topic, partition.index)] = _PartitionState(partition)
         self._wakeup.set()
 
-    def remove(self, partition: Any) -> bool:
+    def remove(self, partition: Partition) -> bool:
         key = (partition.topic, partition.index)
         state = self.states.get(key)
         if state is None or state.partition is not partition:
@@ -228,11 +248,11 @@ class LeaderFetcher:
             self.host, self.port = host, port
             self._disconnect()
 
-    def state_of(self, partition: Any) -> _PartitionState | None:
+    def state_of(self, partition: Partition) -> _PartitionState | None:
         state = self.states.get((partition.topic, partition.index))
         return state if state is not None and state.partition is partition else None
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, int | str | bool]:
         return {"leader": self.leader_id, "address": f"{self.host}:{self.port}",
                 "partitions": len(self.states), "bytes": self.bytes, "fetches": self.fetches,
                 "errors": self.errors, "connects": self.connects,
@@ -288,7 +308,7 @@ class LeaderFetcher:
             pass
 
     async def _request(self, api_key: int, version: int, body: dict, timeout_s: float
-                       ) -> tuple[dict, Any]:
+                       ) -> tuple[dict, Frame]:
         conn = self._conn
         if conn is None or conn.error is not None:
             conn = await self._connect()
@@ -422,7 +442,8 @@ class LeaderFetcher:
                 code = p["error_code"]
                 try:
                     if code == ErrorCode.NONE:
-                        if self._append(state, records, size, cut_possible, p):
+                        if self._append(state, records if records is not None else b"", size,
+                                        cut_possible, p):
                             del self.states[key]  # had data: to the end of the next request
                             self.states[key] = state
                     elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -435,8 +456,8 @@ class LeaderFetcher:
                     state.truncating = True
                     self._delay(state, exc.code)
 
-    def _append(self, state: _PartitionState, records: Any, size: int, cut_possible: bool,
-                p: dict) -> int:
+    def _append(self, state: _PartitionState, records: memoryview | bytes, size: int,
+                cut_possible: bool, p: dict) -> int:
         """Append the whole batches of ``records``; returns the bytes appended."""
         partition = state.partition
         end = whole_batches_end(records) if size and cut_possible else size
@@ -471,13 +492,13 @@ class LeaderFetcher:
 class ReplicaFetcherManager:
     """The fetchers of this broker, one per leader broker it follows partitions of."""
 
-    def __init__(self, broker: Any, config: Any) -> None:
+    def __init__(self, broker: Broker, config: BrokerConfig) -> None:
         self.broker_id: int = broker.broker_id
         self.config = config
         self.fetchers: dict[int, LeaderFetcher] = {}
         self._closed = False
 
-    async def add(self, leader: Any, partitions: list[Any]) -> None:
+    async def add(self, leader: LeaderAddress, partitions: list[Partition]) -> None:
         """Fetch ``partitions`` from ``leader`` (``broker_id``, ``host``, ``port``), each
         truncated first. A partition fetched from another leader moves; one fetched from
         this leader already starts over (a new epoch: truncation again)."""
@@ -496,7 +517,7 @@ class ReplicaFetcherManager:
         for partition in partitions:
             fetcher.add(partition)
 
-    async def remove(self, partitions: list[Any]) -> None:
+    async def remove(self, partitions: list[Partition]) -> None:
         """Stop fetching ``partitions``. Appends are synchronous and every answer is checked
         against the fetcher's current partitions, so once this returns nothing is
         appended to them. A fetcher left with no partition is stopped."""
@@ -515,13 +536,13 @@ class ReplicaFetcherManager:
         fetchers, self.fetchers = list(self.fetchers.values()), {}
         await asyncio.gather(*(f.stop() for f in fetchers))
 
-    def _owner(self, partition: Any) -> LeaderFetcher | None:
+    def _owner(self, partition: Partition) -> LeaderFetcher | None:
         for fetcher in self.fetchers.values():
             if fetcher.state_of(partition) is not None:
                 return fetcher
         return None
 
-    def lag(self, partition: Any) -> int | None:
+    def lag(self, partition: Partition) -> int | None:
         """Offsets the leader had committed in its last answer that this replica has not:
         ``max(0, leader high watermark - log end)``; None if not fetched (yet)."""
         for fetcher in self.fetchers.values():
@@ -532,11 +553,11 @@ class ReplicaFetcherManager:
                 return max(0, state.leader_hw - partition.log.log_end_offset)
         return None
 
-    def stats(self) -> list[dict[str, Any]]:
+    def stats(self) -> list[dict[str, int | str | bool]]:
         return [f.stats() for f in self.fetchers.values()]
 
 
-def truncation_offset(plog: Any, leader_epoch: int, leader_end: int) -> tuple[int, bool]:
+def truncation_offset(plog: Log, leader_epoch: int, leader_end: int) -> tuple[int, bool]:
     """Where to truncate after the leader answered ``(leader_epoch, leader_end)`` for this
     log's latest epoch, and whether that settles it (False: ask again with the epoch that
     is latest after truncating). Kafka's ``AbstractFetcherThread.getTruncationOffset``."""
@@ -553,7 +574,7 @@ def truncation_offset(plog: Any, leader_epoch: int, leader_end: int) -> tuple[in
     return min(own_end, leader_end, end), True
 
 
-def whole_batches_end(records: Any) -> int:
+def whole_batches_end(records: memoryview | bytes) -> int:
     """Bytes of ``records`` that are whole batches (the leader may cut the last one at its
     byte limit): one native pass. A whole batch that is bad raises CorruptRecordError."""
     size = len(records)
@@ -567,7 +588,7 @@ def whole_batches_end(records: Any) -> int:
     return end
 
 
-def _recycle(frame: Any) -> None:
+def _recycle(frame: Frame) -> None:
     """Give a large response frame back to the pool (it keeps it only if nothing still
     exports it)."""
     if isinstance(frame, FrameBuffer):

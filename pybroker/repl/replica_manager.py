@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pybroker.broker.partition import Partition
 from pybroker.cluster.metadata_cache import MetadataCache
@@ -81,7 +82,7 @@ class ReplicaManager:
         await asyncio.gather(*self._tasks, *self._isr_writes, return_exceptions=True)
         self._tasks = []
 
-    async def _every(self, interval_ms: float, fn: Callable[[], Any]) -> None:
+    async def _every(self, interval_ms: float, fn: Callable[[], object]) -> None:
         while True:
             await asyncio.sleep(max(interval_ms, 10) / 1000)
             try:
@@ -162,7 +163,7 @@ class ReplicaManager:
             topics_out.append({"topic_id": t["topic_id"], "partition_errors": errors})
         return {"error_code": stale, "topics": topics_out}
 
-    async def _apply(self, topic: str, topic_id: Any, state: dict, configs: dict[str, str],
+    async def _apply(self, topic: str, topic_id: uuid.UUID, state: dict, configs: dict[str, str],
                      endpoints: dict[int, tuple[str, int]]) -> int:
         index = state["partition_index"]
         partition = self.broker.topics.ensure_replica(topic, topic_id, index, configs)
