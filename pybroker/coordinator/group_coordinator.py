@@ -25,12 +25,13 @@ the load starts (requests for those groups get COORDINATOR_LOAD_IN_PROGRESS mean
 and unloads them when it stops leading: parked joins and syncs are answered
 NOT_COORDINATOR, the state is dropped. A group of a partition led elsewhere gets
 NOT_COORDINATOR, so its clients ask FindCoordinator again. A commit or a group's metadata
-is answered only once replicated: the high watermark has passed it
-(``Partition.wait_for_high_watermark``, ``offsets.commit.timeout.ms``); committed offsets
+is answered only once committed: the high watermark has passed it (at once where the ISR
+is this broker alone: ``Written.committed``; else in ``Partition.wait_for_high_watermark``,
+``offsets.commit.timeout.ms``); committed offsets
 enter the in-memory state only then, so OffsetFetch never shows an offset a failover could
 lose. Tombstones (deletions, expiry) are not waited for: a lost one is written again by
 the next expiry pass, as Kafka does. On one node every partition is led from the start and
-all of this is inert: writes are committed when written, answers come without suspending.
+the high watermark moves with each write: answers come without suspending.
 
 The semantics follow Kafka's classic ``GroupCoordinator``; departures are noted inline.
 Not thread-safe: every method runs on the broker's event loop thread.
@@ -677,7 +678,7 @@ class GroupCoordinator:
             # assignment a Stable group would never distribute.
             answer = JoinResult(ErrorCode.NONE, new_id, group.generation, group.protocol_type,
                                 group.protocol_name, leader_before, [])
-            if written is None:
+            if written is None or written.committed():
                 future.set_result(answer)
             else:
                 self._spawn(self._answer_static_rejoin(group, instance_id, new_id, written,
@@ -690,8 +691,8 @@ class GroupCoordinator:
                                     written: records.Written,
                                     future: asyncio.Future[JoinResult], answer: JoinResult,
                                     revert: Callable[[], None]) -> None:
-        """Cluster mode: a static member's takeover is answered once its record is
-        replicated; refused, it is undone if nothing has moved the group on since."""
+        """A static member's takeover is answered once its record is committed; refused,
+        it is undone if nothing has moved the group on since."""
         error = await self._replication(written)
         if error and self.groups.get(group.group_id) is group \
                 and group.static_members.get(instance_id) == new_id:
@@ -850,7 +851,7 @@ class GroupCoordinator:
             except KafkaError as exc:
                 self._assignment_failed(group, _store_error(exc), now)
             else:
-                if written is None:
+                if written is None or written.committed():
                     self._assignment_stored(group, now)
                 else:
                     self._spawn(self._await_assignment(group, group.generation, written))
@@ -869,8 +870,8 @@ class GroupCoordinator:
 
     async def _await_assignment(self, group: Group, generation: int,
                                 written: records.Written) -> None:
-        """Cluster mode: the group turns Stable (and the syncs are answered) once its
-        assignment is replicated, unless the rebalance moved on meanwhile."""
+        """The group turns Stable (and the syncs are answered) once its assignment is
+        committed, unless the rebalance moved on meanwhile."""
         error = await self._replication(written)
         if self.groups.get(group.group_id) is not group or group.generation != generation \
                 or not group.is_in(GroupState.COMPLETING_REBALANCE):
@@ -938,8 +939,8 @@ class GroupCoordinator:
     def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None,
                        generation: int, commits: list[OffsetCommit],
                        retention_ms: int = -1) -> dict[tuple[str, int], ErrorCode]:
-        """Commit and apply at once: one node, where written is committed (cluster mode
-        commits through ``commit_offsets_async``)."""
+        """Commit and apply at once, for tests of the protocol: where written is
+        committed (one node). OffsetCommit goes through ``commit_offsets_async``."""
         results, pending = self._commit(group_id, member_id, group_instance_id, generation,
                                         commits, retention_ms)
         if pending is not None:
@@ -951,15 +952,14 @@ class GroupCoordinator:
                                    group_instance_id: str | None, generation: int,
                                    commits: list[OffsetCommit], retention_ms: int = -1
                                    ) -> dict[tuple[str, int], ErrorCode]:
-        """OffsetCommit: answered once the commit is replicated (cluster mode); the
-        offsets are applied then, and only if it was."""
-        if not self.replicated:
-            return self.commit_offsets(group_id, member_id, group_instance_id, generation,
-                                       commits, retention_ms)
+        """OffsetCommit: answered once the ISR has the commit (at once where the ISR is
+        this broker alone); the offsets are applied then, and only if it has."""
         results, pending = self._commit(group_id, member_id, group_instance_id, generation,
                                         commits, retention_ms)
         if pending is not None:
-            error = await self._replication(pending.written)
+            written = pending.written
+            error = ErrorCode.NONE if written is None or written.committed() \
+                else await self._replication(written)
             if not error and self.groups.get(group_id) is pending.group:
                 pending.group.offsets.update(pending.accepted)
             results.update(dict.fromkeys(pending.accepted, error))
@@ -1184,9 +1184,9 @@ class GroupCoordinator:
         Safe at any crash point: the copy holds the last value of every live key, so a
         replay from the old start or the new one ends in the same state, and a key deleted
         earlier has its tombstone and its values on the same side of the new start.
-        Cluster mode: only partitions this broker leads and has loaded, and the log start
-        moves once the copy is replicated (the log start never passes the high watermark).
-        Returns the number of partitions rewritten."""
+        Only partitions this broker leads and has loaded; the log start moves once the
+        copy is committed (it never passes the high watermark). Returns the number of
+        partitions rewritten."""
         if self._store is None:
             return 0
         now = self.now_ms() if now is None else now
@@ -1208,11 +1208,11 @@ class GroupCoordinator:
                 if g.group_id in self._group_values:
                     batch.append((records.group_key(g.group_id), self._group_values[g.group_id]))
             try:
-                if self.replicated:
-                    written, new_start = self._store.copy_live(partition, batch, now)
-                    self._spawn(self._move_log_start(written, new_start))
+                written, new_start = self._store.copy_live(partition, batch, now)
+                if written.committed():
+                    new_start = int(written.partition.log.delete_records_before(new_start))
                 else:
-                    new_start = self._store.rewrite(partition, batch, now)
+                    self._spawn(self._move_log_start(written, new_start))
             except KafkaError as exc:
                 log.warning("%s-%d: compaction failed: %s", records.OFFSETS_TOPIC, partition, exc)
                 continue
@@ -1229,7 +1229,7 @@ class GroupCoordinator:
                 and partition.is_leader:
             partition.log.delete_records_before(new_start)
         else:  # the copy stays; the next check copies again
-            log.warning("%s: compacted copy not replicated (%s); log start kept", partition,
+            log.warning("%s: compacted copy not committed (%s); log start kept", partition,
                         ErrorCode(code).name)
 
     def _append(self, group_id: str, batch: list[tuple[bytes, bytes | None]],
@@ -1240,11 +1240,9 @@ class GroupCoordinator:
             return self._store.append(group_id, batch, now)
         return None
 
-    async def _replication(self, written: records.Written | None) -> ErrorCode:
-        """Wait until a write is replicated (cluster mode; at once on one node), and
-        say what the client is told if it was not (Kafka's mapping)."""
-        if written is None or not self.replicated:
-            return ErrorCode.NONE
+    async def _replication(self, written: records.Written) -> ErrorCode:
+        """Wait until the ISR has a write, and say what the client is told if it did
+        not get it (Kafka's mapping)."""
         code = await written.partition.wait_for_high_watermark(
             written.end_offset, self.config.offsets_commit_timeout_ms / 1000)
         return _replication_error(code)

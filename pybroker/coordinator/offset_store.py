@@ -207,10 +207,15 @@ def parse_group_value(data: bytes) -> GroupRecord:
 
 class Written(NamedTuple):
     """Where an append went: the partition, and the offset after its last record (what
-    the high watermark must reach for the write to be replicated)."""
+    the high watermark must reach for the write to be committed)."""
 
     partition: Any
     end_offset: int
+
+    def committed(self) -> bool:
+        """Whether the write was committed as it was written: the ISR is this broker
+        alone (one node, or a topic of one replica), so the high watermark moved with it."""
+        return self.partition.high_watermark >= self.end_offset
 
 
 class OffsetStore:
@@ -351,20 +356,13 @@ class OffsetStore:
     def copy_live(self, index: int, records: list[tuple[bytes, bytes | None]],
                   now_ms: int) -> tuple[Written, int]:
         """Append ``records`` (the partition's whole live state): where they went, and the
-        offset of the first, the log start once they are committed (``rewrite``)."""
+        offset of the first, the log start once they are committed (the coordinator's
+        ``compact``)."""
         partition = self._partition(index)
         first = partition.log.log_end_offset
         for i in range(0, len(records), _REWRITE_BATCH):
             self._append_to(partition, records[i:i + _REWRITE_BATCH], now_ms)
         return Written(partition, partition.log.log_end_offset), first
-
-    def rewrite(self, index: int, records: list[tuple[bytes, bytes | None]],
-                now_ms: int) -> int:
-        """Append ``records`` (the partition's whole live state) and make the first of them
-        the log start, on one node where written is committed. Returns the new log start
-        offset."""
-        written, first = self.copy_live(index, records, now_ms)
-        return int(written.partition.log.delete_records_before(first))
 
     def read_all(self) -> Iterator[list[Any]]:
         """The data records of the topic, a batch at a time (``Record`` lists with
