@@ -12,26 +12,30 @@ proportional to what expires, not to the number of groups. Tests drive ``poll(no
 their own clock instead of the task.
 
 Persistence: committed offsets and group metadata are written to ``__consumer_offsets``
-(``OffsetStore``) before the request that caused them is answered, and replayed by
-``load()`` when the broker starts. Groups loaded with members come back Stable with fresh
-session deadlines, so members that keep heartbeating across a broker restart see no
-rebalance.
+(``OffsetStore``, over the control plane's ``OffsetsTopic``) before the request that
+caused them is answered. Groups loaded with members come back Stable with fresh session
+deadlines, so members that keep heartbeating across a broker restart see no rebalance.
 
-Cluster mode (``replicated``, issue 7), as Kafka: this broker coordinates the groups whose
-``__consumer_offsets`` partition it leads. ``leadership_changed`` (the broker's
-``on_leadership_change`` listener) loads a partition's groups when it becomes leader, in
-slices of at most ``LOAD_SLICE_S`` of loop time, reading up to the log end of the moment
-the load starts (requests for those groups get COORDINATOR_LOAD_IN_PROGRESS meanwhile),
-and unloads them when it stops leading: parked joins and syncs are answered
-NOT_COORDINATOR, the state is dropped. A group of a partition led elsewhere gets
-NOT_COORDINATOR, so its clients ask FindCoordinator again. A commit or a group's metadata
-is answered only once committed: the high watermark has passed it (at once where the ISR
-is this broker alone: ``Written.committed``; else in ``Partition.wait_for_high_watermark``,
-``offsets.commit.timeout.ms``); committed offsets
-enter the in-memory state only then, so OffsetFetch never shows an offset a failover could
-lose. Tombstones (deletions, expiry) are not waited for: a lost one is written again by
-the next expiry pass, as Kafka does. On one node every partition is led from the start and
-the high watermark moves with each write: answers come without suspending.
+Leadership, as Kafka: this broker coordinates the groups whose ``__consumer_offsets``
+partition it leads, and its control plane (pybroker/metadata/) says which those are in
+one of two ways. Where leadership never moves (one node), it calls ``load()`` before the
+broker serves: every group is loaded at once and coordinated here from then on. Where it
+moves (a cluster), it calls ``follow_leadership``: until told otherwise no partition is
+led here, and ``leadership_changed`` (the broker's ``on_leadership_change`` listener)
+loads a partition's groups when it becomes leader, in slices of at most ``LOAD_SLICE_S``
+of loop time, reading up to the log end of the moment the load starts (requests for
+those groups get COORDINATOR_LOAD_IN_PROGRESS meanwhile), and unloads them when it stops
+leading: parked joins and syncs are answered NOT_COORDINATOR, the state is dropped. A
+group of a partition led elsewhere gets NOT_COORDINATOR, so its clients ask
+FindCoordinator again.
+
+A commit or a group's metadata is answered only once committed: the high watermark has
+passed it. Where the ISR is this broker alone (one node) the high watermark moves with
+the write (``Written.committed``) and the answer comes without suspending; otherwise it
+waits in ``Partition.wait_for_high_watermark`` (``offsets.commit.timeout.ms``), and
+committed offsets enter the in-memory state only then, so OffsetFetch never shows an
+offset a failover could lose. Tombstones (deletions, expiry) are not waited for: a lost
+one is written again by the next expiry pass, as Kafka does.
 
 The semantics follow Kafka's classic ``GroupCoordinator``; departures are noted inline.
 Not thread-safe: every method runs on the broker's event loop thread.
@@ -48,12 +52,15 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from pybroker.coordinator import offset_store as records
 from pybroker.coordinator.group import Group, GroupState, OffsetAndMetadata
 from pybroker.coordinator.member import NEW_MEMBER_JOIN_TIMEOUT_MS, Member
 from pybroker.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from pybroker.broker.partition import Partition
 
 log = logging.getLogger("pybroker.coordinator")
 T = TypeVar("T")
@@ -86,8 +93,8 @@ class CoordinatorConfig:
     # (see ``compact``): a partition is rewritten once its log holds this many records
     # and COMPACT_RATIO times more than it has live keys.
     offsets_compact_min_records: int = 10_000
-    # cluster mode: how long a write waits to be replicated, and the offsets topic's
-    # replication factor (at most the live brokers when it is created)
+    # how long a write waits for the ISR, and the offsets topic's replication factor
+    # (at most the live brokers when it is created)
     offsets_commit_timeout_ms: int = 5000
     offsets_topic_replication_factor: int = 3
 
@@ -170,7 +177,7 @@ class OffsetCommit(NamedTuple):
 
 
 class _Led:
-    """An offsets partition this broker leads (cluster mode): loading, then loaded."""
+    """An offsets partition this broker was told it leads: loading, then loaded."""
 
     __slots__ = ("partition", "loading", "task")
 
@@ -187,26 +194,21 @@ class _PendingCommit(NamedTuple):
 
 
 class GroupCoordinator:
-    def __init__(self, topics: Any = None, config: CoordinatorConfig | None = None,
+    def __init__(self, offsets_topic: records.OffsetsTopic | None = None,
+                 config: CoordinatorConfig | None = None,
                  clock: Callable[[], float] = time.time,
-                 partition_exists: Callable[[str, int], bool] | None = None,
-                 replicated: bool = False,
-                 partition_count: Callable[[], int | None] | None = None) -> None:
-        """``topics``: the broker's ``TopicManager`` (None keeps everything in memory, for
-        tests of the protocol alone); ``partition_exists`` vets committed partitions.
-        ``replicated``: cluster mode (module docstring), with ``partition_count`` giving
-        the offsets topic's partition count as the cluster knows it."""
-        if replicated and topics is None:
-            raise ValueError("a replicated coordinator needs the broker's topics")
+                 partition_exists: Callable[[str, int], bool] | None = None) -> None:
+        """``offsets_topic``: ``__consumer_offsets`` as the control plane has it (None
+        keeps everything in memory, for tests of the protocol alone);
+        ``partition_exists`` vets committed partitions."""
         self._closing = False  # shutdown began: long polls are answered, none parks
         self.config = config or CoordinatorConfig()
         self._clock = clock
-        self.replicated = replicated
-        self._store = None if topics is None else \
-            records.OffsetStore(topics, self.config.offsets_topic_num_partitions,
-                                replicated=replicated, partition_count=partition_count)
-        # cluster mode: the offsets partitions this broker leads; None: one node, all
-        self._led: dict[int, _Led] | None = {} if replicated else None
+        self._store = None if offsets_topic is None else \
+            records.OffsetStore(offsets_topic, self.config.offsets_topic_num_partitions)
+        # the offsets partitions this broker was told it leads (``follow_leadership``);
+        # None: every one, always
+        self._led: dict[int, _Led] | None = None
         self._background: set[asyncio.Task[Any]] = set()  # replication waits, loads
         # one partition loads at a time, so the loop is never held longer than one slice
         # however many partitions this broker takes over at once
@@ -227,10 +229,8 @@ class GroupCoordinator:
     # lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Load the groups from ``__consumer_offsets`` (one node; in cluster mode each
-        partition loads when this broker becomes its leader), then start the timers."""
-        if not self.replicated:
-            self.load()
+        """Start the timers (the groups are loaded by then, or load as leadership comes:
+        module docstring)."""
         self._next_expiry = self.now_ms() + self.config.offsets_retention_check_interval_ms
         self._next_compaction = self.now_ms() + COMPACT_CHECK_MS
         self._task = asyncio.get_running_loop().create_task(self._run(), name="groups")
@@ -266,7 +266,8 @@ class GroupCoordinator:
                 log.exception("group timers")
 
     def load(self) -> None:
-        """Rebuild every group from the log (startup on one node)."""
+        """Rebuild every group from the log, at once: where this broker leads every
+        offsets partition from the start (one node), before it serves."""
         if self._store is None:
             return
         # The topic is a changelog: only the last value of each key matters. Keep the raw
@@ -339,20 +340,18 @@ class GroupCoordinator:
             else next(iter(group.members), None)
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
 
-    def offsets_topic_exists(self) -> bool:
-        return self._store is None or self._store.topic_exists()
-
-    async def create_offsets_topic(self) -> None:
-        """One node: create ``__consumer_offsets`` if it does not exist yet, off the loop
-        (``OffsetStore.create_topic``); raises ``KafkaError`` if that failed."""
-        if self._store is not None:
-            await self._store.create_topic()
-
-    # leadership of the offsets partitions (cluster mode) --------------------------------
+    # leadership of the offsets partitions ----------------------------------------------
 
     def partition_for(self, group_id: str) -> int:
         """The ``__consumer_offsets`` partition of a group (0 without a store)."""
         return self._store.partition_for(group_id) if self._store is not None else 0
+
+    def follow_leadership(self, subscribe: Callable[[Callable[[Partition, bool], None]], None]
+                          ) -> None:
+        """Coordinate only the groups of the offsets partitions this broker is told it
+        leads: none until ``subscribe``'s listener (``leadership_changed``) says so."""
+        self._led = {}
+        subscribe(self.leadership_changed)
 
     def leadership_changed(self, partition: Any, is_leader: bool) -> None:
         """The broker's ``on_leadership_change`` listener: load the groups of an offsets
@@ -450,8 +449,7 @@ class GroupCoordinator:
 
     def coordinator_error(self, group_id: str) -> ErrorCode:
         """NONE when this broker coordinates ``group_id`` now; NOT_COORDINATOR when
-        another does, COORDINATOR_LOAD_IN_PROGRESS while its partition loads (cluster
-        mode; one node coordinates every group)."""
+        another does, COORDINATOR_LOAD_IN_PROGRESS while its partition loads."""
         if self._led is None:  # before hashing the id: this is on every request's path
             return ErrorCode.NONE
         return self.coordinator_error_of(self.partition_for(group_id))
@@ -1281,7 +1279,7 @@ def _store_error(exc: KafkaError) -> ErrorCode:
     if exc.code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
                     ErrorCode.INVALID_FETCH_SIZE):
         return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
-    if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:  # cluster mode: leadership moved
+    if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:  # leadership moved
         return ErrorCode.NOT_COORDINATOR
     return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
