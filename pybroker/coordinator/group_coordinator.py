@@ -12,25 +12,30 @@ proportional to what expires, not to the number of groups. Tests drive ``poll(no
 their own clock instead of the task.
 
 Persistence: committed offsets and group metadata are written to ``__consumer_offsets``
-(``OffsetStore``) before the request that caused them is answered, and replayed by
-``load()`` when the broker starts. Groups loaded with members come back Stable with fresh
-session deadlines, so members that keep heartbeating across a broker restart see no
-rebalance.
+(``OffsetStore``, over the control plane's ``OffsetsTopic``) before the request that
+caused them is answered. Groups loaded with members come back Stable with fresh session
+deadlines, so members that keep heartbeating across a broker restart see no rebalance.
 
-Cluster mode (``replicated``, issue 7), as Kafka: this broker coordinates the groups whose
-``__consumer_offsets`` partition it leads. ``leadership_changed`` (the broker's
-``on_leadership_change`` listener) loads a partition's groups when it becomes leader, in
-slices of at most ``LOAD_SLICE_S`` of loop time, reading up to the log end of the moment
-the load starts (requests for those groups get COORDINATOR_LOAD_IN_PROGRESS meanwhile),
-and unloads them when it stops leading: parked joins and syncs are answered
-NOT_COORDINATOR, the state is dropped. A group of a partition led elsewhere gets
-NOT_COORDINATOR, so its clients ask FindCoordinator again. A commit or a group's metadata
-is answered only once replicated: the high watermark has passed it
-(``Partition.wait_for_high_watermark``, ``offsets.commit.timeout.ms``); committed offsets
-enter the in-memory state only then, so OffsetFetch never shows an offset a failover could
-lose. Tombstones (deletions, expiry) are not waited for: a lost one is written again by
-the next expiry pass, as Kafka does. On one node every partition is led from the start and
-all of this is inert: writes are committed when written, answers come without suspending.
+Leadership, as Kafka: this broker coordinates the groups whose ``__consumer_offsets``
+partition it leads, and its control plane (pybroker/metadata/) says which those are in
+one of two ways. Where leadership never moves (one node), it calls ``load()`` before the
+broker serves: every group is loaded at once and coordinated here from then on. Where it
+moves (a cluster), it calls ``follow_leadership``: until told otherwise no partition is
+led here, and ``leadership_changed`` (the broker's ``on_leadership_change`` listener)
+loads a partition's groups when it becomes leader, in slices of at most ``LOAD_SLICE_S``
+of loop time, reading up to the log end of the moment the load starts (requests for
+those groups get COORDINATOR_LOAD_IN_PROGRESS meanwhile), and unloads them when it stops
+leading: parked joins and syncs are answered NOT_COORDINATOR, the state is dropped. A
+group of a partition led elsewhere gets NOT_COORDINATOR, so its clients ask
+FindCoordinator again.
+
+A commit or a group's metadata is answered only once committed: the high watermark has
+passed it. Where the ISR is this broker alone (one node) the high watermark moves with
+the write (``Written.committed``) and the answer comes without suspending; otherwise it
+waits in ``Partition.wait_for_high_watermark`` (``offsets.commit.timeout.ms``), and
+committed offsets enter the in-memory state only then, so OffsetFetch never shows an
+offset a failover could lose. Tombstones (deletions, expiry) are not waited for: a lost
+one is written again by the next expiry pass, as Kafka does.
 
 The semantics follow Kafka's classic ``GroupCoordinator``; departures are noted inline.
 Not thread-safe: every method runs on the broker's event loop thread.
@@ -57,7 +62,6 @@ from pybroker.errors import ErrorCode, KafkaError
 if TYPE_CHECKING:
     from pybroker._native.records import Record
     from pybroker.broker.partition import Partition
-    from pybroker.broker.topic_manager import TopicManager
     from pybroker.config import BrokerConfig
 
 log = logging.getLogger("pybroker.coordinator")
@@ -94,8 +98,8 @@ class CoordinatorConfig:
     # (see ``compact``): a partition is rewritten once its log holds this many records
     # and COMPACT_RATIO times more than it has live keys.
     offsets_compact_min_records: int = 10_000
-    # cluster mode: how long a write waits to be replicated, and the offsets topic's
-    # replication factor (at most the live brokers when it is created)
+    # how long a write waits for the ISR, and the offsets topic's replication factor
+    # (at most the live brokers when it is created)
     offsets_commit_timeout_ms: int = 5000
     offsets_topic_replication_factor: int = 3
 
@@ -178,7 +182,7 @@ class OffsetCommit(NamedTuple):
 
 
 class _Led:
-    """An offsets partition this broker leads (cluster mode): loading, then loaded."""
+    """An offsets partition this broker was told it leads: loading, then loaded."""
 
     __slots__ = ("partition", "loading", "task")
 
@@ -195,27 +199,21 @@ class _PendingCommit(NamedTuple):
 
 
 class GroupCoordinator:
-    def __init__(self, topics: TopicManager | None = None,
+    def __init__(self, offsets_topic: records.OffsetsTopic | None = None,
                  config: CoordinatorConfig | None = None,
                  clock: Callable[[], float] = time.time,
-                 partition_exists: Callable[[str, int], bool] | None = None,
-                 replicated: bool = False,
-                 partition_count: Callable[[], int | None] | None = None) -> None:
-        """``topics``: the broker's ``TopicManager`` (None keeps everything in memory, for
-        tests of the protocol alone); ``partition_exists`` vets committed partitions.
-        ``replicated``: cluster mode (module docstring), with ``partition_count`` giving
-        the offsets topic's partition count as the cluster knows it."""
-        if replicated and topics is None:
-            raise ValueError("a replicated coordinator needs the broker's topics")
+                 partition_exists: Callable[[str, int], bool] | None = None) -> None:
+        """``offsets_topic``: ``__consumer_offsets`` as the control plane has it (None
+        keeps everything in memory, for tests of the protocol alone);
+        ``partition_exists`` vets committed partitions."""
         self._closing = False  # shutdown began: long polls are answered, none parks
         self.config = config or CoordinatorConfig()
         self._clock = clock
-        self.replicated = replicated
-        self._store = None if topics is None else \
-            records.OffsetStore(topics, self.config.offsets_topic_num_partitions,
-                                replicated=replicated, partition_count=partition_count)
-        # cluster mode: the offsets partitions this broker leads; None: one node, all
-        self._led: dict[int, _Led] | None = {} if replicated else None
+        self._store = None if offsets_topic is None else \
+            records.OffsetStore(offsets_topic, self.config.offsets_topic_num_partitions)
+        # the offsets partitions this broker was told it leads (``follow_leadership``);
+        # None: every one, always
+        self._led: dict[int, _Led] | None = None
         self._background: set[asyncio.Task[None]] = set()  # replication waits, loads
         # one partition loads at a time, so the loop is never held longer than one slice
         # however many partitions this broker takes over at once
@@ -236,10 +234,8 @@ class GroupCoordinator:
     # lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Load the groups from ``__consumer_offsets`` (one node; in cluster mode each
-        partition loads when this broker becomes its leader), then start the timers."""
-        if not self.replicated:
-            self.load()
+        """Start the timers (the groups are loaded by then, or load as leadership comes:
+        module docstring)."""
         self._next_expiry = self.now_ms() + self.config.offsets_retention_check_interval_ms
         self._next_compaction = self.now_ms() + COMPACT_CHECK_MS
         self._task = asyncio.get_running_loop().create_task(self._run(), name="groups")
@@ -275,7 +271,8 @@ class GroupCoordinator:
                 log.exception("group timers")
 
     def load(self) -> None:
-        """Rebuild every group from the log (startup on one node)."""
+        """Rebuild every group from the log, at once: where this broker leads every
+        offsets partition from the start (one node), before it serves."""
         if self._store is None:
             return
         # The topic is a changelog: only the last value of each key matters. Keep the raw
@@ -347,20 +344,18 @@ class GroupCoordinator:
             else next(iter(group.members), None)
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
 
-    def offsets_topic_exists(self) -> bool:
-        return self._store is None or self._store.topic_exists()
-
-    async def create_offsets_topic(self) -> None:
-        """One node: create ``__consumer_offsets`` if it does not exist yet, off the loop
-        (``OffsetStore.create_topic``); raises ``KafkaError`` if that failed."""
-        if self._store is not None:
-            await self._store.create_topic()
-
-    # leadership of the offsets partitions (cluster mode) --------------------------------
+    # leadership of the offsets partitions ----------------------------------------------
 
     def partition_for(self, group_id: str) -> int:
         """The ``__consumer_offsets`` partition of a group (0 without a store)."""
         return self._store.partition_for(group_id) if self._store is not None else 0
+
+    def follow_leadership(self, subscribe: Callable[[Callable[[Partition, bool], None]], None]
+                          ) -> None:
+        """Coordinate only the groups of the offsets partitions this broker is told it
+        leads: none until ``subscribe``'s listener (``leadership_changed``) says so."""
+        self._led = {}
+        subscribe(self.leadership_changed)
 
     def leadership_changed(self, partition: Partition, is_leader: bool) -> None:
         """The broker's ``on_leadership_change`` listener: load the groups of an offsets
@@ -458,8 +453,7 @@ class GroupCoordinator:
 
     def coordinator_error(self, group_id: str) -> ErrorCode:
         """NONE when this broker coordinates ``group_id`` now; NOT_COORDINATOR when
-        another does, COORDINATOR_LOAD_IN_PROGRESS while its partition loads (cluster
-        mode; one node coordinates every group)."""
+        another does, COORDINATOR_LOAD_IN_PROGRESS while its partition loads."""
         if self._led is None:  # before hashing the id: this is on every request's path
             return ErrorCode.NONE
         return self.coordinator_error_of(self.partition_for(group_id))
@@ -686,7 +680,7 @@ class GroupCoordinator:
             # assignment a Stable group would never distribute.
             answer = JoinResult(ErrorCode.NONE, new_id, group.generation, group.protocol_type,
                                 group.protocol_name, leader_before, [])
-            if written is None:
+            if written is None or written.committed():
                 future.set_result(answer)
             else:
                 self._spawn(self._answer_static_rejoin(group, instance_id, new_id, written,
@@ -699,8 +693,8 @@ class GroupCoordinator:
                                     written: records.Written,
                                     future: asyncio.Future[JoinResult], answer: JoinResult,
                                     revert: Callable[[], None]) -> None:
-        """Cluster mode: a static member's takeover is answered once its record is
-        replicated; refused, it is undone if nothing has moved the group on since."""
+        """A static member's takeover is answered once its record is committed; refused,
+        it is undone if nothing has moved the group on since."""
         error = await self._replication(written)
         if error and self.groups.get(group.group_id) is group \
                 and group.static_members.get(instance_id) == new_id:
@@ -859,7 +853,7 @@ class GroupCoordinator:
             except KafkaError as exc:
                 self._assignment_failed(group, _store_error(exc), now)
             else:
-                if written is None:
+                if written is None or written.committed():
                     self._assignment_stored(group, now)
                 else:
                     self._spawn(self._await_assignment(group, group.generation, written))
@@ -878,8 +872,8 @@ class GroupCoordinator:
 
     async def _await_assignment(self, group: Group, generation: int,
                                 written: records.Written) -> None:
-        """Cluster mode: the group turns Stable (and the syncs are answered) once its
-        assignment is replicated, unless the rebalance moved on meanwhile."""
+        """The group turns Stable (and the syncs are answered) once its assignment is
+        committed, unless the rebalance moved on meanwhile."""
         error = await self._replication(written)
         if self.groups.get(group.group_id) is not group or group.generation != generation \
                 or not group.is_in(GroupState.COMPLETING_REBALANCE):
@@ -947,8 +941,8 @@ class GroupCoordinator:
     def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None,
                        generation: int, commits: list[OffsetCommit],
                        retention_ms: int = -1) -> dict[tuple[str, int], ErrorCode]:
-        """Commit and apply at once: one node, where written is committed (cluster mode
-        commits through ``commit_offsets_async``)."""
+        """Commit and apply at once, for tests of the protocol: where written is
+        committed (one node). OffsetCommit goes through ``commit_offsets_async``."""
         results, pending = self._commit(group_id, member_id, group_instance_id, generation,
                                         commits, retention_ms)
         if pending is not None:
@@ -960,15 +954,14 @@ class GroupCoordinator:
                                    group_instance_id: str | None, generation: int,
                                    commits: list[OffsetCommit], retention_ms: int = -1
                                    ) -> dict[tuple[str, int], ErrorCode]:
-        """OffsetCommit: answered once the commit is replicated (cluster mode); the
-        offsets are applied then, and only if it was."""
-        if not self.replicated:
-            return self.commit_offsets(group_id, member_id, group_instance_id, generation,
-                                       commits, retention_ms)
+        """OffsetCommit: answered once the ISR has the commit (at once where the ISR is
+        this broker alone); the offsets are applied then, and only if it has."""
         results, pending = self._commit(group_id, member_id, group_instance_id, generation,
                                         commits, retention_ms)
         if pending is not None:
-            error = await self._replication(pending.written)
+            written = pending.written
+            error = ErrorCode.NONE if written is None or written.committed() \
+                else await self._replication(written)
             if not error and self.groups.get(group_id) is pending.group:
                 pending.group.offsets.update(pending.accepted)
             results.update(dict.fromkeys(pending.accepted, error))
@@ -1193,9 +1186,9 @@ class GroupCoordinator:
         Safe at any crash point: the copy holds the last value of every live key, so a
         replay from the old start or the new one ends in the same state, and a key deleted
         earlier has its tombstone and its values on the same side of the new start.
-        Cluster mode: only partitions this broker leads and has loaded, and the log start
-        moves once the copy is replicated (the log start never passes the high watermark).
-        Returns the number of partitions rewritten."""
+        Only partitions this broker leads and has loaded; the log start moves once the
+        copy is committed (it never passes the high watermark). Returns the number of
+        partitions rewritten."""
         if self._store is None:
             return 0
         now = self.now_ms() if now is None else now
@@ -1217,11 +1210,11 @@ class GroupCoordinator:
                 if g.group_id in self._group_values:
                     batch.append((records.group_key(g.group_id), self._group_values[g.group_id]))
             try:
-                if self.replicated:
-                    written, new_start = self._store.copy_live(partition, batch, now)
-                    self._spawn(self._move_log_start(written, new_start))
+                written, new_start = self._store.copy_live(partition, batch, now)
+                if written.committed():
+                    new_start = int(written.partition.log.delete_records_before(new_start))
                 else:
-                    new_start = self._store.rewrite(partition, batch, now)
+                    self._spawn(self._move_log_start(written, new_start))
             except KafkaError as exc:
                 log.warning("%s-%d: compaction failed: %s", records.OFFSETS_TOPIC, partition, exc)
                 continue
@@ -1238,7 +1231,7 @@ class GroupCoordinator:
                 and partition.is_leader:
             partition.log.delete_records_before(new_start)
         else:  # the copy stays; the next check copies again
-            log.warning("%s: compacted copy not replicated (%s); log start kept", partition,
+            log.warning("%s: compacted copy not committed (%s); log start kept", partition,
                         ErrorCode(code).name)
 
     def _append(self, group_id: str, batch: list[tuple[bytes, bytes | None]],
@@ -1249,11 +1242,9 @@ class GroupCoordinator:
             return self._store.append(group_id, batch, now)
         return None
 
-    async def _replication(self, written: records.Written | None) -> ErrorCode:
-        """Wait until a write is replicated (cluster mode; at once on one node), and
-        say what the client is told if it was not (Kafka's mapping)."""
-        if written is None or not self.replicated:
-            return ErrorCode.NONE
+    async def _replication(self, written: records.Written) -> ErrorCode:
+        """Wait until the ISR has a write, and say what the client is told if it did
+        not get it (Kafka's mapping)."""
         code = await written.partition.wait_for_high_watermark(
             written.end_offset, self.config.offsets_commit_timeout_ms / 1000)
         return _replication_error(code)
@@ -1293,7 +1284,7 @@ def _store_error(exc: KafkaError) -> ErrorCode:
     if exc.code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
                     ErrorCode.INVALID_FETCH_SIZE):
         return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
-    if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:  # cluster mode: leadership moved
+    if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:  # leadership moved
         return ErrorCode.NOT_COORDINATOR
     return ErrorCode.COORDINATOR_NOT_AVAILABLE
 

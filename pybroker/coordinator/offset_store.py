@@ -23,43 +23,31 @@ codec reads every version of them (v4 is Kafka's flexible encoding, which pybrok
 writes) and writes the group records; offset commits, the hot write, are packed here and
 a test holds them to the codec's bytes.
 Writes are one record batch per request through the native encoder onto the native log;
-reading back happens once per partition (at broker start, or in cluster mode when this
-broker becomes the partition's leader) and is the only Python loop over records here.
+reading back happens once per partition (at broker start on one node, or when this broker
+becomes the partition's leader in a cluster) and is the only Python loop over records here.
 
-Cluster mode (``replicated``): the topic is created through the controller (the
-FindCoordinator handler does it), so the store never creates it; it appends only to the
-partitions this broker leads, refusing the others with NOT_LEADER_OR_FOLLOWER and a
-partition whose ISR is below min.insync.replicas with NOT_ENOUGH_REPLICAS (acks=all, as
-Kafka's coordinator writes). The partition count comes from the cluster's metadata, so
-every broker hashes a group to the same partition.
+Where the topic is, how many partitions it has and which of them may be written are the
+control plane's answers (:class:`OffsetsTopic`, supplied by the metadata implementation,
+pybroker/metadata/): on one node the topic is created on first use and every partition
+is written; in a cluster the controller creates it and only the partitions this broker
+leads, with enough of an ISR, are.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import struct
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from pybroker.coordinator.group import OffsetAndMetadata
-from pybroker.errors import (
-    CoordinatorNotAvailableError,
-    CorruptRecordError,
-    KafkaError,
-    NotEnoughReplicasError,
-    NotLeaderOrFollowerError,
-    TopicAlreadyExistsError,
-)
+from pybroker.errors import CorruptRecordError, KafkaError
 from pybroker.net.protocol.codec import decode_data, encode_data
 
 if TYPE_CHECKING:
     from pybroker._native.records import Record
     from pybroker.broker.partition import Partition
-    from pybroker.broker.topic_manager import Topic, TopicManager
+    from pybroker.broker.topic_manager import Topic
     from pybroker.log.log import Log
-
-log = logging.getLogger("pybroker.coordinator")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -213,125 +201,73 @@ def parse_group_value(data: bytes) -> GroupRecord:
 
 class Written(NamedTuple):
     """Where an append went: the partition, and the offset after its last record (what
-    the high watermark must reach for the write to be replicated)."""
+    the high watermark must reach for the write to be committed)."""
 
     partition: Partition
     end_offset: int
+
+    def committed(self) -> bool:
+        """Whether the write was committed as it was written: the ISR is this broker
+        alone (one node, or a topic of one replica), so the high watermark moved with it."""
+        return self.partition.high_watermark >= self.end_offset
+
+
+class OffsetsTopic(Protocol):
+    """``__consumer_offsets`` as this broker's control plane has it (the metadata
+    implementations supply one). Its answers are the only difference between one node
+    and a cluster that the store sees."""
+
+    def partition_count(self) -> int | None:
+        """The topic's partition count as the control plane knows it; None while it knows
+        of no such topic (the configured count is used then)."""
+        ...
+
+    def local(self) -> Topic | None:
+        """The topic as this broker has it (None if absent); its partitions led here are
+        the ones whose groups this broker coordinates."""
+        ...
+
+    def writable(self, index: int) -> Partition:
+        """The partition a write of one of its groups goes to, or the ``KafkaError`` why
+        none can take it now (led elsewhere, too small an ISR, being created)."""
+        ...
 
 
 class OffsetStore:
     """Appends coordinator records to ``__consumer_offsets`` and replays them.
 
-    ``topics`` is the broker's ``TopicManager``: the offsets topic is an ordinary (internal)
-    topic to it, so Metadata, Fetch and the dump tool see it like any other. On one node
-    it is created on the first write, as Kafka creates it on first use, and an existing
-    topic's partition count wins over the configured one. ``replicated`` (cluster mode):
-    see the module docstring; ``partition_count`` then gives the topic's partition count
-    as the cluster knows it (None while it has no such topic). Not thread-safe (event
-    loop only).
+    The topic is an ordinary (internal) topic to the broker, so Metadata, Fetch and the
+    dump tool see it like any other; ``offsets_topic`` says where it is. The partition
+    count is the topic's as the control plane knows it, else ``num_partitions``; once
+    known it is kept, so every group keeps its partition. Not thread-safe (event loop
+    only).
     """
 
-    def __init__(self, topics: TopicManager, num_partitions: int = 50,
-                 topic_config: dict[str, str | int] | None = None, replicated: bool = False,
-                 partition_count: Callable[[], int | None] | None = None) -> None:
-        self._topics = topics
-        self.replicated = replicated
-        self._partition_count = partition_count
-        existing = topics.get(OFFSETS_TOPIC)
-        self._num_partitions = len(existing.partitions) \
-            if existing and existing.partitions and not replicated else num_partitions
-        self._creation: asyncio.Future[None] | None = None  # create_topic's, while it runs
-        self._topic_config: dict[str, str | None] = {
-            k: str(v) for k, v in {**OFFSETS_TOPIC_CONFIG, **(topic_config or {})}.items()}
+    def __init__(self, offsets_topic: OffsetsTopic, num_partitions: int = 50) -> None:
+        self._offsets_topic = offsets_topic
+        self._num_partitions = num_partitions
 
     @property
     def num_partitions(self) -> int:
-        if self._partition_count is not None:
-            count = self._partition_count()
-            if count:
-                self._num_partitions = count  # kept: the topic's count never shrinks
+        count = self._offsets_topic.partition_count()
+        if count:
+            self._num_partitions = count  # kept: the topic's count never shrinks
         return self._num_partitions
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
-    def _topic(self, create: bool) -> Topic | None:
-        """The offsets topic with all its partitions (None if absent and not ``create``).
-
-        A topic recorded with no partitions (metadata saved, logs not yet attached when the
-        broker stopped) is grown back to its count; the logs it had are picked up again.
-        Cluster mode: the local topic as it is (its partitions are this broker's replicas
-        and placeholders), never created here."""
-        topic = self._topics.get(OFFSETS_TOPIC)
-        if self.replicated:
-            return topic
-        if topic is None:
-            if not create:
-                return None
-            # A client that skipped FindCoordinator: created here, on the loop
-            return self._topics.create(OFFSETS_TOPIC, self.num_partitions, 1,
-                                       self._topic_config)
-        if len(topic.partitions) < self._topics.partition_count(topic):
-            if not create:
-                return topic
-            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created")
-        if not topic.partitions:
-            log.warning("%s has no partitions; restoring %d", OFFSETS_TOPIC,
-                        self.num_partitions)
-            self._topics.add_partitions(OFFSETS_TOPIC, self.num_partitions)
-        return self._topics.get(OFFSETS_TOPIC)
-
-    def topic_exists(self) -> bool:
-        """Whether the offsets topic exists with all its logs (always, in cluster mode:
-        the controller creates it there)."""
-        return self.replicated or self._creation is None and \
-            self._topics.get(OFFSETS_TOPIC) is not None
-
-    async def create_topic(self) -> None:
-        """Create the offsets topic if it does not exist (one node), its logs a slice
-        at a time off the loop: 50 partitions created at once held every client ~65 ms.
-        Concurrent callers share one creation; a caller that goes away leaves it running.
-        Raises ``KafkaError`` if the creation failed (a full disk)."""
-        if self.replicated:
-            return
-        if self._creation is None:
-            if self._topics.get(OFFSETS_TOPIC) is not None:
-                return
-            self._creation = asyncio.ensure_future(self._create_topic())
-        await asyncio.shield(self._creation)
-
-    async def _create_topic(self) -> None:
-        try:
-            [created] = await self._topics.create_all_async(
-                [(OFFSETS_TOPIC, self.num_partitions, 1, dict(self._topic_config))])
-        finally:
-            self._creation = None
-        # TOPIC_ALREADY_EXISTS: created by a client that skipped FindCoordinator (``_topic``)
-        if isinstance(created, KafkaError) and not isinstance(created, TopicAlreadyExistsError):
-            raise created
-
-    def _partition(self, index: int) -> Partition:
-        """The partition to append to; in cluster mode only one this broker leads."""
-        if not self.replicated:
-            created = self._topic(create=True)
-            assert created is not None  # one node: created if absent
-            return created.partitions[index]
-        topic = self._topics.get(OFFSETS_TOPIC)
-        partition = topic.partitions[index] \
-            if topic is not None and index < len(topic.partitions) else None
-        if partition is None or partition.log is None or not partition.is_leader:
-            raise NotLeaderOrFollowerError(f"{OFFSETS_TOPIC}-{index} is not led here")
-        if len(partition.isr) < partition.config.min_insync_replicas:
-            raise NotEnoughReplicasError(
-                f"{OFFSETS_TOPIC}-{index}: ISR {partition.isr} is below "
-                f"min.insync.replicas={partition.config.min_insync_replicas}")
-        return partition
+    def _led(self) -> list[Partition]:
+        """The partitions of the topic this broker leads and has a log of."""
+        topic = self._offsets_topic.local()
+        return [p for p in (topic.partitions if topic is not None else ())
+                if p.log is not None and p.is_leader]
 
     def append(self, group_id: str, records: list[tuple[bytes, bytes | None]],
                now_ms: int) -> Written:
         """Write ``(key, value)`` records of one group as one batch (``value`` None =
         tombstone). Raises ``KafkaError`` if the log refuses it."""
-        partition = self._partition(self.partition_for(group_id))
+        partition = self._offsets_topic.writable(self.partition_for(group_id))
         self._append_to(partition, records, now_ms)
         return Written(partition, partition.log.log_end_offset)
 
@@ -349,38 +285,26 @@ class OffsetStore:
         partition.append(memoryview(buf), info)
 
     def extents(self) -> dict[int, tuple[int, int]]:
-        """``partition -> (log start offset, log end offset)`` of the existing topic (in
-        cluster mode: of the partitions this broker leads)."""
-        topic = self._topic(create=False)
-        return {p.index: (p.log.log_start_offset, p.log.log_end_offset)
-                for p in (topic.partitions if topic is not None else ())
-                if p.log is not None and (p.is_leader or not self.replicated)}
+        """``partition -> (log start offset, log end offset)`` of the partitions this
+        broker leads."""
+        return {p.index: (p.log.log_start_offset, p.log.log_end_offset) for p in self._led()}
 
     def copy_live(self, index: int, records: list[tuple[bytes, bytes | None]],
                   now_ms: int) -> tuple[Written, int]:
         """Append ``records`` (the partition's whole live state): where they went, and the
-        offset of the first, the log start once they are committed (``rewrite``)."""
-        partition = self._partition(index)
+        offset of the first, the log start once they are committed (the coordinator's
+        ``compact``)."""
+        partition = self._offsets_topic.writable(index)
         first = partition.log.log_end_offset
         for i in range(0, len(records), _REWRITE_BATCH):
             self._append_to(partition, records[i:i + _REWRITE_BATCH], now_ms)
         return Written(partition, partition.log.log_end_offset), first
 
-    def rewrite(self, index: int, records: list[tuple[bytes, bytes | None]],
-                now_ms: int) -> int:
-        """Append ``records`` (the partition's whole live state) and make the first of them
-        the log start, on one node where written is committed. Returns the new log start
-        offset."""
-        written, first = self.copy_live(index, records, now_ms)
-        return int(written.partition.log.delete_records_before(first))
-
     def read_all(self) -> Iterator[list[Record]]:
-        """The data records of the topic, a batch at a time (``Record`` lists with
-        ``key``/``value``), in log order within each partition."""
-        topic = self._topic(create=False)
-        for partition in topic.partitions if topic is not None else ():
-            if partition.log is not None:
-                yield from read_log(partition.log)
+        """The data records of the partitions this broker leads, a batch at a time
+        (``Record`` lists with ``key``/``value``), in log order within each partition."""
+        for partition in self._led():
+            yield from read_log(partition.log)
 
 
 def read_log(partition_log: Log) -> Iterator[list[Record]]:

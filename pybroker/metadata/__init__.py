@@ -15,8 +15,9 @@ Two implementations, chosen once at start-up by :func:`metadata_for`:
 These two modules (with ``pybroker/cluster/`` behind the second) are the only code that
 knows which mode the broker runs in; everything else asks the interface. As Kafka's
 ``MetadataSupport`` (ZkSupport / RaftSupport behind one interface): a handler never tests
-a flag. (The group coordinator they build still takes a ``replicated`` flag, set only
-here: it loads and commits differently in a cluster.)
+a flag. The group coordinator they build is told by them which offsets partitions it
+leads (all, at once; or as leadership moves) and given their ``OffsetsTopic``: where
+``__consumer_offsets`` is and which of its partitions may be written.
 """
 
 from __future__ import annotations

@@ -93,7 +93,8 @@ class Metadata(Protocol):
 
     def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:
         """The group coordinator of this broker, wired to this control plane (which
-        partitions it coordinates, how its writes are committed); not started."""
+        offsets partitions it leads, where its writes go) and, where it leads every one
+        from the start, with every group loaded; not started."""
         ...
 
     async def start(self) -> None:

@@ -29,6 +29,12 @@ INVALID_CONFIG. The topics of one request are recorded together (one write of
 ``topics.json``) and their logs created a slice at a time
 (``TopicManager.create_all_async``), so other clients are served meanwhile.
 
+Groups: this broker coordinates every group; the group coordinator loads them all before
+the broker serves. ``__consumer_offsets`` is created on first use, as Kafka creates it:
+by the first FindCoordinator (its logs a slice at a time off the loop), or on the loop by
+the first write of a client that skipped FindCoordinator; an existing topic's partition
+count wins over ``offsets.topic.num.partitions`` (:class:`SingleNodeOffsetsTopic`).
+
 Deletion: all the topics of a request together (``TopicManager.delete_async``: one write
 of ``topics.json``, durable before the answer, the logs closed a slice at a time and their
 files removed off the event loop). CreatePartitions: manual assignments must name one
@@ -45,14 +51,21 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pybroker.broker.topic_manager import Topic, check_partition_limit, validate_topic_name
+from pybroker.broker.topic_manager import (
+    Topic,
+    TopicManager,
+    check_partition_limit,
+    validate_topic_name,
+)
 from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
-from pybroker.coordinator.offset_store import OFFSETS_TOPIC
+from pybroker.coordinator.offset_store import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
 from pybroker.errors import (
+    CoordinatorNotAvailableError,
     ErrorCode,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     KafkaError,
+    TopicAlreadyExistsError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
@@ -72,6 +85,7 @@ from pybroker.net.protocol.codec import ZERO_UUID
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
+    from pybroker.broker.partition import Partition
 
 log = logging.getLogger("pybroker.metadata")
 
@@ -79,6 +93,7 @@ log = logging.getLogger("pybroker.metadata")
 class SingleNodeMetadata:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
+        self._offsets_topic: SingleNodeOffsetsTopic | None = None  # the coordinator's
 
     # lifecycle -------------------------------------------------------------------------
 
@@ -92,8 +107,12 @@ class SingleNodeMetadata:
         return None
 
     def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:
-        return GroupCoordinator(self._broker.topics, config,
-                                partition_exists=self.partition_exists)
+        self._offsets_topic = SingleNodeOffsetsTopic(self._broker.topics,
+                                                     config.offsets_topic_num_partitions)
+        coordinator = GroupCoordinator(self._offsets_topic, config,
+                                       partition_exists=self.partition_exists)
+        coordinator.load()  # every offsets partition is led here, from now on
+        return coordinator
 
     async def start(self) -> None:
         pass
@@ -125,11 +144,13 @@ class SingleNodeMetadata:
 
     async def coordinator_for_group(self, group_id: str) -> Endpoint | None:
         """This broker, once ``__consumer_offsets`` exists: created on first use, its logs
-        off the loop (``GroupCoordinator.create_offsets_topic``)."""
-        coordinator = self._broker.group_coordinator
-        if coordinator.offsets_topic_exists():
+        off the loop (``SingleNodeOffsetsTopic.create``)."""
+        offsets_topic = self._offsets_topic
+        if offsets_topic is None:
+            return None
+        if offsets_topic.exists():
             return self._self()
-        creation = asyncio.ensure_future(coordinator.create_offsets_topic())
+        creation = asyncio.ensure_future(offsets_topic.create())
         # asyncio.wait: a cancellation of ours is never lost; the creation goes on without us
         await asyncio.wait((creation,), timeout=OFFSETS_TOPIC_CREATE_WAIT_S)
         if not creation.done():
@@ -295,6 +316,77 @@ class SingleNodeMetadata:
 
     def alter_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
         self._broker.topics.alter_configs(name, overrides)
+
+
+class SingleNodeOffsetsTopic:
+    """``__consumer_offsets`` on one node (the coordinator's ``OffsetsTopic``): every
+    partition led here; created on first use, its partition count the existing topic's,
+    else ``num_partitions``."""
+
+    def __init__(self, topics: TopicManager, num_partitions: int) -> None:
+        self._topics = topics
+        existing = topics.get(OFFSETS_TOPIC)
+        self._count = len(existing.partitions) \
+            if existing is not None and existing.partitions else num_partitions
+        self._creation: asyncio.Future[None] | None = None  # ``create``'s, while it runs
+        self._config: dict[str, str | None] = {
+            k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items()}
+
+    def partition_count(self) -> int:
+        return self._count
+
+    def local(self) -> Topic | None:
+        return self._topic(create=False)
+
+    def writable(self, index: int) -> Partition:
+        topic = self._topic(create=True)
+        assert topic is not None  # created
+        return topic.partitions[index]
+
+    def _topic(self, create: bool) -> Topic | None:
+        """The offsets topic with all its partitions (None if absent and not ``create``).
+
+        A topic recorded with no partitions (metadata saved, logs not yet attached when the
+        broker stopped) is grown back to its count; the logs it had are picked up again."""
+        topic = self._topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            if not create:
+                return None
+            # A client that skipped FindCoordinator: created here, on the loop
+            return self._topics.create(OFFSETS_TOPIC, self._count, 1, self._config)
+        if len(topic.partitions) < self._topics.partition_count(topic):
+            if not create:
+                return topic
+            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created")
+        if not topic.partitions:
+            log.warning("%s has no partitions; restoring %d", OFFSETS_TOPIC, self._count)
+            self._topics.add_partitions(OFFSETS_TOPIC, self._count)
+        return self._topics.get(OFFSETS_TOPIC)
+
+    def exists(self) -> bool:
+        """Whether the topic exists with all its logs."""
+        return self._creation is None and self._topics.get(OFFSETS_TOPIC) is not None
+
+    async def create(self) -> None:
+        """Create the topic if it does not exist, its logs a slice at a time off the loop:
+        50 partitions created at once held every client ~65 ms. Concurrent callers share
+        one creation; a caller that goes away leaves it running. Raises ``KafkaError`` if
+        the creation failed (a full disk)."""
+        if self._creation is None:
+            if self._topics.get(OFFSETS_TOPIC) is not None:
+                return
+            self._creation = asyncio.ensure_future(self._create())
+        await asyncio.shield(self._creation)
+
+    async def _create(self) -> None:
+        try:
+            [created] = await self._topics.create_all_async(
+                [(OFFSETS_TOPIC, self._count, 1, dict(self._config))])
+        finally:
+            self._creation = None
+        # TOPIC_ALREADY_EXISTS: created by a client that skipped FindCoordinator (``_topic``)
+        if isinstance(created, KafkaError) and not isinstance(created, TopicAlreadyExistsError):
+            raise created
 
 
 def _describe(topic: Topic, broker_id: int) -> TopicAnswer:

@@ -21,8 +21,10 @@ partition, which FindCoordinator names from the metadata (any broker answers it)
 first FindCoordinator of a group creates the topic: ``offsets.topic.num.partitions``
 partitions, replication factor min(``offsets.topic.replication.factor``, live brokers),
 compacted; until the group's partition has a leader the answer is
-COORDINATOR_NOT_AVAILABLE. The coordinator follows the leadership of those partitions and
-answers a write once the ISR has it. Transactional ids name the broker asked (there is no
+COORDINATOR_NOT_AVAILABLE. The coordinator follows the leadership of those partitions,
+writes only to those this broker leads with at least min.insync.replicas in the ISR
+(acks=all, as Kafka's coordinator writes: :class:`ClusterOffsetsTopic`), and answers a
+write once the ISR has it. Transactional ids name the broker asked (there is no
 transaction coordinator).
 
 Not thread-safe: the event loop thread only.
@@ -36,7 +38,12 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pybroker.broker.topic_manager import INTERNAL_TOPICS, validate_topic_name
+from pybroker.broker.topic_manager import (
+    INTERNAL_TOPICS,
+    Topic,
+    TopicManager,
+    validate_topic_name,
+)
 from pybroker.cluster import admin
 from pybroker.cluster.metadata_cache import TopicInfo
 from pybroker.cluster.node import ClusterNode
@@ -46,6 +53,8 @@ from pybroker.errors import (
     ErrorCode,
     InvalidReplicaAssignmentError,
     KafkaError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
     TopicAlreadyExistsError,
     UnknownTopicIdError,
 )
@@ -66,6 +75,7 @@ from pybroker.net.protocol.typed import MetadataResponsePartition
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
+    from pybroker.broker.partition import Partition
 
 log = logging.getLogger("pybroker.metadata")
 
@@ -91,13 +101,13 @@ class ZkClusterMetadata:
         return self.node.producer_id_block
 
     def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:
-        coordinator = GroupCoordinator(self._broker.topics, config, partition_exists=self.partition_exists,
-                                       replicated=True,
-                                       partition_count=self._offsets_partitions)
+        coordinator = GroupCoordinator(
+            ClusterOffsetsTopic(self._broker.topics, self._offsets_partitions), config,
+            partition_exists=self.partition_exists)
         self._coordinator = coordinator
         # Built before start() joins the cluster: no partition is led yet, every leadership
         # this broker gets comes through the listener.
-        self.on_leadership_change(coordinator.leadership_changed)
+        coordinator.follow_leadership(self.on_leadership_change)
         return coordinator
 
     async def start(self) -> None:
@@ -291,6 +301,37 @@ class ZkClusterMetadata:
         self._broker.topics.alter_configs(name, overrides)
         # the others apply ZooKeeper's change notification
         self.node.publish_topic_configs(name, overrides)
+
+
+class ClusterOffsetsTopic:
+    """``__consumer_offsets`` on a member of a cluster (the coordinator's ``OffsetsTopic``):
+    the controller creates it, ``partition_count`` gives its partition count as the
+    cluster knows it (None while it has no such topic), and only the partitions this broker
+    leads, with enough of an ISR, are written."""
+
+    def __init__(self, topics: TopicManager, partition_count: Callable[[], int | None]) -> None:
+        self._topics = topics
+        self._partition_count = partition_count
+
+    def partition_count(self) -> int | None:
+        return self._partition_count()
+
+    def local(self) -> Topic | None:
+        """The local topic as it is: its partitions are this broker's replicas and
+        placeholders."""
+        return self._topics.get(OFFSETS_TOPIC)
+
+    def writable(self, index: int) -> Partition:
+        topic = self._topics.get(OFFSETS_TOPIC)
+        partition = topic.partitions[index] \
+            if topic is not None and index < len(topic.partitions) else None
+        if partition is None or partition.log is None or not partition.is_leader:
+            raise NotLeaderOrFollowerError(f"{OFFSETS_TOPIC}-{index} is not led here")
+        if len(partition.isr) < partition.config.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"{OFFSETS_TOPIC}-{index}: ISR {partition.isr} is below "
+                f"min.insync.replicas={partition.config.min_insync_replicas}")
+        return partition
 
 
 def _describe(info: TopicInfo, live: dict[int, Endpoint]) -> TopicAnswer:

@@ -13,8 +13,8 @@ import sys
 import tempfile
 import time
 
-from pybroker.coordinator import GroupCoordinator, OffsetCommit
-from tests.groups.test_offset_store import open_topics
+from pybroker.coordinator import OffsetCommit
+from tests.groups.test_offset_store import one_node, open_topics
 
 
 def best_us(fn: object, calls: int, rounds: int = 3) -> float:
@@ -32,17 +32,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as data_dir:
         logs, topics = open_topics(data_dir)
         topics.create("bench", 100, 1, {})
-        coordinator = GroupCoordinator(topics)
-        coordinator.load()
+        coordinator = one_node(topics)
         one = best_us(lambda i: coordinator.commit_offsets(
             "g1", "", None, -1, [OffsetCommit("bench", 0, i)]), 5000)
         hundred = best_us(lambda i: coordinator.commit_offsets(
             "g100", "", None, -1, [OffsetCommit("bench", p, i) for p in range(100)]), 500)
         print(f"commit 1 partition:    {one:8.1f} us")
         print(f"commit 100 partitions: {hundred:8.1f} us ({hundred / 100:.2f} us/partition)")
-        loaded = GroupCoordinator(topics)
         start = time.perf_counter()
-        loaded.load()
+        one_node(topics)
         elapsed = time.perf_counter() - start
         records = sum(p.log.log_end_offset - p.log.log_start_offset
                       for p in topics.get("__consumer_offsets").partitions)

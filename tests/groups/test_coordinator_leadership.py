@@ -1,9 +1,10 @@
-"""The coordinator in cluster mode (``replicated``), on the real log, topic manager and
-partitions: the test plays the ReplicaManager, making this broker the leader or a
-follower of ``__consumer_offsets`` partitions (``Partition.become_leader`` /
-``become_follower``, then ``leadership_changed``), and a follower whose fetches move the
-high watermark (``Partition.follower_fetched``). No server, no ZooKeeper: the cluster
-test (tests/cluster/test_cluster_groups.py) runs the whole path.
+"""The coordinator as a cluster member wires it (following leadership, over
+``ClusterOffsetsTopic``), on the real log, topic manager and partitions: the test plays
+the ReplicaManager, making this broker the leader or a follower of ``__consumer_offsets``
+partitions (``Partition.become_leader`` / ``become_follower``, then
+``leadership_changed``), and a follower whose fetches move the high watermark
+(``Partition.follower_fetched``). No server, no ZooKeeper: the cluster test
+(tests/cluster/test_cluster_groups.py) runs the whole path.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pybroker.coordinator import group_coordinator as coordinator_module
 from pybroker.coordinator.offset_store import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, partition_for
 from pybroker.errors import ErrorCode
 from pybroker.log.log_config import LogConfig
-from tests.groups.test_offset_store import open_topics
+from pybroker.metadata.zk_cluster import ClusterOffsetsTopic
+from tests.groups.test_offset_store import one_node, open_topics
 
 PARTITIONS = 3
 FOLLOWER = 99  # a replica id of no broker: the test fetches on its behalf
@@ -36,11 +38,14 @@ def topics(tmp_path: Any) -> Iterator[Any]:
     logs.close(clean=True)
 
 
-def replicated(topics: Any, **config: Any) -> GroupCoordinator:
-    return GroupCoordinator(topics, CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS,
-                                                      **config),
-                            partition_exists=lambda t, p: t == "t" and p < 3,
-                            replicated=True, partition_count=lambda: PARTITIONS)
+def cluster_member(topics: Any, **config: Any) -> GroupCoordinator:
+    coordinator = GroupCoordinator(
+        ClusterOffsetsTopic(topics, lambda: PARTITIONS),
+        CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS, **config),
+        partition_exists=lambda t, p: t == "t" and p < 3)
+    # the test plays the ReplicaManager: it calls leadership_changed itself
+    coordinator.follow_leadership(lambda listener: None)
+    return coordinator
 
 
 def offsets_partition(topics: Any, group: str = GROUP) -> Any:
@@ -95,10 +100,10 @@ def committed(c: GroupCoordinator, group: str = GROUP) -> int | None:
 
 def test_groups_load_on_leadership_and_unload_without_it(topics: Any) -> None:
     # what an earlier leader of the partition wrote
-    earlier = GroupCoordinator(topics, CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS))
+    earlier = one_node(topics, CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS))
     assert earlier.commit_offsets(GROUP, "", None, -1, [OffsetCommit("t", 0, 7)]) == \
         {("t", 0): ErrorCode.NONE}
-    c = replicated(topics)
+    c = cluster_member(topics)
     partition = offsets_partition(topics)
     other_group = next(g for g in (f"x{i}" for i in range(100))
                        if partition_for(g, PARTITIONS) != partition.index)
@@ -167,7 +172,7 @@ def test_groups_load_on_leadership_and_unload_without_it(topics: Any) -> None:
 
 
 def test_writes_are_answered_once_replicated(topics: Any) -> None:
-    c = replicated(topics, offsets_commit_timeout_ms=300)
+    c = cluster_member(topics, offsets_commit_timeout_ms=300)
     partition = offsets_partition(topics)
 
     def follower_catches_up() -> None:
@@ -215,7 +220,7 @@ def test_writes_are_answered_once_replicated(topics: Any) -> None:
 
 
 def test_a_commit_below_min_insync_replicas_is_refused(topics: Any) -> None:
-    c = replicated(topics)
+    c = cluster_member(topics)
     partition = offsets_partition(topics)
     partition.log.update_config(LogConfig.from_properties(
         {**{k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items()}, "min.insync.replicas": "2"}))
@@ -232,13 +237,13 @@ def test_a_commit_below_min_insync_replicas_is_refused(topics: Any) -> None:
 
 
 def test_a_big_partition_loads_in_slices(topics: Any, monkeypatch: Any) -> None:
-    earlier = GroupCoordinator(topics, CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS))
+    earlier = one_node(topics, CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS))
     keys = 3 * coordinator_module._INSTALL_STEP  # parsed in 3 steps
     earlier.commit_offsets(GROUP, "", None, -1, [OffsetCommit("t", p, p) for p in range(keys)])
     for i in range(50):  # 50 more batches
         earlier.commit_offsets(GROUP, "", None, -1, [OffsetCommit("t", 0, i)])
     monkeypatch.setattr(coordinator_module, "LOAD_SLICE_S", 0.0)  # a pause at each step
-    c = replicated(topics)
+    c = cluster_member(topics)
     partition = offsets_partition(topics)
 
     async def scenario() -> None:
@@ -264,7 +269,7 @@ def test_a_big_partition_loads_in_slices(topics: Any, monkeypatch: Any) -> None:
 
 
 def test_compaction_moves_the_log_start_once_the_copy_is_replicated(topics: Any) -> None:
-    c = replicated(topics, offsets_compact_min_records=10)
+    c = cluster_member(topics, offsets_compact_min_records=10)
     partition = offsets_partition(topics)
     log = partition.log
 

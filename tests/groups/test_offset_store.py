@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from pybroker.broker.topic_manager import TopicManager
 from pybroker.config import BrokerConfig
-from pybroker.coordinator import GroupCoordinator, GroupState, OffsetCommit
+from pybroker.coordinator import CoordinatorConfig, GroupCoordinator, GroupState, OffsetCommit
 from pybroker.coordinator.offset_store import OFFSETS_TOPIC, partition_for
 from pybroker.errors import ErrorCode
 from pybroker.log.log_manager import LogManager
+from pybroker.metadata.single_node import SingleNodeOffsetsTopic
 
 
 def open_topics(data_dir: str) -> tuple[Any, TopicManager]:
@@ -24,12 +27,22 @@ def open_topics(data_dir: str) -> tuple[Any, TopicManager]:
     return logs, topics
 
 
+def one_node(topics: TopicManager, config: CoordinatorConfig | None = None,
+             **kwargs: Any) -> GroupCoordinator:
+    """The coordinator as a single node wires it: over the node's offsets topic, every
+    group loaded."""
+    config = config or CoordinatorConfig()
+    coordinator = GroupCoordinator(
+        SingleNodeOffsetsTopic(topics, config.offsets_topic_num_partitions), config, **kwargs)
+    coordinator.load()
+    return coordinator
+
+
 def test_state_survives_reopen_from_disk(tmp_path: Any) -> None:
     data_dir = str(tmp_path / "data")
     logs, topics = open_topics(data_dir)
     topics.create("t", 3, 1, {})
-    coordinator = GroupCoordinator(topics, partition_exists=lambda t, p: p < 3)
-    coordinator.load()
+    coordinator = one_node(topics, partition_exists=lambda t, p: p < 3)
 
     async def build() -> tuple[str, int]:
         commits = [OffsetCommit("t", p, 10 + p, 2, f"meta-{p}") for p in range(3)]
@@ -51,8 +64,7 @@ def test_state_survives_reopen_from_disk(tmp_path: Any) -> None:
 
     logs, topics = open_topics(data_dir)
     assert len(topics.get(OFFSETS_TOPIC).partitions) == 50
-    loaded = GroupCoordinator(topics)
-    loaded.load()
+    loaded = one_node(topics)
     assert sorted(loaded.groups) == ["active", "standalone"]
     standalone = loaded.fetch_offsets("standalone", None)
     assert {tp: (o.offset, o.leader_epoch, o.metadata) for tp, o in standalone.items()} == \
@@ -74,14 +86,11 @@ def test_state_survives_reopen_from_disk(tmp_path: Any) -> None:
 
 
 def test_compaction_bounds_the_log_and_keeps_the_state(tmp_path: Any) -> None:
-    from pybroker.coordinator import CoordinatorConfig
-
     data_dir = str(tmp_path / "data")
     logs, topics = open_topics(data_dir)
     topics.create("t", 4, 1, {})
     config = CoordinatorConfig(offsets_compact_min_records=100)
-    coordinator = GroupCoordinator(topics, config)
-    coordinator.load()
+    coordinator = one_node(topics, config)
 
     async def build() -> None:
         joined = await coordinator.join_group("busy", "", None, "cid", "/h", 10000, 20000,
@@ -107,11 +116,24 @@ def test_compaction_bounds_the_log_and_keeps_the_state(tmp_path: Any) -> None:
     logs, topics = open_topics(data_dir)
     reopened = topics.partition(OFFSETS_TOPIC, partition_for("busy", 50)).log
     assert reopened.log_start_offset == end_before  # the load reads the copy only
-    loaded = GroupCoordinator(topics, config)
-    loaded.load()
+    loaded = one_node(topics, config)
     assert {g: dict(loaded.groups[g].offsets) for g in loaded.groups} == before
     assert "removed" not in loaded.groups
     assert loaded.groups["busy"].state == GroupState.STABLE
     member = next(iter(loaded.groups["busy"].members.values()))
     assert member.assignment == b"assigned"
+    logs.close(clean=True)
+
+
+def test_one_node_answers_a_commit_without_suspending(tmp_path: Any) -> None:
+    # the ISR is this broker: the high watermark moves with the write, so OffsetCommit is
+    # answered in the handler's first step (no task, no future)
+    logs, topics = open_topics(str(tmp_path / "data"))
+    topics.create("t", 1, 1, {})
+    coordinator = one_node(topics)
+    step = coordinator.commit_offsets_async("g", "", None, -1, [OffsetCommit("t", 0, 5)])
+    with pytest.raises(StopIteration) as done:  # (a suspended step would return)
+        step.send(None)
+    assert done.value.value == {("t", 0): ErrorCode.NONE}
+    assert coordinator.fetch_offsets("g", [("t", 0)])[("t", 0)].offset == 5
     logs.close(clean=True)
