@@ -134,7 +134,7 @@ def _append(topic: str, index: int, partition: Partition, records: Any, info: An
     except Exception as exc:
         return _failed(topic, index, exc)
     if acks == -1 and len(partition.isr) > 1:
-        return _replicated(topic, index, partition, appended, info, timeout_ms)
+        return _in_isr(topic, index, partition, appended, info, timeout_ms)
     if isinstance(appended, AppendInfo):
         return _answer(index, appended)
     return _written(topic, index, appended)
@@ -148,7 +148,7 @@ async def _written(topic: str, index: int,
         return _failed(topic, index, exc)
 
 
-async def _replicated(topic: str, index: int, partition: Partition,
+async def _in_isr(topic: str, index: int, partition: Partition,
                       appended: AppendInfo | asyncio.Future[AppendInfo], info: Any,
                       timeout_ms: int) -> PartitionResult:
     """acks=-1: answer once the ISR has the batch."""
