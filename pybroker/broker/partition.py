@@ -68,12 +68,6 @@ _TAIL_SCAN_BYTES = 64 * 1024 * 1024  # how much log a crash replay reads without
 _Queued = tuple[memoryview, Any, asyncio.Future[AppendInfo]]
 
 
-def _is_internal(topic: str) -> bool:
-    # imported here: the topic manager imports this module
-    from pybroker.broker.topic_manager import INTERNAL_TOPICS
-    return topic in INTERNAL_TOPICS
-
-
 class FollowerState:
     """What the leader knows of one follower, from its fetches (Kafka's Replica)."""
 
@@ -93,7 +87,8 @@ class Partition:
                  "epoch_start_offset", "isr_pending", "isr_listener", "_hw_waiters")
 
     def __init__(self, topic: str, index: int, log: Any, broker_id: int = 0,
-                 is_leader: bool = True) -> None:
+                 is_leader: bool = True, internal: bool = False) -> None:
+        """``internal``: the partition of an internal topic (``Topic.internal``)."""
         self.topic = topic
         self.index = index
         self.log = log  # None: a partition of a topic this broker holds no replica of
@@ -106,7 +101,7 @@ class Partition:
         # Smaller batches are written inline. The appender writes larger ones off the
         # loop, but not an internal topic's: its writer (the group coordinator) applies
         # a write as soon as the call returns.
-        self._inline_below = sys.maxsize if _is_internal(topic) else ASYNC_MIN_BYTES
+        self._inline_below = sys.maxsize if internal else ASYNC_MIN_BYTES
         # replication role; the defaults are the single node's
         self.broker_id = broker_id
         self.is_leader = is_leader

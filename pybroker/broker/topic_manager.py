@@ -295,10 +295,11 @@ class TopicManager:
         if not self.leads_every_partition:  # the logs this broker has; the controller adds others
             plog = self.logs.get(topic.name, index)
             topic.partitions.append(Partition(topic.name, index, plog, self.broker_id,
-                                              is_leader=False))
+                                              is_leader=False, internal=topic.internal))
             return
         plog = self.logs.get_or_create(topic.name, index, config, sync_dir=False)
-        topic.partitions.append(Partition(topic.name, index, plog, self.broker_id))
+        topic.partitions.append(Partition(topic.name, index, plog, self.broker_id,
+                                          internal=topic.internal))
 
     def ensure_replica(self, name: str, topic_id: uuid.UUID, index: int,
                        overrides: dict[str, str]) -> Partition:
@@ -326,7 +327,8 @@ class TopicManager:
             changed = True
         while len(topic.partitions) <= index:
             topic.partitions.append(Partition(name, len(topic.partitions), None,
-                                              self.broker_id, is_leader=False))
+                                              self.broker_id, is_leader=False,
+                                              internal=topic.internal))
             changed = True
         partition = topic.partitions[index]
         if changed:
@@ -394,7 +396,8 @@ class TopicManager:
         for index, created in zip(indexes, new, strict=True):
             plog = self.logs.adopt(name, index, created)
             if alive:
-                topic.partitions.append(Partition(name, index, plog, self.broker_id))
+                topic.partitions.append(Partition(name, index, plog, self.broker_id,
+                                                  internal=topic.internal))
             else:
                 self.logs.delete(name, index)
         collector.freeze_long_lived()

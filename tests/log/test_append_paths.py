@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from pybroker._native.appender import ASYNC_MIN_BYTES
 from pybroker._native.records import validate_batch
 from pybroker.broker.partition import Partition
+from pybroker.broker.topic_manager import INTERNAL_TOPICS
 from pybroker.errors import (
     InvalidTimestampError,
     KafkaError,
@@ -190,7 +191,7 @@ def new_partition(topic: str = "t", **props: object) -> Iterator[Partition]:
     with tempfile.TemporaryDirectory() as d:
         log = Log(os.path.join(d, f"{topic}-0"), LogConfig.from_properties(props))
         try:
-            yield Partition(topic, 0, log)
+            yield Partition(topic, 0, log, internal=topic in INTERNAL_TOPICS)
         finally:
             log.close()
 
