@@ -173,33 +173,33 @@ def vm_hwm_bytes(pid: int) -> int:
     return 0
 
 
+def canary_for(port: int, seconds: float) -> list[float]:
+    """The canary's round trips over ``seconds``."""
+    samples: list[float] = []
+    stop = threading.Event()
+    thread = threading.Thread(target=canary, args=(port, stop, samples))
+    thread.start()
+    time.sleep(seconds)
+    stop.set()
+    thread.join()
+    return samples
+
+
 def run(pattern: str, seconds: float, settings: dict[str, str]) -> dict:
     broker = Broker(settings)
     try:
         broker.create_topic("canary", 1)
         broker.create_topic("bombs", PARTITIONS)
         request = bomb_request("bombs", pattern)
-        idle: list[float] = []
-        stop = threading.Event()
-        thread = threading.Thread(target=canary, args=(broker.port, stop, idle))
-        thread.start()
-        time.sleep(seconds)
-        stop.set()
-        thread.join()
+        idle = canary_for(broker.port, seconds)
         hwm_idle = vm_hwm_bytes(broker.proc.pid)
-        loaded: list[float] = []
         context = mp.get_context("fork")
         stop_attack, results = context.Event(), context.Queue()
         attacker = context.Process(target=attack,
                                    args=(broker.port, request, stop_attack, results))
         attacker.start()
-        stop = threading.Event()
-        thread = threading.Thread(target=canary, args=(broker.port, stop, loaded))
-        thread.start()
-        time.sleep(seconds)
-        stop.set()
+        loaded = canary_for(broker.port, seconds)
         stop_attack.set()
-        thread.join()
         bombs: list[tuple[float, dict[int, int]]] = []
         while attacker.is_alive() or not results.empty():
             try:
