@@ -86,12 +86,19 @@ class MetadataCache:
         name = self._by_id.get(topic_id)
         return self.topics.get(name) if name is not None else None
 
-    def leader_of(self, topic: str, partition: int) -> Endpoint | None:
+    def partition(self, topic: str, partition: int) -> PartitionInfo | None:
         known = self.topics.get(topic)
-        info = known.partitions.get(partition) if known is not None else None
+        return known.partitions.get(partition) if known is not None else None
+
+    def leader_of(self, topic: str, partition: int) -> Endpoint | None:
+        info = self.partition(topic, partition)
         if info is None:
             return None
         return self.brokers.get(info.leader)
+
+    def broker(self, broker_id: int) -> Endpoint | None:
+        """The live broker ``broker_id``, None if it is not one."""
+        return self.brokers.get(broker_id)
 
     def live_brokers(self) -> list[Endpoint]:
         return sorted(self.brokers.values())

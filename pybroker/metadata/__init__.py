@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from pybroker.metadata.interface import (
     CreatedTopic,
+    CurrentLeader,
     DeletedTopic,
     Endpoint,
     LeadershipListener,
@@ -40,7 +41,7 @@ from pybroker.metadata.interface import (
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
 
-__all__ = ["CreatedTopic", "DeletedTopic", "Endpoint", "LeadershipListener", "Metadata",
+__all__ = ["CreatedTopic", "CurrentLeader", "DeletedTopic", "Endpoint", "LeadershipListener", "Metadata",
            "NewTopic", "PartitionAssignment", "RequestedTopic", "TopicAnswer", "metadata_for",
            "missing_topic"]
 

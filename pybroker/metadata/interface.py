@@ -43,6 +43,15 @@ class Endpoint(NamedTuple):
     port: int
 
 
+class CurrentLeader(NamedTuple):
+    """KIP-951: the leader a client this broker refused should go to. ``endpoint`` is None
+    when that leader is not a live broker."""
+
+    leader_id: int
+    leader_epoch: int
+    endpoint: Endpoint | None
+
+
 class NewTopic(NamedTuple):
     """A topic to create; -1 partitions or replication factor: the broker's default.
     ``assignment``: the request's manual placement, ``(partition, broker ids)`` pairs as
@@ -116,6 +125,14 @@ class Metadata(Protocol):
         ...
 
     def leader_of(self, topic: str, partition: int) -> Endpoint | None: ...
+
+    def current_leader(self, topic: str, partition: int) -> CurrentLeader | None:
+        """Who leads the partition now, for a Produce or Fetch this broker refused with
+        NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH (KIP-951's hints; Kafka's
+        ``getCurrentLeader``): this broker's replica knows best, else the metadata. None
+        when no leader is known, or where this broker leads every partition (there is
+        no other to name)."""
+        ...
 
     def on_leadership_change(self, fn: LeadershipListener) -> None:
         """Call ``fn`` whenever this broker becomes the leader or a follower of a

@@ -72,6 +72,7 @@ from pybroker.errors import (
 from pybroker.metadata.interface import (
     OFFSETS_TOPIC_CREATE_WAIT_S,
     CreatedTopic,
+    CurrentLeader,
     DeletedTopic,
     Endpoint,
     LeadershipListener,
@@ -138,6 +139,9 @@ class SingleNodeMetadata:
         if known is None or not 0 <= partition < len(known.partitions):
             return None
         return self._self()
+
+    def current_leader(self, topic: str, partition: int) -> CurrentLeader | None:
+        return None  # this broker leads every partition: no other leader to name
 
     def on_leadership_change(self, fn: LeadershipListener) -> None:
         pass  # every partition is led here from the start

@@ -61,6 +61,7 @@ from pybroker.errors import (
 from pybroker.metadata.interface import (
     OFFSETS_TOPIC_CREATE_WAIT_S,
     CreatedTopic,
+    CurrentLeader,
     DeletedTopic,
     Endpoint,
     LeadershipListener,
@@ -127,6 +128,25 @@ class ZkClusterMetadata:
 
     def leader_of(self, topic: str, partition: int) -> Endpoint | None:
         return self._cache.leader_of(topic, partition)
+
+    def current_leader(self, topic: str, partition: int) -> CurrentLeader | None:
+        """As Kafka's ``getCurrentLeader``: this broker's replica of the partition (told
+        by the controller's LeaderAndIsr) is newer than the metadata cache (its
+        UpdateMetadata follows), which answers for a partition this broker has no
+        replica of."""
+        known = self._broker.topics.get(topic)
+        local = known.partitions[partition] \
+            if known is not None and 0 <= partition < len(known.partitions) else None
+        if local is not None and local.log is not None:
+            leader_id, leader_epoch = local.leader_id, local.leader_epoch
+        else:
+            info = self._cache.partition(topic, partition)
+            if info is None:
+                return None
+            leader_id, leader_epoch = info.leader, info.leader_epoch
+        if leader_id < 0:
+            return None
+        return CurrentLeader(leader_id, leader_epoch, self._cache.broker(leader_id))
 
     def on_leadership_change(self, fn: LeadershipListener) -> None:
         self.node.replicas.add_leadership_listener(fn)
