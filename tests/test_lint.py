@@ -28,6 +28,8 @@ STUBTEST = ["records", "crc32c", "index", "partitioner", "reqheader", "wire", "f
 STUBTEST_ALLOW = [
     r".*\.__reduce_cython__", r".*\.__setstate_cython__", r".*\.__pyx_capi__",
     r".*\.__test__", r"pybroker\._native\.records\.Column",
+    # type aliases of the stubs only (the tuples the wire builders take)
+    r"pybroker\._native\.wire\.(CurrentLeader|NodeEndpoint|RecordError|ProducePartition)",
     # the buffer protocol of a Cython class is __getbuffer__, which Python 3.11 does not
     # show as __buffer__; the stub declares it so that typing sees a Buffer
     r"pybroker\._native\.framebuffer\.FrameBuffer\.__(release_)?buffer__",

@@ -23,9 +23,13 @@ time on. Work is per request and per partition: record bytes are never looked at
 parser hands out views of the receive buffer; the builder emits ``FileRegion``s for
 sendfile), so no Python or C loop here runs per record.
 
-Tagged fields are skipped when parsing Produce (none are defined up to v11) and never
-written in Fetch responses (diverging epoch, current leader, snapshot id and node
-endpoints are for followers and KIP-951 redirects, which one broker does not need).
+Tagged fields are skipped when parsing Produce (none are defined up to v11). Responses
+write the KIP-951 leader hints when the caller gives them: a partition's
+``current_leader`` (Produce v10+, Fetch v12+) and the top-level ``node_endpoints``
+(Produce v10+, Fetch v16+), each only when it differs from its default, as the generic
+codec writes tagged fields. Fetch's ``diverging_epoch`` and ``snapshot_id`` (for
+followers of a KRaft-style log) are never written: this broker's followers truncate by
+OffsetForLeaderEpoch.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -39,6 +43,10 @@ from pybroker._native.protocol cimport (
     PB_FETCH_MAX_VERSION,
     PB_FETCH_RESPONSE_ERROR_CODE_FIRST,
     PB_FETCH_RESPONSE_FIRST_FLEXIBLE,
+    PB_FETCH_RESPONSE_NODE_ENDPOINTS_FIRST,
+    PB_FETCH_RESPONSE_NODE_ENDPOINTS_TAG,
+    PB_FETCH_RESPONSE_RESPONSES_PARTITIONS_CURRENT_LEADER_FIRST,
+    PB_FETCH_RESPONSE_RESPONSES_PARTITIONS_CURRENT_LEADER_TAG,
     PB_FETCH_RESPONSE_RESPONSES_PARTITIONS_LOG_START_OFFSET_FIRST,
     PB_FETCH_RESPONSE_RESPONSES_PARTITIONS_PREFERRED_READ_REPLICA_FIRST,
     PB_FETCH_RESPONSE_RESPONSES_TOPIC_ID_FIRST,
@@ -46,6 +54,10 @@ from pybroker._native.protocol cimport (
     PB_PRODUCE_MAX_VERSION,
     PB_PRODUCE_REQUEST_FIRST_FLEXIBLE,
     PB_PRODUCE_RESPONSE_FIRST_FLEXIBLE,
+    PB_PRODUCE_RESPONSE_NODE_ENDPOINTS_FIRST,
+    PB_PRODUCE_RESPONSE_NODE_ENDPOINTS_TAG,
+    PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_CURRENT_LEADER_FIRST,
+    PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_CURRENT_LEADER_TAG,
     PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_ERROR_MESSAGE_FIRST,
     PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_LOG_START_OFFSET_FIRST,
     PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_RECORD_ERRORS_FIRST,
@@ -56,6 +68,10 @@ import uuid as _uuid
 from pybroker.errors import InvalidRequestError, UnsupportedVersionError
 from pybroker.file_region import FileRegion
 
+# The first versions whose responses carry KIP-951's node_endpoints, from the specs: the
+# handlers fill the leader hints from there on, as Kafka does.
+PRODUCE_NODE_ENDPOINTS_FIRST = PB_PRODUCE_RESPONSE_NODE_ENDPOINTS_FIRST
+FETCH_NODE_ENDPOINTS_FIRST = PB_FETCH_RESPONSE_NODE_ENDPOINTS_FIRST
 
 # --------------------------------------------------------------------------- parsing
 
@@ -342,22 +358,69 @@ cdef int _put_string(_Segments out, str s, bint flexible) except -1:
     return out.put(<const char *>data, len(data))
 
 
+cdef int _put_nullable_string(_Segments out, object s, bint flexible) except -1:
+    if s is None:
+        return out.length(-1, flexible, False)
+    return _put_string(out, s, flexible)
+
+
+cdef int _put_leader_tags(_Segments out, object leader, int tag) except -1:
+    """A partition's tagged fields: ``current_leader`` (``(leader_id, leader_epoch)``)
+    under ``tag`` unless None or the default (-1, -1), as the generic codec omits it."""
+    cdef int32_t leader_id, leader_epoch
+    if leader is None:
+        return out.i8(0)
+    leader_id, leader_epoch = leader
+    if leader_id == -1 and leader_epoch == -1:
+        return out.i8(0)
+    out.i8(1)  # one tagged field
+    out.uvarint(<uint64_t>tag)
+    out.uvarint(9)  # its size: two int32s and the struct's empty tag buffer
+    out.i32(leader_id)
+    out.i32(leader_epoch)
+    return out.i8(0)
+
+
+cdef int _put_node_endpoints_tags(_Segments out, object endpoints, int tag) except -1:
+    """The response's tagged fields: ``node_endpoints`` (``[(node_id, host, port,
+    rack)]``) under ``tag`` unless None or empty."""
+    cdef _Segments value
+    if not endpoints:
+        return out.i8(0)
+    value = _Segments()
+    value.length(len(endpoints), True, True)
+    for node_id, host, port, rack in endpoints:
+        value.i32(node_id)
+        _put_string(value, host, True)
+        value.i32(port)
+        _put_nullable_string(value, rack, True)
+        value.i8(0)
+    out.i8(1)  # one tagged field
+    out.uvarint(<uint64_t>tag)
+    out.uvarint(<uint64_t>value.len)
+    return out.put(value.buf, value.len)
+
+
 def build_fetch(int version, int32_t correlation_id, int32_t throttle_time_ms,
-                int error_code, int32_t session_id, list topics):
+                int error_code, int32_t session_id, list topics, object node_endpoints=None):
     """Encode a whole Fetch response frame (v4 to the specs' newest), size prefix included.
 
     ``topics``: ``[(topic, [(partition_index, error_code, high_watermark,
-    last_stable_offset, log_start_offset, aborted_transactions, records)])]`` where
-    ``topic`` is the name (v4-v12) or the topic id as ``uuid.UUID`` or 16 bytes (v13+),
-    ``aborted_transactions`` None or ``[(producer_id, first_offset)]`` and ``records``
-    None, a bytes-like object, a ``FileRegion`` or a list of those.
+    last_stable_offset, log_start_offset, aborted_transactions, records,
+    current_leader)])]`` where ``topic`` is the name (v4-v12) or the topic id as
+    ``uuid.UUID`` or 16 bytes (v13+), ``aborted_transactions`` None or
+    ``[(producer_id, first_offset)]``, ``records`` None, a bytes-like object, a
+    ``FileRegion`` or a list of those, and ``current_leader`` None or ``(leader_id,
+    leader_epoch)`` (written v12+). ``node_endpoints``: None or ``[(node_id, host, port,
+    rack)]`` (written v16+).
 
     Returns ``(segments, total_size)``: bytes and ``FileRegion``s in wire order and the
     number of bytes they make on the wire, prefix included.
     """
     cdef bint flex = version >= PB_FETCH_RESPONSE_FIRST_FLEXIBLE
+    cdef bint leaders = version >= PB_FETCH_RESPONSE_RESPONSES_PARTITIONS_CURRENT_LEADER_FIRST
     cdef _Segments out = _Segments()
-    cdef object topic, part, aborted, records, first
+    cdef object topic, part, aborted, records, leader, first
     cdef bytes tid
     cdef list parts
     if version < FETCH_MIN_VERSION or version > PB_FETCH_MAX_VERSION:
@@ -382,7 +445,7 @@ def build_fetch(int version, int32_t correlation_id, int32_t throttle_time_ms,
             _put_string(out, topic, flex)
         out.length(len(parts), flex, True)
         for part in parts:
-            partition_index, perr, hw, lso, log_start, aborted, records = part
+            partition_index, perr, hw, lso, log_start, aborted, records, leader = part
             out.i32(partition_index)
             out.i16(perr)
             out.i64(hw)
@@ -405,23 +468,22 @@ def build_fetch(int version, int32_t correlation_id, int32_t throttle_time_ms,
             else:
                 out.length(_records_size(records), flex, True)
                 _put_records(out, records)
-            if flex:
+            if leaders:
+                _put_leader_tags(out, leader,
+                                 PB_FETCH_RESPONSE_RESPONSES_PARTITIONS_CURRENT_LEADER_TAG)
+            elif flex:
                 out.i8(0)
         if flex:
             out.i8(0)
-    if flex:
+    if version >= PB_FETCH_RESPONSE_NODE_ENDPOINTS_FIRST:
+        _put_node_endpoints_tags(out, node_endpoints, PB_FETCH_RESPONSE_NODE_ENDPOINTS_TAG)
+    elif flex:
         out.i8(0)
     out.flush()
     # The first segment holds the header; patch the size now that the total is known.
     first = out.segments[0]
     out.segments[0] = (out.total - 4).to_bytes(4, "big", signed=True) + first[4:]
     return out.segments, out.total
-
-
-cdef int _put_nullable_string(_Segments out, object s, bint flexible) except -1:
-    if s is None:
-        return out.length(-1, flexible, False)
-    return _put_string(out, s, flexible)
 
 
 cdef int _start_response(_Segments out, int32_t correlation_id, bint flexible) except -1:
@@ -432,30 +494,47 @@ cdef int _start_response(_Segments out, int32_t correlation_id, bint flexible) e
     return 0
 
 
+cdef int _put_record_errors(_Segments out, object record_errors, bint flexible) except -1:
+    """KIP-467's ``record_errors``: ``[(batch_index, batch_index_error_message)]``."""
+    if record_errors is None:
+        return out.length(0, flexible, True)
+    out.length(len(record_errors), flexible, True)
+    for batch_index, batch_message in record_errors:
+        out.i32(batch_index)
+        _put_nullable_string(out, batch_message, flexible)
+        if flexible:
+            out.i8(0)
+    return 0
+
+
 def build_produce_response(int version, int32_t correlation_id, int32_t throttle_time_ms,
-                           list topics):
+                           list topics, object node_endpoints=None):
     """Encode a whole Produce response frame (v3 to the specs' newest), size prefix
     included, as bytes.
 
     ``topics``: ``[(name, [(partition_index, error_code, base_offset, log_append_time_ms,
-    log_start_offset, error_message)])]``, ``error_message`` None or a string (v8+).
-    ``record_errors`` (v8+) is always empty: this broker rejects a batch as a whole. The
-    tagged ``current_leader`` (v10+) and ``node_endpoints`` are left at their defaults,
-    i.e. not written, as the generic codec does for a single broker.
+    log_start_offset, error_message, record_errors, current_leader)])]``,
+    ``error_message`` None or a string (v8+), ``record_errors`` None or
+    ``[(batch_index, batch_index_error_message)]`` (KIP-467, v8+), ``current_leader``
+    None or ``(leader_id, leader_epoch)`` (KIP-951, v10+). ``node_endpoints``: None or
+    ``[(node_id, host, port, rack)]`` (v10+).
 
     Produce v3-v11 response (header v1, one empty tag byte, from v9)::
 
         responses:[ name:string  partition_responses:[ index:int32 error_code:int16
           base_offset:int64 log_append_time_ms:int64 [v5+ log_start_offset:int64]
-          [v8+ record_errors:[] error_message:nullable string] ] ]
-        throttle_time_ms:int32
+          [v8+ record_errors:[batch_index:int32 batch_index_error_message:nullable
+          string] error_message:nullable string] [v10+ tag 0: current_leader] ] ]
+        throttle_time_ms:int32 [v10+ tag 0: node_endpoints]
 
     Why: the generic codec walks a field table per partition (~4 us a request); this is
     one pass over C integers.
     """
     cdef bint flex = version >= PB_PRODUCE_RESPONSE_FIRST_FLEXIBLE
+    cdef bint leaders = (
+        version >= PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_CURRENT_LEADER_FIRST)
     cdef _Segments out = _Segments()
-    cdef object name, parts, part, message
+    cdef object name, parts, part, message, record_errors, leader
     cdef unsigned char *p
     cdef uint64_t size
     if version < PRODUCE_MIN_VERSION or version > PB_PRODUCE_MAX_VERSION:
@@ -466,7 +545,8 @@ def build_produce_response(int version, int32_t correlation_id, int32_t throttle
         _put_string(out, name, flex)
         out.length(len(parts), flex, True)
         for part in parts:
-            partition_index, error_code, base_offset, append_time, log_start, message = part
+            (partition_index, error_code, base_offset, append_time, log_start, message,
+             record_errors, leader) = part
             out.i32(partition_index)
             out.i16(error_code)
             out.i64(base_offset)
@@ -474,15 +554,20 @@ def build_produce_response(int version, int32_t correlation_id, int32_t throttle
             if version >= PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_LOG_START_OFFSET_FIRST:
                 out.i64(log_start)
             if version >= PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_RECORD_ERRORS_FIRST:
-                out.length(0, flex, True)  # record_errors
+                _put_record_errors(out, record_errors, flex)
             if version >= PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_ERROR_MESSAGE_FIRST:
                 _put_nullable_string(out, message, flex)
-            if flex:
+            if leaders:
+                _put_leader_tags(
+                    out, leader, PB_PRODUCE_RESPONSE_RESPONSES_PARTITION_RESPONSES_CURRENT_LEADER_TAG)
+            elif flex:
                 out.i8(0)
         if flex:
             out.i8(0)
     out.i32(throttle_time_ms)
-    if flex:
+    if version >= PB_PRODUCE_RESPONSE_NODE_ENDPOINTS_FIRST:
+        _put_node_endpoints_tags(out, node_endpoints, PB_PRODUCE_RESPONSE_NODE_ENDPOINTS_TAG)
+    elif flex:
         out.i8(0)
     size = <uint64_t>(out.len - 4)
     p = out.buf

@@ -63,7 +63,7 @@ def test_api_versions(client, version):
     assert response["error_code"] == 0
     ranges = {k["api_key"]: (k["min_version"], k["max_version"]) for k in response["api_keys"]}
     assert ranges[PRODUCE] == (3, 11)
-    assert ranges[FETCH] == (4, 16)
+    assert ranges[FETCH] == (4, 17)
     assert ranges[METADATA] == (0, 12)
     assert ranges[API_VERSIONS] == (0, 4)
     assert ranges[LIST_OFFSETS][1] >= 7

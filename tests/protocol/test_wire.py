@@ -95,15 +95,24 @@ def _random_fetch(version: int, fd: int, rnd: random.Random):
                 "empty": [],
             }[kind]
             aborted = rnd.choice([None, [], [(rnd.randint(0, 2**40), rnd.randint(0, 99))]])
-            parts.append((index, rnd.choice([0, 1, 6]), rnd.randint(-1, 2**40),
-                          rnd.randint(-1, 2**40), rnd.randint(-1, 2**40), aborted, records))
+            leader = rnd.choice([None, (-1, -1), (rnd.randint(0, 9), rnd.randint(0, 99))])
+            parts.append((index, rnd.choice([0, 1, 6, 74]), rnd.randint(-1, 2**40),
+                          rnd.randint(-1, 2**40), rnd.randint(-1, 2**40), aborted, records,
+                          leader))
         topics.append((topic, parts))
     return topics
 
 
-def _generic_body(version, throttle, error, session, topics):
+def _random_endpoints(rnd: random.Random):
+    return rnd.choice([None, [], [(1, "localhost", 9092, None)],
+                       [(2, "b2.example", 19092, "rack-ü"), (3, "10.0.0.3", 9093, None)]])
+
+
+def _generic_body(version, throttle, error, session, topics, endpoints=None):
     return {
         "throttle_time_ms": throttle, "error_code": error, "session_id": session,
+        "node_endpoints": [{"node_id": n, "host": h, "port": p, "rack": r}
+                           for n, h, p, r in endpoints or ()],
         "responses": [{
             ("topic_id" if version >= 13 else "topic"): topic,
             "partitions": [{
@@ -111,6 +120,8 @@ def _generic_body(version, throttle, error, session, topics):
                 "last_stable_offset": p[3], "log_start_offset": p[4],
                 "aborted_transactions": None if p[5] is None else [
                     {"producer_id": a, "first_offset": b} for a, b in p[5]],
+                "current_leader": {"leader_id": p[7][0], "leader_epoch": p[7][1]}
+                if p[7] else {"leader_id": -1, "leader_epoch": -1},
                 "records": p[6]} for p in parts]}
             for topic, parts in topics]}
 
@@ -122,9 +133,10 @@ def test_build_fetch_agrees_with_codec(version, segment_file):
     for _ in range(20):
         topics = _random_fetch(version, fd, rnd)
         throttle, error, session = rnd.randint(0, 100), rnd.choice([0, 70]), rnd.randint(0, 9)
-        segments, total = build_fetch(version, 42, throttle, error, session, topics)
+        endpoints = _random_endpoints(rnd)
+        segments, total = build_fetch(version, 42, throttle, error, session, topics, endpoints)
         generic = encode_response(1, version, 42, _generic_body(version, throttle, error,
-                                                                 session, topics))
+                                                                 session, topics, endpoints))
         generic = generic if isinstance(generic, list) else [generic]
         assert [type(s) for s in segments] == [type(s) for s in generic]
         assert all(isinstance(s, (bytes, FileRegion)) for s in segments)
@@ -134,12 +146,19 @@ def test_build_fetch_agrees_with_codec(version, segment_file):
         correlation_id, size = read_response_header(1, version, wire[4:])
         decoded = decode_response(1, version, wire[4:], size)
         assert correlation_id == 42 and len(decoded["responses"]) == len(topics)
+        if version >= 16:
+            assert [(e["node_id"], e["host"], e["port"], e["rack"])
+                    for e in decoded["node_endpoints"]] == list(endpoints or ())
+        if version >= 12:
+            assert [tuple(p["current_leader"].values()) for r in decoded["responses"]
+                    for p in r["partitions"]] == [
+                p[7] or (-1, -1) for _, ps in topics for p in ps]
 
 
 def test_build_fetch_region_is_not_copied(segment_file):
     fd, _ = segment_file
     region = FileRegion(fd, 0, 65536)
-    segments, total = build_fetch(11, 1, 0, 0, 0, [("t", [(0, 0, 5, 5, 0, None, region)])])
+    segments, total = build_fetch(11, 1, 0, 0, 0, [("t", [(0, 0, 5, 5, 0, None, region, None)])])
     assert segments[1] is region and len(segments) == 2
     assert total == len(segments[0]) + 65536
     with pytest.raises(UnsupportedVersionError):

@@ -1,4 +1,4 @@
-"""Fetch (key 1), v4-v16: record bytes go from the segment files to the socket unread.
+"""Fetch (key 1), v4-v17: record bytes go from the segment files to the socket unread.
 
 Per partition the log answers with ``FileRegion``s up to the high watermark (read_committed
 reads up to the last stable offset, the same offset here: this broker has no
@@ -18,6 +18,8 @@ ends it at once (``RequestContext.park``), releasing its socket.
 
 Replication: only the leader serves a partition (NOT_LEADER_OR_FOLLOWER; a
 ``current_leader_epoch`` older than ours FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH).
+From v16, as KIP-951, a partition refused with either of the first two names its current
+leader and the response that leader's endpoint, when the control plane knows them.
 A fetch with ``replica_id`` >= 0 comes from a follower: its fetch offset tells the leader
 what it has (``Partition.follower_fetched``: ISR and high watermark), and it reads up to
 the log end, not the high watermark.
@@ -33,23 +35,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pybroker._native.wire import build_fetch
+from pybroker._native.wire import FETCH_NODE_ENDPOINTS_FIRST, build_fetch
 from pybroker.broker.handlers import handler
+from pybroker.broker.leader_hints import LeaderHints
 from pybroker.broker.partition import Partition
 from pybroker.broker.request import Encoded, RequestContext
 from pybroker.broker.topic_manager import check_leader
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.net.protocol.typed import FetchRequest
 
+if TYPE_CHECKING:
+    from pybroker._native.wire import CurrentLeader, NodeEndpoint
+
 log = logging.getLogger("pybroker.fetch")
 
 READ_COMMITTED = 1
 FIRST_TOPIC_ID_VERSION = 13
+# the errors whose partitions are told where the leader is (KIP-951)
+REDIRECTED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
-# (partition index, the partition or None, error code, fetch offset, partition max bytes)
-Wanted = tuple[int, "Partition | None", int, int, int]
+# (partition index, the partition or None, error code, fetch offset, partition max bytes,
+# the current leader to name when refused)
+Wanted = tuple[int, "Partition | None", int, int, int, "CurrentLeader | None"]
 
 
 def _replica_id(request: FetchRequest) -> int:
@@ -60,10 +69,13 @@ def _replica_id(request: FetchRequest) -> int:
     return request.get("replica_id", -1)
 
 
-def _resolve(ctx: RequestContext, request: FetchRequest,
-             replica_id: int) -> list[tuple[Any, list[Wanted]]]:
+def _resolve(ctx: RequestContext, request: FetchRequest, replica_id: int
+             ) -> tuple[list[tuple[Any, list[Wanted]]], list[NodeEndpoint] | None]:
+    """The partitions asked for, and the endpoints of the leaders named to the refused."""
     topics = ctx.broker.topics
     by_id = ctx.api_version >= FIRST_TOPIC_ID_VERSION
+    hints = LeaderHints(ctx.broker.metadata) \
+        if ctx.api_version >= FETCH_NODE_ENDPOINTS_FIRST else None
     wanted = []
     key: uuid.UUID | str
     for t in request["topics"]:
@@ -77,22 +89,25 @@ def _resolve(ctx: RequestContext, request: FetchRequest,
         for p in t["partitions"]:
             index = p["partition"]
             if topic is None:
-                parts.append((index, None, missing, 0, 0))
+                parts.append((index, None, missing, 0, 0, None))
             elif not 0 <= index < len(topic.partitions):
-                parts.append((index, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0, 0))
+                parts.append((index, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0, 0, None))
             else:
                 partition = topic.partitions[index]
                 try:
                     check_leader(partition, p.get("current_leader_epoch", -1))
                 except KafkaError as exc:
-                    parts.append((index, None, exc.code, 0, 0))
+                    leader = None
+                    if hints is not None and exc.code in REDIRECTED:
+                        leader = hints.current_leader(topic.name, index)
+                    parts.append((index, None, exc.code, 0, 0, leader))
                     continue
                 if replica_id >= 0:
                     partition.follower_fetched(replica_id, p["fetch_offset"])
                 parts.append((index, partition, ErrorCode.NONE, p["fetch_offset"],
-                              p["partition_max_bytes"]))
+                              p["partition_max_bytes"], None))
         wanted.append((key, parts))
-    return wanted
+    return wanted, hints.node_endpoints() if hints is not None else None
 
 
 def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
@@ -105,10 +120,10 @@ def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
     out = []
     for key, parts in wanted:
         out_parts: list[tuple] = []
-        for index, partition, code, offset, partition_max in parts:
+        for index, partition, code, offset, partition_max, leader in parts:
             if partition is None or partition.deleted:
                 out_parts.append((index, code or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1,
-                                  -1, None, b""))
+                                  -1, None, b"", leader))
                 errors = True
                 continue
             plog = partition.log
@@ -127,16 +142,16 @@ def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
                         records = result.regions
                         total += result.size
                         remaining -= result.size
-                out_parts.append((index, ErrorCode.NONE, hw, hw, start, aborted, records))
+                out_parts.append((index, ErrorCode.NONE, hw, hw, start, aborted, records, None))
             except KafkaError as exc:
                 out_parts.append((index, exc.code, plog.high_watermark, plog.high_watermark,
-                                  plog.log_start_offset, None, b""))
+                                  plog.log_start_offset, None, b"", None))
                 errors = True
         out.append((key, out_parts))
     return out, total, errors
 
 
-@handler(api_key=1, versions=(4, 16))
+@handler(api_key=1, versions=(4, 17))
 async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     broker = ctx.broker
     version = ctx.api_version
@@ -145,7 +160,7 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
                                ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])
         return Encoded(parts)
     replica_id = _replica_id(request)
-    wanted = _resolve(ctx, request, replica_id)
+    wanted, endpoints = _resolve(ctx, request, replica_id)
     max_bytes = min(request["max_bytes"], broker.config["fetch.max.bytes"])
     committed = request["isolation_level"] == READ_COMMITTED
     min_bytes = request["min_bytes"]
@@ -157,7 +172,8 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
         if total >= min_bytes or errors or remaining <= 0 or broker.shutting_down:
             break
         await _wait_for_append(ctx, loop, wanted, remaining)
-    parts, _ = build_fetch(version, ctx.correlation_id, 0, ErrorCode.NONE, 0, topics)
+    parts, _ = build_fetch(version, ctx.correlation_id, 0, ErrorCode.NONE, 0, topics,
+                           endpoints)
     return Encoded(parts)
 
 
@@ -165,7 +181,7 @@ async def _wait_for_append(ctx: RequestContext, loop: asyncio.AbstractEventLoop,
                            wanted: list[tuple[Any, list[Wanted]]], timeout: float) -> None:
     fut: asyncio.Future[None] = loop.create_future()
     for _, parts in wanted:
-        for _, partition, _, _, _ in parts:
+        for _, partition, _, _, _, _ in parts:
             if partition is not None:
                 partition.waiter(fut)
     timer = loop.call_later(timeout, _resolve_future, fut)

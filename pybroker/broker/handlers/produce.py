@@ -35,7 +35,10 @@ its appends in arrival order, so the handler needs no ordering of its own.
 The response is built by the Cython ``build_produce_response``.
 
 Only the partition's leader appends (NOT_LEADER_OR_FOLLOWER: the client refreshes its
-metadata). acks: 0 gets no response (and a failed acks=0 request closes the connection,
+metadata; from v10, as KIP-951, the answer names the current leader and its endpoint
+when the control plane knows them, so the client can go there at once). The partitions
+are looked at for that only when some were refused or awaited, so a one-record produce
+that succeeded inline does no more work. acks: 0 gets no response (and a failed acks=0 request closes the connection,
 Kafka's way of telling a producer that is not listening), 1 is answered once appended
 here, -1 (all) once every ISR member has the batch: refused before the append with
 NOT_ENOUGH_REPLICAS when the ISR is smaller than ``min.insync.replicas``; after it the
@@ -51,12 +54,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pybroker._native.records import BatchInfo
-from pybroker._native.wire import build_produce_response, parse_produce
+from pybroker._native.wire import (
+    PRODUCE_NODE_ENDPOINTS_FIRST,
+    build_produce_response,
+    parse_produce,
+)
 from pybroker.broker import validation
 from pybroker.broker.handlers import Encoded, handler
+from pybroker.broker.leader_hints import LeaderHints
 from pybroker.broker.partition import Partition
 from pybroker.broker.request import RequestContext
 from pybroker.broker.topic_manager import validate_topic_name
@@ -71,18 +79,22 @@ from pybroker.errors import (
 from pybroker.log.log import AppendInfo
 from pybroker.net.connection import CloseConnection
 
+if TYPE_CHECKING:
+    from pybroker._native.wire import NodeEndpoint, ProducePartition
+
 log = logging.getLogger("pybroker.produce")
 
 # Loop time a request's handling takes before giving the loop back to other clients.
 SLICE_SECONDS = 0.001
 
 # A partition's answer: (index, error_code, base_offset, log_append_time_ms,
-# log_start_offset, error_message), what build_produce_response encodes.
-PartitionResult = tuple[int, int, int, int, int, str | None]
+# log_start_offset, error_message, record_errors, current_leader), what
+# build_produce_response encodes.
+PartitionResult: TypeAlias = "ProducePartition"
 
 
 def _error(index: int, code: int, message: str | None = None) -> PartitionResult:
-    return index, code, -1, -1, -1, message
+    return index, code, -1, -1, -1, message, None, None
 
 
 def _leader(ctx: RequestContext, topic: str, index: int, acks: int) -> Partition:
@@ -165,7 +177,22 @@ async def _in_isr(topic: str, index: int, partition: Partition,
 
 def _answer(index: int, result: AppendInfo) -> PartitionResult:
     return (index, ErrorCode.NONE, result.base_offset, result.log_append_time,
-            result.log_start_offset, None)
+            result.log_start_offset, None, None, None)
+
+
+def _leader_hints(ctx: RequestContext, responses: list[tuple[str, list[PartitionResult]]]
+                  ) -> list[NodeEndpoint] | None:
+    """KIP-951: each partition refused with NOT_LEADER_OR_FOLLOWER gets its current leader
+    (as Kafka, which names it for no other error of a produce), the response the
+    endpoints of those leaders."""
+    hints = LeaderHints(ctx.broker.metadata)
+    for name, results in responses:
+        for slot, result in enumerate(results):
+            if result[1] == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                leader = hints.current_leader(name, result[0])
+                if leader is not None:
+                    results[slot] = (*result[:7], leader)
+    return hints.node_endpoints()
 
 
 def _failed(topic: str, index: int, exc: BaseException) -> PartitionResult:
@@ -191,6 +218,7 @@ async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
     batches: list[_Batch] = []
     deferred: list[Any] = []  # records of the batches left to the pool, in order
     inline_bytes = 0
+    refused = False  # a partition was refused, so leader hints may be due
     slice_end = clock() + SLICE_SECONDS
     for name, partitions in topic_data:
         results: list[PartitionResult] = []
@@ -211,6 +239,7 @@ async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
                     deferred.append(records)
             except Exception as exc:
                 results.append(_failed(name, index, exc))
+                refused = True
                 continue
             batches.append((results, len(results), name, index, partition, records, info))
             results.append(_error(index, ErrorCode.UNKNOWN_SERVER_ERROR))  # placeholder
@@ -232,6 +261,7 @@ async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
                 raise
             except Exception as exc:
                 results[slot] = _failed(name, index, exc)
+                refused = True
                 continue
             if isinstance(outcome, KafkaError):  # returned, not raised: see ValidationPool
                 results[slot] = _failed(name, index, outcome)
@@ -261,6 +291,10 @@ async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
         if errors:
             raise CloseConnection("acks=0 produce failed: " + ", ".join(errors))
         return None
+    endpoints = None
+    # An awaited append may have been refused too: leadership can move while it waits.
+    if (refused or appends) and ctx.api_version >= PRODUCE_NODE_ENDPOINTS_FIRST:
+        endpoints = _leader_hints(ctx, responses)
     # The Cython builder: the generic codec's field walk cost ~4 us a request.
     return Encoded([build_produce_response(ctx.api_version, ctx.correlation_id, 0,
-                                           responses)])
+                                           responses, endpoints)])
