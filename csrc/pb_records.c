@@ -30,6 +30,7 @@ static const char *const pb_err_messages[] = {
     [PB_ERR_HEADER] = "invalid record header (negative count or null key)",
     [PB_ERR_LENGTH] = "key or value length below -1",
     [PB_ERR_UNSUPPORTED] = "unknown compression codec",
+    [PB_ERR_NO_MEMORY] = "out of memory",
 };
 
 const char *pb_err_message(int err) {
@@ -136,7 +137,27 @@ int pb_header_next(const uint8_t **pp, const uint8_t *end, const uint8_t **key,
     return err;
 }
 
-int pb_validate_records(const uint8_t *p, size_t len, int32_t count, size_t *err_pos) {
+void pb_keyless_free(pb_keyless *k) {
+    free(k->index);
+    memset(k, 0, sizeof(*k));
+}
+
+/* Notes record `index` as keyless: PB_OK, or PB_ERR_NO_MEMORY. The array grows by
+ * doubling, so a batch of n keyless records costs O(n) (4 bytes each). */
+static int pb_keyless_add(pb_keyless *k, int32_t index) {
+    if (k->len == k->cap) {
+        int32_t cap = k->cap ? k->cap * 2 : 16;
+        int32_t *grown = realloc(k->index, (size_t)cap * sizeof(*grown));
+        if (!grown) return PB_ERR_NO_MEMORY;
+        k->index = grown;
+        k->cap = cap;
+    }
+    k->index[k->len++] = index;
+    return PB_OK;
+}
+
+int pb_validate_records(const uint8_t *p, size_t len, int32_t count, size_t *err_pos,
+                        pb_keyless *keyless) {
     const uint8_t *start = p, *end = p + len;
     pb_record r;
     for (int32_t i = 0; i < count; i++) {
@@ -148,6 +169,10 @@ int pb_validate_records(const uint8_t *p, size_t len, int32_t count, size_t *err
         if (PB_UNLIKELY(r.offset_delta != i)) {
             *err_pos = (size_t)(p - start);
             return PB_ERR_OFFSET_DELTA;
+        }
+        if (keyless && r.key_len < 0 && PB_UNLIKELY(pb_keyless_add(keyless, i))) {
+            *err_pos = (size_t)(p - start);
+            return PB_ERR_NO_MEMORY;
         }
     }
     if (PB_UNLIKELY(p != end)) {
@@ -175,10 +200,11 @@ enum {
     PB_WALK_REST,                   /* to the record's end, then the pending fault */
 };
 
-void pb_walker_init(pb_record_walker *w, int32_t count) {
+void pb_walker_init(pb_record_walker *w, int32_t count, pb_keyless *keyless) {
     memset(w, 0, sizeof(*w));
     w->count = count;
     w->step = PB_WALK_LENGTH;
+    w->keyless = keyless;
 }
 
 PB_INLINE void pb_walk_fail(pb_record_walker *w, int err, uint64_t pos) {
@@ -285,6 +311,11 @@ static int pb_walk_step(pb_record_walker *w, const uint8_t **pp, const uint8_t *
             pb_walk_fault(w, err);
             return 1;
         }
+        if (v < 0 && w->step == PB_WALK_KEY && w->keyless &&
+            PB_UNLIKELY(pb_keyless_add(w->keyless, w->index))) {
+            pb_walk_fail(w, PB_ERR_NO_MEMORY, w->pos);
+            return 1;
+        }
         w->skip = v > 0 ? (uint64_t)v : 0;
         w->after_skip = w->step == PB_WALK_KEY ? PB_WALK_VALUE
                       : w->step == PB_WALK_VALUE ? PB_WALK_HEADER_COUNT
@@ -348,6 +379,11 @@ int pb_walker_feed(pb_record_walker *w, const uint8_t *p, size_t len) {
                     break;
                 }
                 w->pos += (uint64_t)(p - start);
+                if (w->keyless && r.key_len < 0 &&
+                    PB_UNLIKELY(pb_keyless_add(w->keyless, w->index))) {
+                    pb_walk_fail(w, PB_ERR_NO_MEMORY, w->pos);
+                    break;
+                }
                 w->offset_delta = r.offset_delta;
                 w->record_end = w->pos;
                 pb_walk_record_end(w);
@@ -366,7 +402,8 @@ int pb_walker_finish(pb_record_walker *w) {
     return w->err;
 }
 
-int pb_validate_batch(const uint8_t *buf, size_t len, pb_batch_header *h, size_t *err_pos) {
+int pb_validate_batch(const uint8_t *buf, size_t len, pb_batch_header *h, size_t *err_pos,
+                      pb_keyless *keyless) {
     *err_pos = 0;
     int err = pb_check_batch(buf, len, h);
     if (err) return err;
@@ -379,7 +416,7 @@ int pb_validate_batch(const uint8_t *buf, size_t len, pb_batch_header *h, size_t
     if (PB_UNLIKELY(codec > PB_CODEC_MAX)) return PB_ERR_UNSUPPORTED;
     if (codec != 0) return PB_OK;
     err = pb_validate_records(buf + PB_BATCH_HEADER_SIZE, len - PB_BATCH_HEADER_SIZE,
-                              h->records_count, err_pos);
+                              h->records_count, err_pos, keyless);
     *err_pos += PB_BATCH_HEADER_SIZE;
     return err;
 }

@@ -66,6 +66,7 @@ typedef enum pb_err {
     PB_ERR_HEADER = 38,             /* negative header count or null header key */
     PB_ERR_LENGTH = 39,             /* key or value length below -1 */
     PB_ERR_UNSUPPORTED = 64,        /* compression codec 5..7 */
+    PB_ERR_NO_MEMORY = 96,          /* not the input's fault: the indices below */
 } pb_err;
 
 const char *pb_err_message(int err);
@@ -105,13 +106,29 @@ int pb_read_header_raw(const uint8_t *buf, size_t len, pb_batch_header *h);
 int pb_read_header(const uint8_t *buf, size_t len, pb_batch_header *h);
 /* pb_read_header, the whole batch present in len, and its CRC. */
 int pb_check_batch(const uint8_t *buf, size_t len, pb_batch_header *h);
+/* The indices in their batch of the records without a key, which a compacted topic
+ * refuses (Kafka's LogValidator.validateKey; each one is a KIP-467 record error). Not an
+ * error of the walk: a batch whose framing is broken anywhere gets that error instead.
+ * Zeroed before use, freed with pb_keyless_free. */
+typedef struct pb_keyless {
+    int32_t *index;
+    int32_t len;
+    int32_t cap;
+} pb_keyless;
+
+void pb_keyless_free(pb_keyless *k);
+
 /* Everything a producer's batch must satisfy: pb_check_batch, len is exactly the batch,
  * recordsCount, no control batch, known codec, and for uncompressed batches the framing
- * of every record. Compressed records are left to the caller (pb_validate_records on the
- * decompressed bytes). *err_pos: byte position of the problem. */
-int pb_validate_batch(const uint8_t *buf, size_t len, pb_batch_header *h, size_t *err_pos);
-/* `count` records filling [p, p+len) exactly, offsetDelta i for record i. */
-int pb_validate_records(const uint8_t *p, size_t len, int32_t count, size_t *err_pos);
+ * of every record (and, with `keyless`, which records have no key). Compressed records are
+ * left to the caller (pb_validate_records on the decompressed bytes, or a
+ * pb_record_walker). *err_pos: byte position of the problem. */
+int pb_validate_batch(const uint8_t *buf, size_t len, pb_batch_header *h, size_t *err_pos,
+                      pb_keyless *keyless);
+/* `count` records filling [p, p+len) exactly, offsetDelta i for record i; with `keyless`
+ * (else NULL), the records without a key are noted there. */
+int pb_validate_records(const uint8_t *p, size_t len, int32_t count, size_t *err_pos,
+                        pb_keyless *keyless);
 
 /* pb_validate_records over a records section that arrives in pieces (a compressed batch
  * decompressed a chunk at a time), holding none of it: key, value and header bytes are
@@ -137,9 +154,10 @@ typedef struct pb_record_walker {
     uint64_t err_pos;
     uint8_t varint[10];             /* a varint split between pieces (PB_VARLONG_MAX) */
     uint8_t varint_len;
+    pb_keyless *keyless;            /* NULL, or where records without a key are noted */
 } pb_record_walker;
 
-void pb_walker_init(pb_record_walker *w, int32_t count);
+void pb_walker_init(pb_record_walker *w, int32_t count, pb_keyless *keyless);
 /* Walks the next `len` bytes of the section: PB_OK while nothing is wrong so far, else
  * the verdict (w->err_pos), after which further pieces are ignored. */
 int pb_walker_feed(pb_record_walker *w, const uint8_t *p, size_t len);

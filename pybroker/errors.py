@@ -150,6 +150,24 @@ def _error(name: str, code: ErrorCode) -> type[KafkaError]:
 
 CorruptRecordError = _error("CorruptRecordError", ErrorCode.CORRUPT_MESSAGE)
 InvalidRecordError = _error("InvalidRecordError", ErrorCode.INVALID_RECORD)
+
+
+class RecordValidationError(KafkaError):
+    """Records of an intact batch that break a rule of their topic (Kafka's
+    RecordValidationException, KIP-467): INVALID_RECORD, with ``record_errors`` pairing
+    each such record's index in its batch with why, and Kafka's summary as the message."""
+
+    code = ErrorCode.INVALID_RECORD
+
+    def __init__(self, record_errors: list[tuple[int, str]]) -> None:
+        shown = ", ".join(f"RecordError(batchIndex={index}, message='{why}')"
+                          for index, why in record_errors[:3])
+        super().__init__(f"One or more records have been rejected due to "
+                         f"{len(record_errors)} record errors in total, and only showing "
+                         f"the first three errors at most: [{shown}]")
+        self.record_errors = record_errors
+
+
 UnsupportedCompressionError = _error("UnsupportedCompressionError",
                                      ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
 InvalidTimestampError = _error("InvalidTimestampError", ErrorCode.INVALID_TIMESTAMP)

@@ -17,6 +17,7 @@ cdef extern from "pb_records.h" nogil:
         PB_ERR_COUNT
         PB_ERR_INVALID
         PB_ERR_UNSUPPORTED
+        PB_ERR_NO_MEMORY
 
     ctypedef struct pb_batch_header:
         int64_t base_offset
@@ -84,8 +85,16 @@ cdef extern from "pb_records.h" nogil:
     const char *pb_err_message(int err)
     int pb_read_header(const uint8_t *buf, size_t len, pb_batch_header *h)
     int pb_check_batch(const uint8_t *buf, size_t len, pb_batch_header *h)
-    int pb_validate_batch(const uint8_t *buf, size_t len, pb_batch_header *h, size_t *err_pos)
-    int pb_validate_records(const uint8_t *p, size_t len, int32_t count, size_t *err_pos)
+    ctypedef struct pb_keyless:
+        int32_t *index
+        int32_t len
+        int32_t cap
+
+    void pb_keyless_free(pb_keyless *k)
+    int pb_validate_batch(const uint8_t *buf, size_t len, pb_batch_header *h, size_t *err_pos,
+                          pb_keyless *keyless)
+    int pb_validate_records(const uint8_t *p, size_t len, int32_t count, size_t *err_pos,
+                            pb_keyless *keyless)
 
     ctypedef struct pb_record_walker:
         int32_t count
@@ -93,7 +102,7 @@ cdef extern from "pb_records.h" nogil:
         uint64_t pos
         uint64_t err_pos
 
-    void pb_walker_init(pb_record_walker *w, int32_t count)
+    void pb_walker_init(pb_record_walker *w, int32_t count, pb_keyless *keyless)
     int pb_walker_feed(pb_record_walker *w, const uint8_t *p, size_t len)
     int pb_walker_finish(pb_record_walker *w)
     int pb_record_parse(const uint8_t **pp, const uint8_t *end, pb_record *r)

@@ -12,8 +12,9 @@ piece whatever the batch inflates to and stops at the first bad record; the read
 
 Bad input raises ``CorruptRecordError`` (damaged bytes: truncation, bad batchLength,
 magic, CRC), ``InvalidRecordError`` (intact bytes breaking a rule: record framing,
-counts, offset deltas, control batches from producers) or
-``UnsupportedCompressionError``. Anything else is a bug here (STYLE 12).
+counts, offset deltas, control batches from producers), ``RecordValidationError``
+(records without a key where the topic needs keys: the indices of all of them, found by
+the same C walk) or ``UnsupportedCompressionError``. Anything else is a bug here (STYLE 12).
 
 Thread-safety: module functions keep no state; BatchInfo and ScanResult are immutable;
 a RecordWalker is used by one thread at a time. Large inputs are processed without the
@@ -31,11 +32,11 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndS
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.pystate cimport PyThreadState
 from libc.stdint cimport int32_t, int64_t, uint8_t, uintptr_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 from pybroker._native cimport crc32c as _crc
 from pybroker._native import compression as _compression
-from pybroker.errors import (CorruptRecordError, InvalidRecordError,
+from pybroker.errors import (CorruptRecordError, InvalidRecordError, RecordValidationError,
                              UnsupportedCompressionError)
 
 # This extension links its own copy of pb_crc32c.c: select its path like crc32c.pyx does
@@ -53,6 +54,8 @@ MAX_DECOMPRESSED_SIZE = DEFAULT_MAX_DECOMPRESSED
 cdef int _raise(int err, Py_ssize_t pos) except -1:
     if err < 0:
         err = -err
+    if err == PB_ERR_NO_MEMORY:
+        raise MemoryError()
     msg = f"{pb_err_message(err).decode()} (at byte {pos})"
     if err >= PB_ERR_UNSUPPORTED:
         raise UnsupportedCompressionError(msg)
@@ -136,13 +139,24 @@ cdef class RecordWalker:
 
     ``feed(piece)`` raises as soon as the records so far are bad (``InvalidRecordError``);
     ``finish()`` raises if the section, now ended, is. Pieces of ``RECORDS_GIL_THRESHOLD``
-    bytes and more are walked without the GIL. One thread at a time.
+    bytes and more are walked without the GIL. One thread at a time. With
+    ``keys_required``, ``keyless`` lists the indices of the records without a key.
     """
 
     cdef pb_record_walker _walker
+    cdef pb_keyless _keyless
 
-    def __cinit__(self, int32_t count):
-        pb_walker_init(&self._walker, count)
+    def __cinit__(self, int32_t count, bint keys_required=False):
+        memset(&self._keyless, 0, sizeof(self._keyless))
+        pb_walker_init(&self._walker, count, &self._keyless if keys_required else NULL)
+
+    def __dealloc__(self):
+        pb_keyless_free(&self._keyless)
+
+    @property
+    def keyless(self):
+        """Indices of the records walked so far that have no key (``keys_required``)."""
+        return [self._keyless.index[i] for i in range(self._keyless.len)]
 
     @property
     def position(self):
@@ -169,13 +183,25 @@ cdef class RecordWalker:
             _raise(err, <Py_ssize_t>self._walker.err_pos)
 
 
-cdef int _validate_compressed(const pb_batch_header *h, object buf, Py_ssize_t limit) except -1:
-    walker = RecordWalker(h.records_count)
+cdef int _validate_compressed(const pb_batch_header *h, object buf, Py_ssize_t limit,
+                              str keyless_error) except -1:
+    cdef RecordWalker walker = RecordWalker(h.records_count, keyless_error is not None)
     for piece in _compression.decompress_chunks(h.attributes & PB_ATTR_COMPRESSION_MASK,
                                                 _compressed_section(h, buf, 0), limit):
         walker.feed(piece)
     walker.finish()
-    return 0
+    return _refuse_keyless(&walker._keyless, keyless_error)
+
+
+cdef int _refuse_keyless(const pb_keyless *keyless, str message) except -1:
+    """Raise the RecordValidationError of the records without a key, if any: one record
+    error each (as Kafka answers), made here so no Python loop runs per record."""
+    cdef list record_errors
+    cdef int32_t i
+    if keyless.len == 0:
+        return 0
+    record_errors = [(keyless.index[i], message) for i in range(keyless.len)]
+    raise RecordValidationError(record_errors)
 
 
 cdef int _validate_section(object data, int32_t count) except -1:
@@ -186,7 +212,8 @@ cdef int _validate_section(object data, int32_t count) except -1:
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         state = _crc.release_gil_if(view.len >= RECORDS_GIL_THRESHOLD)
-        err = pb_validate_records(<const uint8_t *>view.buf, <size_t>view.len, count, &pos)
+        err = pb_validate_records(<const uint8_t *>view.buf, <size_t>view.len, count, &pos,
+                                  NULL)
         _crc.reacquire_gil(state)
         if err:
             _raise(err, <Py_ssize_t>pos)
@@ -195,31 +222,40 @@ cdef int _validate_section(object data, int32_t count) except -1:
     return 0
 
 
-def validate_batch(buf, Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED):
+def validate_batch(buf, Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED,
+                   str keyless_error=None):
     """Check one batch exactly as a producer sent it; return its BatchInfo.
 
     Header bounds, batchLength == len(buf) - 12, magic 2, CRC32C, recordsCount ==
     lastOffsetDelta + 1, no control batch, and every record's framing with offsetDelta i.
     Compressed records are checked the same way as they are decompressed (at most
     ``max_decompressed_size`` bytes), a piece at a time, up to the first bad record.
-    ``buf`` is never modified.
+    With ``keyless_error`` (a compacted topic) every record must have a key: an otherwise
+    valid batch with records without one raises ``RecordValidationError``, each such
+    record's index paired with ``keyless_error``. ``buf`` is never modified.
     """
     cdef Py_buffer view
     cdef PyThreadState *state
     cdef pb_batch_header h
+    cdef pb_keyless keyless
     cdef size_t pos = 0
     cdef int err
+    memset(&keyless, 0, sizeof(keyless))
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
         state = _crc.release_gil_if(view.len >= RECORDS_GIL_THRESHOLD)
-        err = pb_validate_batch(<const uint8_t *>view.buf, <size_t>view.len, &h, &pos)
+        err = pb_validate_batch(<const uint8_t *>view.buf, <size_t>view.len, &h, &pos,
+                                &keyless if keyless_error is not None else NULL)
         _crc.reacquire_gil(state)
         if err:
             _raise(err, <Py_ssize_t>pos)
         if h.attributes & PB_ATTR_COMPRESSION_MASK:
-            _validate_compressed(&h, buf, max_decompressed_size)
+            _validate_compressed(&h, buf, max_decompressed_size, keyless_error)
+        else:
+            _refuse_keyless(&keyless, keyless_error)
     finally:
         PyBuffer_Release(&view)
+        pb_keyless_free(&keyless)
     return batch_info_from_header(&h)
 
 

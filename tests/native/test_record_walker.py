@@ -4,7 +4,8 @@
 chunk at a time); ``validate_batch`` of an uncompressed batch checks the same section in one
 buffer (``pb_validate_records``). For any section, well-formed or damaged, and any way of
 cutting it into pieces (every single cut position included), both must give the same
-verdict: success, or the same error class and message, at the same byte. Compressed
+verdict: success, or the same error class and message, at the same byte, and, keys being
+required (a compacted topic), the same records found without a key. Compressed
 batches, validated through the walker a piece of output at a time, must agree as well,
 for every codec, with pieces small enough that records straddle them.
 
@@ -26,7 +27,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pybroker._native import compression
-from pybroker.errors import CorruptRecordError, InvalidRecordError, KafkaError
+from pybroker.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    KafkaError,
+    RecordValidationError,
+)
 
 records = importlib.import_module("pybroker._native.records")
 
@@ -98,28 +104,33 @@ def sections(draw) -> tuple[bytes, int]:
     return bytes(section), count
 
 
-def whole_verdict(section: bytes, count: int) -> tuple[type, str] | None:
-    """What validate_batch says of an uncompressed batch with this section, positions
-    made section-relative (the batch header is 61 bytes)."""
+def whole_verdict(section: bytes, count: int) -> tuple[type, object] | None:
+    """What validate_batch says of an uncompressed batch with this section, keys required,
+    positions made section-relative (the batch header is 61 bytes)."""
     batch = bytearray(records.encode_batch([b""] * count)[:61]) + section
     struct.pack_into(">i", batch, 8, len(batch) - 12)
     struct.pack_into(">I", batch, 17, oracle.crc32c(bytes(batch[21:])))
     try:
-        records.validate_batch(batch)
+        records.validate_batch(batch, keyless_error="no key")
+    except RecordValidationError as exc:
+        assert {why for _, why in exc.record_errors} == {"no key"}
+        return RecordValidationError, [index for index, _ in exc.record_errors]
     except KafkaError as exc:
         message, _, position = str(exc).rpartition(" (at byte ")
         return type(exc), f"{message} (at byte {int(position[:-1]) - 61})"
     return None
 
 
-def walker_verdict(pieces: list[bytes], count: int) -> tuple[type, str] | None:
-    walker = records.RecordWalker(count)
+def walker_verdict(pieces: list[bytes], count: int) -> tuple[type, object] | None:
+    walker = records.RecordWalker(count, keys_required=True)
     try:
         for piece in pieces:
             walker.feed(piece)
         walker.finish()
     except KafkaError as exc:
         return type(exc), str(exc)
+    if walker.keyless:
+        return RecordValidationError, walker.keyless
     return None
 
 
@@ -192,9 +203,12 @@ def compressed_batch(section: bytes, codec: int, count: int) -> bytes:
     return bytes(batch)
 
 
-def batch_verdict(batch: bytes) -> tuple[type, str] | None:
+def batch_verdict(batch: bytes) -> tuple[type, object] | None:
+    """validate_batch's verdict, keys required (whole_verdict's terms)."""
     try:
-        records.validate_batch(batch)
+        records.validate_batch(batch, keyless_error="no key")
+    except RecordValidationError as exc:
+        return RecordValidationError, [index for index, _ in exc.record_errors]
     except KafkaError as exc:
         return type(exc), str(exc)
     return None

@@ -18,7 +18,12 @@ import crc32c as oracle
 import pytest
 import zstandard
 
-from pybroker.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
+from pybroker.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordValidationError,
+    UnsupportedCompressionError,
+)
 
 records = importlib.import_module("pybroker._native.records")
 
@@ -451,3 +456,30 @@ def test_encode_batch_fields():
     assert (info.base_offset, info.producer_id, info.producer_epoch, info.base_sequence,
             info.is_transactional, info.partition_leader_epoch, info.first_timestamp,
             info.max_timestamp, info.last_offset_delta) == (40, 9, 2, 11, True, 4, 7, 7, 1)
+
+
+@pytest.mark.parametrize("compression", [0, 1, 2, 3, 4])
+def test_keys_required_names_every_record_without_one(compression):
+    """A compacted topic's rule (validate_batch's keyless_error): each record without a key
+    is one record error, compressed or not; an empty key is a key."""
+    batch = records.encode_batch([b"a", b"b", b"c", b"d"], keys=[None, b"", None, b"k"],
+                                 compression=compression)
+    assert records.validate_batch(batch).records_count == 4  # keys optional by default
+    with pytest.raises(RecordValidationError) as refused:
+        records.validate_batch(batch, keyless_error="no key here")
+    assert refused.value.code == 87
+    assert refused.value.record_errors == [(0, "no key here"), (2, "no key here")]
+    assert str(refused.value) == (
+        "One or more records have been rejected due to 2 record errors in total, and only "
+        "showing the first three errors at most: [RecordError(batchIndex=0, message='no key "
+        "here'), RecordError(batchIndex=2, message='no key here')]")
+    keyed = records.encode_batch([b"a"], keys=[b"k"], compression=compression)
+    assert records.validate_batch(keyed, keyless_error="no key here").records_count == 1
+
+
+def test_broken_framing_wins_over_missing_keys():
+    batch = bytearray(records.encode_batch([b"a", b"b"], keys=[None, None]))
+    batch[-1] = 5  # the last record's header count: past its end
+    struct.pack_into(">I", batch, 17, oracle.crc32c(bytes(batch[21:])))
+    with pytest.raises(InvalidRecordError):
+        records.validate_batch(bytes(batch), keyless_error="no key")
