@@ -1,7 +1,9 @@
 """Validation of produced batches, the expensive ones off the event loop.
 
 Every batch a producer sends is checked in full before it is appended (``validated``:
-``records.validate_batch`` plus the produce-specific wording of its faults). What that
+``records.validate_batch`` plus the produce-specific wording of its faults; to a
+compacted topic, every record must have a key, checked in the same native walk, streaming
+for compressed batches). What that
 costs varies without bound: a small uncompressed batch is a few microseconds of CRC and
 record walk, but a compressed one is whatever it inflates to (2 KB of zstd can inflate to
 the 64 MiB cap) and a request may carry many large batches. So the produce handler asks
@@ -33,7 +35,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pybroker._native.records import HEADER_SIZE, BatchInfo, read_batch_header, validate_batch
+from pybroker._native.records import (
+    HEADER_SIZE,
+    MAX_DECOMPRESSED_SIZE,
+    BatchInfo,
+    read_batch_header,
+    validate_batch,
+)
 from pybroker.errors import CorruptRecordError, KafkaError
 
 # An uncompressed batch this small is checked inline whatever the request holds: ~10 us
@@ -48,11 +56,12 @@ _COMPRESSION_BYTE = 22  # low byte of the batch's attributes (i16 at 21)
 _COMPRESSION_MASK = 0x07
 
 
-def validated(records: Any) -> BatchInfo:
-    """The ``BatchInfo`` of the one batch ``records`` must be, or the KafkaError to answer.
-    Thread-safe (no state)."""
+def validated(records: Any, keyless_error: str | None = None) -> BatchInfo:
+    """The ``BatchInfo`` of the one batch ``records`` must be, or the KafkaError to answer;
+    ``keyless_error``: see ``validate_batch``. Thread-safe (no state)."""
     try:
-        return validate_batch(records)  # checks batchLength == len(records) too
+        # checks batchLength == len(records) too
+        return validate_batch(records, MAX_DECOMPRESSED_SIZE, keyless_error)
     except CorruptRecordError:
         # say which of the produce-specific faults it is (one header peek, failures only)
         if len(records) < HEADER_SIZE:
@@ -61,6 +70,13 @@ def validated(records: Any) -> BatchInfo:
             raise CorruptRecordError("Produce requests must have exactly one record batch "
                                      "per partition") from None
         raise
+
+
+def keyless_error(topic: str, index: int) -> str:
+    """What a record without a key is refused with, in Kafka's words, where the topic's
+    ``cleanup.policy`` includes ``compact`` (``LogConfig.compacts``): a key is what
+    compaction keeps the latest value of."""
+    return f"Compacted topic cannot accept message without key in topic partition {topic}-{index}"
 
 
 def cheap(records: Any, inline_bytes: int) -> bool:
@@ -77,7 +93,8 @@ def cheap(records: Any, inline_bytes: int) -> bool:
 class ValidationPool:
     """``num.io.threads`` threads running ``validated`` for the event loop.
 
-    ``submit`` takes one request's batches and returns an asyncio future per batch, of
+    ``submit`` takes one request's batches (``(records, keyless_error)`` pairs, the
+    arguments of ``validated``) and returns an asyncio future per batch, of
     its ``BatchInfo`` or of the KafkaError to answer, returned rather than raised: a
     raised one would keep its traceback in the future, and through it the frames of the
     decompression (a piece of output each) and of the handler that awaits it, a cycle only
@@ -101,7 +118,8 @@ class ValidationPool:
             threading.Thread(target=self._work, name=f"pybroker-validate-{i}",
                              daemon=True).start()
 
-    def submit(self, batches: list[Any]) -> list[asyncio.Future[BatchInfo | KafkaError]]:
+    def submit(self, batches: list[tuple[Any, str | None]]
+               ) -> list[asyncio.Future[BatchInfo | KafkaError]]:
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in batches]
         if batches:
@@ -118,13 +136,13 @@ class ValidationPool:
             loop, batches = job
             del job
             while batches:
-                future, records = batches.popleft()
+                future, (records, keyless_error) = batches.popleft()
                 if future.cancelled():  # its request is gone (read racily: at worst,
                     del records         # one batch validated for nobody)
                     continue
                 settle: Callable[[asyncio.Future[Any], Any], None] = _set_result
                 try:
-                    outcome: Any = _validated_or_error(records)
+                    outcome: Any = _validated_or_error(records, keyless_error)
                 except BaseException as exc:  # a bug: raised where the handler awaits
                     outcome, settle = exc, _set_exception
                 del records
@@ -165,9 +183,9 @@ def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
         future.set_exception(exc)
 
 
-def _validated_or_error(records: Any) -> BatchInfo | KafkaError:
+def _validated_or_error(records: Any, keyless_error: str | None) -> BatchInfo | KafkaError:
     try:
-        return validated(records)
+        return validated(records, keyless_error)
     except KafkaError as exc:
         exc.__traceback__ = exc.__context__ = None
         return exc

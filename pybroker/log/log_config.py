@@ -122,6 +122,11 @@ class LogConfig:
     def log_append_time(self) -> bool:  # read by every produce: computed once
         return self.message_timestamp_type == "LogAppendTime"
 
+    @functools.cached_property
+    def compacts(self) -> bool:  # read by every produce: computed once
+        """Records must have keys (``cleanup.policy`` includes ``compact``)."""
+        return "compact" in self.cleanup_policy.split(",")
+
     @property
     def deletes(self) -> bool:
         """Retention deletes old segments (``cleanup.policy`` includes ``delete``)."""

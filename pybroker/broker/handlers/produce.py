@@ -6,7 +6,9 @@ Per partition (one Python pass, no per-record loop, STYLE 10): the topic must ex
 clients ask Metadata first), the records must be exactly one v2
 batch (none: INVALID_RECORD; more or torn: CORRUPT_MESSAGE), not larger than the topic's
 ``max.message.bytes`` (MESSAGE_TOO_LARGE), and pass ``validate_batch`` (CRC, framing,
-codec: CORRUPT_MESSAGE / INVALID_RECORD / UNSUPPORTED_COMPRESSION_TYPE). The batch is
+codec: CORRUPT_MESSAGE / INVALID_RECORD / UNSUPPORTED_COMPRESSION_TYPE; to a topic whose
+``cleanup.policy`` includes ``compact``, a key in every record: else INVALID_RECORD with a
+KIP-467 record error per record without one, found in the same native walk, as Kafka). The batch is
 appended from the receive buffer itself: the frame is a writable ``bytearray`` of its own,
 so offsets and LogAppendTime are stamped in place and nothing is copied. Batches are stored
 as the producer compressed them (``compression.type=producer``; the broker never
@@ -75,6 +77,7 @@ from pybroker.errors import (
     MessageTooLargeError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    RecordValidationError,
 )
 from pybroker.log.log import AppendInfo
 from pybroker.net.connection import CloseConnection
@@ -93,8 +96,9 @@ SLICE_SECONDS = 0.001
 PartitionResult: TypeAlias = "ProducePartition"
 
 
-def _error(index: int, code: int, message: str | None = None) -> PartitionResult:
-    return index, code, -1, -1, -1, message, None, None
+def _error(index: int, code: int, message: str | None = None,
+           record_errors: list[tuple[int, str]] | None = None) -> PartitionResult:
+    return index, code, -1, -1, -1, message, record_errors, None
 
 
 def _leader(ctx: RequestContext, topic: str, index: int, acks: int) -> Partition:
@@ -196,6 +200,8 @@ def _leader_hints(ctx: RequestContext, responses: list[tuple[str, list[Partition
 
 
 def _failed(topic: str, index: int, exc: BaseException) -> PartitionResult:
+    if isinstance(exc, RecordValidationError):
+        return _error(index, exc.code, str(exc), exc.record_errors)
     if isinstance(exc, KafkaError):
         return _error(index, exc.code, str(exc))
     log.error("bug appending to %s-%d", topic, index, exc_info=exc)
@@ -216,7 +222,8 @@ async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
     responses: list[tuple[str, list[PartitionResult]]] = []
     # 1. Check and validate every batch: no side effect, the expensive ones in the pool.
     batches: list[_Batch] = []
-    deferred: list[Any] = []  # records of the batches left to the pool, in order
+    # (records, keyless_error) of the batches left to the pool, in order
+    deferred: list[tuple[Any, str | None]] = []
     inline_bytes = 0
     refused = False  # a partition was refused, so leader hints may be due
     slice_end = clock() + SLICE_SECONDS
@@ -231,12 +238,14 @@ async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
             try:
                 partition = _leader(ctx, name, index, acks)
                 _check_size(partition, records)
+                keyless_error = validation.keyless_error(name, index) \
+                    if partition.config.compacts else None
                 info: BatchInfo | None = None  # None: for the pool, in the second pass
                 if pool is None or validation.cheap(records, inline_bytes):
                     inline_bytes += len(records)
-                    info = validation.validated(records)
+                    info = validation.validated(records, keyless_error)
                 else:
-                    deferred.append(records)
+                    deferred.append((records, keyless_error))
             except Exception as exc:
                 results.append(_failed(name, index, exc))
                 refused = True
