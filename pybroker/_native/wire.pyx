@@ -6,14 +6,15 @@ strings/arrays/bytes as uvarint(length + 1) and a tagged-field buffer closing ea
     transactional_id:nullable string  acks:int16  timeout_ms:int32
     topic_data:[ name:string  partition_data:[ index:int32  records:nullable bytes ] ]
 
-Fetch response v4-v16 (response header v1 with an empty tag buffer from v12):
+Fetch response v4-v17 (response header v1 with an empty tag buffer from v12):
 
     throttle_time_ms:int32  [v7+ error_code:int16 session_id:int32]
     responses:[ topic:string (v4-12) | topic_id:uuid (v13+)
       partitions:[ partition_index:int32 error_code:int16 high_watermark:int64
         last_stable_offset:int64 [v5+ log_start_offset:int64]
         aborted_transactions:nullable [producer_id:int64 first_offset:int64]
-        [v11+ preferred_read_replica:int32] records:nullable bytes ] ]
+        [v11+ preferred_read_replica:int32] records:nullable bytes
+        [v12+ tag 1: current_leader] ] ]  [v16+ tag 0: node_endpoints]
 
 Which version has which field, and the newest version, come from the message specs
 through the generated ``csrc/pb_protocol.h`` (``protocol.pxd``); the version numbers above
@@ -21,7 +22,8 @@ are for the reader. These agree byte for byte with the generic codec (``pybroker
 test checks; they exist because Produce and Fetch are the requests a busy broker spends its
 time on. Work is per request and per partition: record bytes are never looked at (the
 parser hands out views of the receive buffer; the builder emits ``FileRegion``s for
-sendfile), so no Python or C loop here runs per record.
+sendfile), so no Python or C loop here runs per record (only per record error, KIP-467's
+``record_errors`` of a refused batch).
 
 Tagged fields are skipped when parsing Produce (none are defined up to v11). Responses
 write the KIP-951 leader hints when the caller gives them: a partition's
