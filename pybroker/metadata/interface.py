@@ -149,6 +149,10 @@ class Metadata(Protocol):
 
     def partition_exists(self, topic: str, index: int) -> bool: ...
 
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id, None if there is none."""
+        ...
+
     def describe_all_topics(self) -> list[TopicAnswer]:
         """Metadata's answer for every topic (a request naming none)."""
         ...

@@ -170,6 +170,10 @@ class SingleNodeMetadata:
         known = self._broker.topics.get(topic)
         return known is not None and 0 <= index < len(known.partitions)
 
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        known = self._broker.topics.by_id(topic_id)
+        return known.name if known is not None else None
+
     def describe_all_topics(self) -> list[TopicAnswer]:
         broker_id = self._broker.broker_id
         return [_describe(t, broker_id) for t in self._broker.topics.topics()]

@@ -199,6 +199,10 @@ class ZkClusterMetadata:
         known = self._cache.topic(topic)
         return known is not None and 0 <= index < len(known.partitions)
 
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        known = self._cache.topic_by_id(topic_id)
+        return known.name if known is not None else None
+
     def describe_all_topics(self) -> list[TopicAnswer]:
         live = self._cache.brokers
         return [_describe(info, live) for info in list(self._cache.topics.values())]

@@ -2,8 +2,9 @@
 not lead the partition is refused with NOT_LEADER_OR_FOLLOWER naming the current leader
 and epoch, and the response carries that leader's endpoint, so a client can go there
 without asking Metadata first. Asked of a follower (which knows the leader from its own
-replica) and of a broker with no replica of the partition, only of another partition of
-the topic (which knows the leader from its metadata cache).
+replica), of a broker with a replica of another partition of the topic only, and of one
+with no replica of the topic at all (both know the leader from their metadata cache; as
+Kafka, a partition the cluster has is NOT_LEADER_OR_FOLLOWER there, not unknown).
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ def test_refused_produce_and_fetch_name_the_leader(zk_connect, tmp_path):
         outsider = next(b for b in cluster.running() if b != follower)
         # "apart"-0 is on the follower alone; the outsider has only "apart"-1
         apart = cluster.create_topic("apart", assignment=[[follower], [outsider]])[0]
+        elsewhere = cluster.create_topic("elsewhere", assignment=[[follower]])[0]
         ids = {t["name"]: t["topic_id"]
-               for t in cluster.metadata(["replicated", "apart"])["topics"]}
+               for t in cluster.metadata(["replicated", "apart", "elsewhere"])["topics"]}
         for topic, index, state, asked in (("replicated", 0, replicated, follower),
-                                           ("apart", 0, apart, outsider)):
+                                           ("apart", 0, apart, outsider),
+                                           ("elsewhere", 0, elsewhere, outsider)):
             expected = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
             with WireClient(cluster.address(asked)) as client:
                 produced = client.request(PRODUCE, 11,

@@ -16,8 +16,9 @@ request waits up to ``max_wait_ms`` for appends to any of its partitions, re-rea
 each, then answers with what there is. Shutdown wakes it at once; a client that goes away
 ends it at once (``RequestContext.park``), releasing its socket.
 
-Replication: only the leader serves a partition (NOT_LEADER_OR_FOLLOWER; a
-``current_leader_epoch`` older than ours FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH).
+Replication: only the leader serves a partition (NOT_LEADER_OR_FOLLOWER, also for a
+partition of the cluster with no replica here; a ``current_leader_epoch`` older than ours
+FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH).
 From v16, as KIP-951, a partition refused with either of the first two names its current
 leader and the response that leader's endpoint, when the control plane knows them.
 A fetch with ``replica_id`` >= 0 comes from a follower: its fetch offset tells the leader
@@ -73,41 +74,49 @@ def _resolve(ctx: RequestContext, request: FetchRequest, replica_id: int
              ) -> tuple[list[tuple[Any, list[Wanted]]], list[NodeEndpoint] | None]:
     """The partitions asked for, and the endpoints of the leaders named to the refused."""
     topics = ctx.broker.topics
+    metadata = ctx.broker.metadata
     by_id = ctx.api_version >= FIRST_TOPIC_ID_VERSION
-    hints = LeaderHints(ctx.broker.metadata) \
-        if ctx.api_version >= FETCH_NODE_ENDPOINTS_FIRST else None
+    hints = LeaderHints(metadata) if ctx.api_version >= FETCH_NODE_ENDPOINTS_FIRST else None
     wanted = []
     key: uuid.UUID | str
+    name: str | None
     for t in request["topics"]:
         if by_id:
-            key, topic, missing = t["topic_id"], topics.by_id(t["topic_id"]), \
-                ErrorCode.UNKNOWN_TOPIC_ID
+            key, missing = t["topic_id"], ErrorCode.UNKNOWN_TOPIC_ID
+            topic = topics.by_id(key)
+            name = topic.name if topic is not None else metadata.topic_name(key)
         else:
-            key, topic, missing = t["topic"], topics.get(t["topic"]), \
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            key = name = t["topic"]
+            topic, missing = topics.get(name), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         parts: list[Wanted] = []
         for p in t["partitions"]:
             index = p["partition"]
-            if topic is None:
-                parts.append((index, None, missing, 0, 0, None))
-            elif not 0 <= index < len(topic.partitions):
-                parts.append((index, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0, 0, None))
-            else:
-                partition = topic.partitions[index]
-                try:
-                    check_leader(partition, p.get("current_leader_epoch", -1))
-                except KafkaError as exc:
-                    leader = None
-                    if hints is not None and exc.code in REDIRECTED:
-                        leader = hints.current_leader(topic.name, index)
-                    parts.append((index, None, exc.code, 0, 0, leader))
-                    continue
-                if replica_id >= 0:
-                    partition.follower_fetched(replica_id, p["fetch_offset"])
-                parts.append((index, partition, ErrorCode.NONE, p["fetch_offset"],
-                              p["partition_max_bytes"], None))
+            if topic is None or not 0 <= index < len(topic.partitions):
+                code = missing if topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if name is not None and metadata.partition_exists(name, index):
+                    code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # of the cluster, no replica here
+                parts.append(_refused(hints, name, index, code))
+                continue
+            partition = topic.partitions[index]
+            try:
+                check_leader(partition, p.get("current_leader_epoch", -1))
+            except KafkaError as exc:
+                parts.append(_refused(hints, topic.name, index, exc.code))
+                continue
+            if replica_id >= 0:
+                partition.follower_fetched(replica_id, p["fetch_offset"])
+            parts.append((index, partition, ErrorCode.NONE, p["fetch_offset"],
+                          p["partition_max_bytes"], None))
         wanted.append((key, parts))
     return wanted, hints.node_endpoints() if hints is not None else None
+
+
+def _refused(hints: LeaderHints | None, name: str | None, index: int, code: int) -> Wanted:
+    """A partition answered with ``code``, naming its leader where KIP-951 says to."""
+    leader = None
+    if hints is not None and name is not None and code in REDIRECTED:
+        leader = hints.current_leader(name, index)
+    return index, None, code, 0, 0, leader
 
 
 def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,

@@ -1,15 +1,16 @@
 """Produce (key 0), v3-v11: validate each partition's batch natively, then append it.
 
-Per partition (one Python pass, no per-record loop, STYLE 10): the topic must exist
+Per partition (one Python pass, no per-record loop, STYLE 10): the partition must exist
 (UNKNOWN_TOPIC_OR_PARTITION; an illegal name, or an internal topic such as
 ``__consumer_offsets``, INVALID_TOPIC_EXCEPTION; Kafka never auto-creates on produce,
-clients ask Metadata first), the records must be exactly one v2
+clients ask Metadata first; one of the cluster with no replica here:
+NOT_LEADER_OR_FOLLOWER), the records must be exactly one v2
 batch (none: INVALID_RECORD; more or torn: CORRUPT_MESSAGE), not larger than the topic's
 ``max.message.bytes`` (MESSAGE_TOO_LARGE), and pass ``validate_batch`` (CRC, framing,
 codec: CORRUPT_MESSAGE / INVALID_RECORD / UNSUPPORTED_COMPRESSION_TYPE; to a topic whose
 ``cleanup.policy`` includes ``compact``, a key in every record: else INVALID_RECORD with a
-KIP-467 record error per record without one, found in the same native walk, as Kafka). The batch is
-appended from the receive buffer itself: the frame is a writable ``bytearray`` of its own,
+KIP-467 record error per record without one, found in the same native walk, as Kafka).
+The batch is appended from the receive buffer itself: the frame is a writable ``bytearray`` of its own,
 so offsets and LogAppendTime are stamped in place and nothing is copied. Batches are stored
 as the producer compressed them (``compression.type=producer``; the broker never
 recompresses). Idempotence: see :mod:`pybroker.broker.producer_state`.
@@ -78,6 +79,7 @@ from pybroker.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     RecordValidationError,
+    UnknownTopicOrPartitionError,
 )
 from pybroker.log.log import AppendInfo
 from pybroker.net.connection import CloseConnection
@@ -103,7 +105,14 @@ def _error(index: int, code: int, message: str | None = None,
 
 def _leader(ctx: RequestContext, topic: str, index: int, acks: int) -> Partition:
     """The partition, if this broker may append to it now, or the KafkaError to answer."""
-    partition = ctx.broker.topics.partition(topic, index)
+    try:
+        partition = ctx.broker.topics.partition(topic, index)
+    except UnknownTopicOrPartitionError:
+        # a partition of the cluster with no replica here: another broker leads it
+        if ctx.broker.metadata.partition_exists(topic, index):
+            raise NotLeaderOrFollowerError(
+                f"This broker is not the leader of {topic}-{index}") from None
+        raise
     if not partition.is_leader:
         raise NotLeaderOrFollowerError(f"This broker is not the leader of {topic}-{index}")
     if acks == -1 and len(partition.isr) < partition.config.min_insync_replicas:
@@ -124,8 +133,8 @@ def _check_size(partition: Partition, records: Any) -> None:
             f"{partition.config.max_message_bytes}")
 
 
-def _topic_error(topics: Any, name: str) -> int:
-    topic = topics.get(name)
+def _topic_error(ctx: RequestContext, name: str) -> int:
+    topic = ctx.broker.topics.get(name)
     if topic is not None:
         # Existing names were validated when created. Internal topics are the broker's
         # own log (the group coordinator's offsets): Kafka refuses clients' appends to
@@ -135,6 +144,8 @@ def _topic_error(topics: Any, name: str) -> int:
         validate_topic_name(name)
     except KafkaError as exc:
         return exc.code
+    if ctx.broker.metadata.partition_exists(name, 0):
+        return ErrorCode.NONE  # a topic of the cluster none of whose replicas is here
     return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
@@ -216,7 +227,6 @@ _Batch = tuple[list[PartitionResult], int, str, int, Partition, Any, BatchInfo |
 @handler(api_key=0, versions=(3, 11), decode=parse_produce)
 async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
     _transactional_id, acks, timeout_ms, topic_data = request
-    topics = ctx.broker.topics
     pool = ctx.broker.validation_pool
     clock = time.perf_counter
     responses: list[tuple[str, list[PartitionResult]]] = []
@@ -229,7 +239,7 @@ async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
     slice_end = clock() + SLICE_SECONDS
     for name, partitions in topic_data:
         results: list[PartitionResult] = []
-        topic_code = _topic_error(topics, name) if acks in (0, 1, -1) else \
+        topic_code = _topic_error(ctx, name) if acks in (0, 1, -1) else \
             ErrorCode.INVALID_REQUIRED_ACKS
         for index, records in partitions:
             if topic_code:
