@@ -4,16 +4,16 @@ Per partition (one Python pass, no per-record loop, STYLE 10): the partition mus
 (UNKNOWN_TOPIC_OR_PARTITION; an illegal name, or an internal topic such as
 ``__consumer_offsets``, INVALID_TOPIC_EXCEPTION; Kafka never auto-creates on produce,
 clients ask Metadata first; one of the cluster with no replica here:
-NOT_LEADER_OR_FOLLOWER), the records must be exactly one v2
-batch (none: INVALID_RECORD; more or torn: CORRUPT_MESSAGE), not larger than the topic's
-``max.message.bytes`` (MESSAGE_TOO_LARGE), and pass ``validate_batch`` (CRC, framing,
-codec: CORRUPT_MESSAGE / INVALID_RECORD / UNSUPPORTED_COMPRESSION_TYPE; to a topic whose
-``cleanup.policy`` includes ``compact``, a key in every record: else INVALID_RECORD with a
-KIP-467 record error per record without one, found in the same native walk, as Kafka).
-The batch is appended from the receive buffer itself: the frame is a writable ``bytearray`` of its own,
-so offsets and LogAppendTime are stamped in place and nothing is copied. Batches are stored
-as the producer compressed them (``compression.type=producer``; the broker never
-recompresses). Idempotence: see :mod:`pybroker.broker.producer_state`.
+NOT_LEADER_OR_FOLLOWER), the records must be exactly one v2 batch (none: INVALID_RECORD;
+more or torn: CORRUPT_MESSAGE), not larger than the topic's ``max.message.bytes``
+(MESSAGE_TOO_LARGE), and pass ``validate_batch`` (CRC, framing, codec: CORRUPT_MESSAGE /
+INVALID_RECORD / UNSUPPORTED_COMPRESSION_TYPE; to a topic whose ``cleanup.policy``
+includes ``compact``, a key in every record: else INVALID_RECORD with a KIP-467 record
+error per record without one, found in the same native walk, as Kafka). The batch is
+appended from the receive buffer itself: the frame is a writable ``bytearray`` of its
+own, so offsets and LogAppendTime are stamped in place and nothing is copied. Batches
+are stored as the producer compressed them (``compression.type=producer``; the broker
+never recompresses). Idempotence: see :mod:`pybroker.broker.producer_state`.
 
 A request is handled in two passes, so that no request holds the event loop long however
 many or large its batches (issue 19). The first checks every partition and validates the
@@ -41,14 +41,15 @@ Only the partition's leader appends (NOT_LEADER_OR_FOLLOWER: the client refreshe
 metadata; from v10, as KIP-951, the answer names the current leader and its endpoint
 when the control plane knows them, so the client can go there at once). The partitions
 are looked at for that only when some were refused or awaited, so a one-record produce
-that succeeded inline does no more work. acks: 0 gets no response (and a failed acks=0 request closes the connection,
-Kafka's way of telling a producer that is not listening), 1 is answered once appended
-here, -1 (all) once every ISR member has the batch: refused before the append with
-NOT_ENOUGH_REPLICAS when the ISR is smaller than ``min.insync.replicas``; after it the
-answer waits for the high watermark (``Partition.wait_for_high_watermark``: REQUEST_TIMED_OUT
-after the request's timeout, NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the
-minimum meanwhile). On one node the ISR is this broker, so acks=-1 is answered as acks=1.
-Anything else: INVALID_REQUIRED_ACKS.
+that succeeded inline does no more work. acks: 0 gets no response (and a failed acks=0
+request closes the connection, Kafka's way of telling a producer that is not listening),
+1 is answered once appended here, -1 (all) once every ISR member has the batch: refused
+before the append with NOT_ENOUGH_REPLICAS when the ISR is smaller than
+``min.insync.replicas``; after it the answer waits for the high watermark
+(``Partition.wait_for_high_watermark``: REQUEST_TIMED_OUT after the request's timeout,
+NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile). On one
+node the ISR is this broker, so acks=-1 is answered as acks=1. Anything else:
+INVALID_REQUIRED_ACKS.
 """
 
 from __future__ import annotations
