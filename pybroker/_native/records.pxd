@@ -16,6 +16,7 @@ cdef extern from "pb_records.h" nogil:
         PB_ERR_BATCH_LENGTH
         PB_ERR_COUNT
         PB_ERR_INVALID
+        PB_ERR_TRAILING
         PB_ERR_UNSUPPORTED
         PB_ERR_NO_MEMORY
 

@@ -204,24 +204,6 @@ cdef int _refuse_keyless(const pb_keyless *keyless, str message) except -1:
     raise RecordValidationError(record_errors)
 
 
-cdef int _validate_section(object data, int32_t count) except -1:
-    cdef Py_buffer view
-    cdef PyThreadState *state
-    cdef size_t pos = 0
-    cdef int err
-    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-    try:
-        state = _crc.release_gil_if(view.len >= RECORDS_GIL_THRESHOLD)
-        err = pb_validate_records(<const uint8_t *>view.buf, <size_t>view.len, count, &pos,
-                                  NULL)
-        _crc.reacquire_gil(state)
-        if err:
-            _raise(err, <Py_ssize_t>pos)
-    finally:
-        PyBuffer_Release(&view)
-    return 0
-
-
 def validate_batch(buf, Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED,
                    str keyless_error=None):
     """Check one batch exactly as a producer sent it; return its BatchInfo.
@@ -430,8 +412,10 @@ cdef int _find_in_batch(const pb_batch_header *h, object buf, const uint8_t *bas
 def decode_records(batch_buf, Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED):
     """All records of one batch as ``Record`` tuples (tools and tests; not a hot path).
 
-    Checks the batch like ``validate_batch`` but accepts control batches (as stored in a
-    log). Record timestamps of a LogAppendTime batch are its maxTimestamp.
+    Checks the batch like ``validate_batch`` but accepts what a log stores: control
+    batches, and the batches the log cleaner rewrote (fewer records than
+    lastOffsetDelta + 1, offset deltas with gaps). Record timestamps of a LogAppendTime
+    batch are its maxTimestamp.
     """
     cdef Py_buffer view
     cdef pb_batch_header h
@@ -455,7 +439,6 @@ def decode_records(batch_buf, Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOM
                                              view.len - PB_BATCH_HEADER_SIZE)
     finally:
         PyBuffer_Release(&view)
-    _validate_section(data, h.records_count)
     return _decode_section(&h, data)
 
 
@@ -468,6 +451,7 @@ cdef list _decode_section(const pb_batch_header *h, object data):
     cdef const uint8_t *hk
     cdef const uint8_t *hv
     cdef int32_t hklen, hvlen, i, j
+    cdef int err
     cdef bint log_append = (h.attributes & PB_ATTR_LOG_APPEND_TIME) != 0
     out = []
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
@@ -475,8 +459,9 @@ cdef list _decode_section(const pb_batch_header *h, object data):
         p = <const uint8_t *>view.buf
         end = p + view.len
         for i in range(h.records_count):
-            if pb_record_parse(&p, end, &r):
-                raise AssertionError("record changed between validation and decoding")
+            err = pb_record_parse(&p, end, &r)
+            if err:
+                _raise(err, p - <const uint8_t *>view.buf)
             headers = []
             hp = r.headers
             for j in range(r.header_count):
@@ -492,6 +477,8 @@ cdef list _decode_section(const pb_batch_header *h, object data):
                 None if r.key_len < 0 else (<const char *>r.key)[:r.key_len],
                 None if r.value_len < 0 else (<const char *>r.value)[:r.value_len],
                 headers))
+        if p != end:
+            _raise(PB_ERR_TRAILING, p - <const uint8_t *>view.buf)
     finally:
         PyBuffer_Release(&view)
     return out

@@ -1,0 +1,145 @@
+"""The native cleaner against a model: a dict of key -> latest record.
+
+A log of batches (keys from a small set so that they repeat, tombstones, keyless records,
+compressed batches, idempotent producers) is built with the record encoder, mapped and
+cleaned by ``pybroker._native.cleaner``; what survives must be exactly the latest record
+of each key (tombstones kept on the first cleaning, gone once their delete horizon has
+passed), each with its original offset, timestamp, value and headers, in batches that
+pass the log's recovery scan (CRC, offsets).
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pybroker._native.cleaner import OffsetMap, siphash128
+from pybroker._native.records import decode_records, encode_batch, read_batch_header, scan_log
+
+NOW = 1_700_000_000_000
+RETENTION = 1000
+
+record = st.tuples(
+    st.one_of(st.none(), st.sampled_from([b"a", b"b", b"c", b"d", b"e" * 40])),  # key
+    st.one_of(st.none(), st.binary(max_size=30)),                                 # value
+    st.lists(st.tuples(st.sampled_from(["h", "trace"]), st.binary(max_size=5)), max_size=2),
+)
+batch = st.tuples(st.lists(record, min_size=1, max_size=8),
+                  st.sampled_from([0, 0, 0, 1, 3, 4]),     # codec: none, gzip, lz4, zstd
+                  st.sampled_from([-1, -1, 7, 9]))         # producer id
+
+
+def build_log(batches) -> tuple[bytes, list]:
+    """The log bytes and the records written, as (offset, timestamp, key, value, headers)."""
+    out, written, offset = [], [], 0
+    for i, (records, codec, pid) in enumerate(batches):
+        keys = [k for k, _, _ in records]
+        values = [v for _, v, _ in records]
+        headers = [[(k, v) for k, v in h] for _, _, h in records]
+        timestamps = [NOW - 100_000 + 10 * (offset + j) for j in range(len(records))]
+        out.append(encode_batch(values, keys, timestamps, headers, base_offset=offset,
+                                producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
+                                base_sequence=offset if pid >= 0 else -1, compression=codec,
+                                partition_leader_epoch=i))
+        for j, (k, v, h) in enumerate(records):
+            written.append((offset + j, timestamps[j], k, v, [(a, b) for a, b in h]))
+        offset += len(records)
+    return b"".join(out), written
+
+
+def batches_of(data: bytes):
+    position = 0
+    while position < len(data):
+        info = read_batch_header(data, position)
+        yield info, data[position:position + info.size]
+        position += info.size
+
+
+def records_of(data: bytes) -> list:
+    return [(r.offset, r.timestamp, r.key, r.value, r.headers)
+            for _, raw in batches_of(data) for r in decode_records(raw)]
+
+
+def clean(data: bytes, now: int, producers=None, memory: int = 1 << 20):
+    offsets = OffsetMap(memory)
+    consumed, full = offsets.add_batches(data, 0)
+    assert consumed == len(data) and not full
+    end = read_batch_header(data, 0).base_offset  # (overwritten below)
+    for info, _ in batches_of(data):
+        end = info.last_offset + 1
+    cleaned = offsets.clean_batches(data, now, RETENTION, producers or {}, end)
+    assert cleaned.consumed == len(data)
+    scan = scan_log(cleaned.data, 0, len(cleaned.data), 0, 4096)
+    assert scan.error is None and scan.valid_end == len(cleaned.data)
+    return cleaned
+
+
+def latest(written):
+    last = {}
+    for rec in written:
+        if rec[2] is not None:
+            last[rec[2]] = rec
+    return last
+
+
+def test_siphash_reference_vector():
+    # SipHash-2-4-128 of the empty message under key 00..0f (the paper's vectors)
+    lo, hi = siphash128(bytes(range(16)), b"")
+    assert (lo.to_bytes(8, "little") + hi.to_bytes(8, "little")).hex() == \
+        "a3817f04ba25a8e66df67214c7550293"
+
+
+def test_offset_map_full_and_updates():
+    offsets = OffsetMap(24 * 10, load_factor=0.5)
+    assert offsets.max_size == 5
+    for i in range(5):
+        assert offsets.put(b"k%d" % i, i)
+    assert not offsets.put(b"new", 99)          # full: a new key does not go in
+    assert offsets.put(b"k1", 100)              # an update still does
+    assert offsets.get(b"k1") == 100 and offsets.get(b"new") == -1
+    offsets.clear()
+    assert offsets.size == 0 and offsets.get(b"k1") == -1 and offsets.latest_offset == -1
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(batch, min_size=1, max_size=12))
+def test_compaction_matches_model(batches):
+    data, written = build_log(batches)
+    first = clean(data, NOW)
+    expected = sorted(latest(written).values())
+    assert records_of(first.data) == expected
+    # every surviving batch keeps its base offset and last offset (producer sequences)
+    originals = {info.base_offset: info for info, _ in batches_of(data)}
+    for info, _ in batches_of(first.data):
+        assert originals[info.base_offset].last_offset == info.last_offset
+        assert info.producer_id == originals[info.base_offset].producer_id
+        assert info.compression == originals[info.base_offset].compression or \
+            info.records_count == 0
+    # cleaning again before the horizon changes nothing; after it, tombstones go
+    assert records_of(clean(first.data, NOW + RETENTION - 1).data) == expected
+    after = records_of(clean(first.data, NOW + RETENTION).data)
+    assert after == [r for r in expected if r[3] is not None]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(batch, min_size=2, max_size=10))
+def test_last_batch_of_each_producer_kept(batches):
+    data, _ = build_log(batches)
+    last_of = {}
+    for info, _ in batches_of(data):
+        if info.producer_id >= 0:
+            last_of[info.producer_id] = info.last_offset
+    kept = {info.last_offset: info for info, _ in batches_of(clean(data, NOW, last_of).data)}
+    for pid, last in last_of.items():
+        assert last in kept and kept[last].producer_id == pid
+
+
+def test_full_map_keeps_what_it_did_not_cover():
+    data, written = build_log([([(b"k%d" % i, b"v", [])], 0, -1) for i in range(20)]
+                              + [([(b"k0", b"new", [])], 0, -1)])
+    offsets = OffsetMap(24 * 12, load_factor=0.5)   # room for 6 keys
+    consumed, full = offsets.add_batches(data, 0)
+    assert full and offsets.latest_offset == 5
+    cleaned = offsets.clean_batches(data, NOW, RETENTION, {}, offsets.latest_offset + 1)
+    # k0 at offset 0 is superseded only by offset 20, which the map did not reach
+    assert [r[0] for r in records_of(cleaned.data)] == list(range(21))
