@@ -1,8 +1,8 @@
 """Topic configs: the keys a topic may override, their checks, and Kafka's defaults.
 
 The keys the log acts on are checked by ``LogConfig.from_properties``; Kafka also accepts
-a few topic keys that matter only to features this broker does not have (compaction
-tuning, preallocation, down-conversion). They are accepted, validated and kept so clients
+a few topic keys that matter only to features this broker does not have (preallocation,
+down-conversion). They are accepted, validated and kept so clients
 and admin tools that set them work, and listed by DescribeConfigs. A topic stores only its
 overrides; its effective config is Kafka's default < broker default
 (``BrokerConfig.topic_defaults``) < topic override. Values travel as strings.
@@ -31,10 +31,6 @@ def _bool(text: str) -> bool:
 
 # keys outside LogConfig: key -> (check, Kafka's default)
 _EXTRA: dict[str, tuple[Callable[[str], Any], str]] = {
-    "delete.retention.ms": (_non_negative, "86400000"),
-    "max.compaction.lag.ms": (_non_negative, "9223372036854775807"),
-    "min.compaction.lag.ms": (_non_negative, "0"),
-    "min.cleanable.dirty.ratio": (float, "0.5"),
     "message.timestamp.difference.max.ms": (_non_negative, "9223372036854775807"),
     "preallocate": (_bool, "false"),
     "unclean.leader.election.enable": (_bool, "false"),

@@ -21,7 +21,7 @@ _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
 # a property as it arrives: text from the wire or a file, a number from code or a test
-PropertyValue = str | int
+PropertyValue = str | int | float
 
 
 def _int(low: int, high: int = _NEVER) -> Callable[[PropertyValue], int]:
@@ -31,6 +31,13 @@ def _int(low: int, high: int = _NEVER) -> Callable[[PropertyValue], int]:
             raise ValueError(f"{number} not in [{low}, {high}]")
         return number
     return parse
+
+
+def _ratio(value: PropertyValue) -> float:
+    number = float(value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(f"{number} not in [0, 1]")
+    return number
 
 
 def _choice(choices: tuple[str, ...]) -> Callable[[PropertyValue], str]:
@@ -49,7 +56,7 @@ def _policy(value: PropertyValue) -> str:
 
 
 # Kafka key -> (attribute, parser); the defaults are the LogConfig field defaults
-_SCHEMA: dict[str, tuple[str, Callable[[PropertyValue], int | str]]] = {
+_SCHEMA: dict[str, tuple[str, Callable[[PropertyValue], int | str | float]]] = {
     "segment.bytes": ("segment_bytes", _int(14, 2**31 - 1)),
     "segment.ms": ("segment_ms", _int(1)),
     "segment.jitter.ms": ("segment_jitter_ms", _int(0)),
@@ -65,13 +72,17 @@ _SCHEMA: dict[str, tuple[str, Callable[[PropertyValue], int | str]]] = {
     "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _int(0)),
     "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _int(0)),
     "cleanup.policy": ("cleanup_policy", _policy),
+    "delete.retention.ms": ("delete_retention_ms", _int(0)),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _int(0)),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", _int(1)),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
     "compression.type": ("compression_type", _choice(_COMPRESSION_TYPES)),
     "min.insync.replicas": ("min_insync_replicas", _int(1, 2**31 - 1)),
 }
 
 
 class _FromValues(Protocol):
-    def __call__(self, **values: int | str) -> LogConfig: ...
+    def __call__(self, **values: int | str | float) -> LogConfig: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,13 +104,17 @@ class LogConfig:
     message_timestamp_before_max_ms: int = _NEVER
     message_timestamp_after_max_ms: int = 3_600_000
     cleanup_policy: str = "delete"
+    delete_retention_ms: int = 86_400_000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = _NEVER
+    min_cleanable_dirty_ratio: float = 0.5
     compression_type: str = "producer"
     min_insync_replicas: int = 1
 
     @classmethod
     def from_properties(cls, props: Mapping[str, PropertyValue | None] | None = None
                         ) -> LogConfig:
-        values: dict[str, int | str] = {}
+        values: dict[str, int | str | float] = {}
         for key, value in (props or {}).items():
             if value is None:
                 continue  # "not set": the default stays
@@ -115,7 +130,7 @@ class LogConfig:
         # name-keyed dict (it would check every value against every field)
         return cast(_FromValues, cls)(**values)
 
-    def to_properties(self) -> dict[str, int | str]:
+    def to_properties(self) -> dict[str, int | str | float]:
         return {key: getattr(self, attribute) for key, (attribute, _) in _SCHEMA.items()}
 
     @functools.cached_property
@@ -124,7 +139,8 @@ class LogConfig:
 
     @functools.cached_property
     def compacts(self) -> bool:  # read by every produce: computed once
-        """Records must have keys (``cleanup.policy`` includes ``compact``)."""
+        """``cleanup.policy`` includes ``compact``: records must have keys, and the log
+        cleaner compacts the log."""
         return "compact" in self.cleanup_policy.split(",")
 
     @property
