@@ -57,6 +57,7 @@ from pybroker.config import BrokerConfig
 from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log.checkpoints import replace_file
+from pybroker.log.log_cleaner import CleanerConfig, LogCleaner
 from pybroker.log.log_manager import LogManager
 from pybroker.metadata import Metadata, metadata_for
 from pybroker.net.connection import CloseConnection, Connection, ConnectionClosed
@@ -83,7 +84,7 @@ class Broker:
     # Slots: a component attached from elsewhere (``setattr(broker, ...)``) fails at once;
     # the broker's parts are these attributes, built here.
     __slots__ = ("config", "broker_id", "data_dir", "handlers", "cluster_id", "metadata",
-                 "logs", "topics", "producer_ids", "group_coordinator", "validation_pool",
+                 "logs", "cleaner", "topics", "producer_ids", "group_coordinator", "validation_pool",
                  "server", "advertised", "shutting_down", "requests", "_tasks", "_logs_open",
                  "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
                  "_stats_last")
@@ -107,6 +108,7 @@ class Broker:
         self.requests = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._logs_open = False  # what shutdown has to stop: the parts start() got to
+        self.cleaner: LogCleaner | None = None
         self._coordinator_started = False
         self._stopped = asyncio.Event()
         self._stats_path = config["stats.file"] or os.path.join(self.data_dir, STATS_FILE)
@@ -137,6 +139,10 @@ class Broker:
             self.data_dir, self.config["producer.id.block.size"],
             self.metadata.producer_id_source())
         self._restore_producer_state()
+        self.cleaner = LogCleaner(logs, CleanerConfig.from_settings(self.config.__getitem__),
+                                  loop=asyncio.get_running_loop(),
+                                  producers=self._last_producer_offsets)
+        self.cleaner.start()
         self.group_coordinator = self.metadata.group_coordinator(
             CoordinatorConfig.from_config(self.config))
         self._coordinator_started = True
@@ -242,6 +248,8 @@ class Broker:
         if self.validation_pool is not None:
             self.validation_pool.close()
         self._writer.shutdown(wait=True)
+        if self.cleaner is not None:
+            self.cleaner.stop()
         if self._logs_open:
             self._snapshot_producer_state()
             self.logs.close(clean=True)
@@ -273,6 +281,13 @@ class Broker:
             if snapshot is not None:
                 state[f"{p.topic}-{p.index}"] = snapshot
         return state
+
+    def _last_producer_offsets(self, topic: str, index: int) -> dict[int, int]:
+        """Producer id -> offset of its last batch in a partition: the log cleaner keeps
+        those batches (Kafka's ``lastRecordsOfActiveProducers``)."""
+        producers = self.topics.partition(topic, index).producers.producers
+        return {pid: entry.batches[-1].last_offset
+                for pid, entry in producers.items() if entry.batches}
 
     def _restore_producer_state(self) -> None:
         snapshot = read_json(os.path.join(self.data_dir, SNAPSHOT_FILE), {}) or {}

@@ -27,6 +27,12 @@ could let the number be reused for another file. The fd stays valid after the re
 A deleted partition's log is closed at once instead (``discard``): its regions in flight
 hold their segment's ``OpenFile``, which keeps the descriptor until they are sent.
 
+Compaction: the log cleaner (log_cleaner.py) reads sealed segments on its own thread and
+writes their cleaned copy as ``.cleaned`` files; ``replace_segments`` swaps it in on the
+event loop (Kafka's ``.cleaned`` -> ``.swap`` protocol, finished or undone at load by
+``_clean_directory``), refusing when a truncation (``truncations`` counts them) or a
+deletion changed the log under the cleaning.
+
 Storage errors: an append the file system refuses (an ``OSError`` from the write, a roll
 or a flush) becomes KAFKA_STORAGE_ERROR for the producer, is logged once per partition
 per ``STORAGE_ERROR_LOG_INTERVAL_S`` with the count of refusals in between, and makes
@@ -42,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import mmap
 import os
 import re
 import time
@@ -66,10 +73,18 @@ from pybroker.errors import (
     RecordListTooLargeError,
 )
 from pybroker.file_region import FileRegion
-from pybroker.log.checkpoints import sync_checkpoint
+from pybroker.log.checkpoints import fsync_dir, sync_checkpoint
 from pybroker.log.leader_epoch_cache import LeaderEpochCache
 from pybroker.log.log_config import LogConfig
-from pybroker.log.log_segment import DELETED_SUFFIX, MAX_RELATIVE_OFFSET, LogSegment
+from pybroker.log.log_segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    MAX_RELATIVE_OFFSET,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    file_name,
+)
 from pybroker.log.log_segments import LogSegments
 
 log = logging.getLogger("pybroker.log")
@@ -78,7 +93,9 @@ EARLIEST_TIMESTAMP = -2  # ListOffsets special timestamps (Kafka's ListOffsetsRe
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
-_LEFTOVER = (DELETED_SUFFIX, ".tmp", ".swap", ".cleaned")
+CLEANED_SUFFIX = ".cleaned"  # the log cleaner's copy of segments, not yet swapped in
+SWAP_SUFFIX = ".swap"        # a cleaned segment being swapped in: the swap is decided
+_LEFTOVER = (DELETED_SUFFIX, ".tmp", SWAP_SUFFIX, CLEANED_SUFFIX)
 # A failed write is logged once per partition per this interval, and Metadata reports the
 # partition KAFKA_STORAGE_ERROR for this long after the last failure (unless a write
 # succeeds): a full disk refuses every append, and one line a minute says so.
@@ -132,6 +149,7 @@ class Log:
         self.write_failed_at = -1.0  # clock time of the last failed write, if failing now
         self._write_failure_logged_at = -STORAGE_ERROR_LOG_INTERVAL_S
         self._write_failures_unlogged = 0
+        self.truncations = 0  # truncations of the end so far (the cleaner checks it)
         os.makedirs(directory, exist_ok=True)
         self.segments = LogSegments()
         self._load(clean, recovery_point, log_start_offset)
@@ -183,8 +201,12 @@ class Log:
         self.segments.active.activate(self.config.segment_index_bytes)
 
     def _clean_directory(self) -> list[int]:
-        """Finish what a crash interrupted: delete ``.deleted``/``.tmp`` leftovers and index
-        files without their log; return the base offsets of the segments."""
+        """Finish what a crash interrupted: a swap of cleaned segments (``.swap``), then
+        delete ``.deleted``/``.tmp``/``.cleaned`` leftovers and index files without their
+        log; return the base offsets of the segments."""
+        for name in os.listdir(self.directory):
+            if name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+                self._finish_swap(int(name[:20]))
         names = os.listdir(self.directory)
         logs = set()
         for name in names:
@@ -201,6 +223,25 @@ class Log:
                 log.info("%s: removing index file without a log: %s", self.name, name)
                 os.unlink(os.path.join(self.directory, name))
         return sorted(logs)
+
+    def _finish_swap(self, base: int) -> None:
+        """A crash came after the cleaner's segment at ``base`` was renamed ``.swap`` (the
+        swap was decided): delete the segments it replaces (those whose base offset lies
+        within its offsets), then give it its final name. Its indexes are rebuilt."""
+        swap = os.path.join(self.directory, file_name(base, LOG_SUFFIX + SWAP_SUFFIX))
+        size = os.path.getsize(swap)
+        with open(swap, "rb") as f:
+            data = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) if size else b""
+            scan = scan_log(data, 0, size, base, self.config.index_interval_bytes)
+        end = scan.next_offset if scan.batch_count else base + 1
+        for name in os.listdir(self.directory):
+            match = _SEGMENT_FILE.match(name)
+            if match and (base <= int(match.group(1)) < end):
+                os.unlink(os.path.join(self.directory, name))
+        os.rename(swap, swap[:-len(SWAP_SUFFIX)])
+        fsync_dir(self.directory)
+        log.warning("%s: finished swapping in cleaned segment %d (up to offset %d)",
+                    self.name, base, end)
 
     def _check_inactive(self, segment: LogSegment, i: int) -> str | None:
         """Sanity check of a segment that is not the last one (Kafka's): its next offset is
@@ -653,6 +694,7 @@ class Log:
         self._reset_end(offset)
 
     def _reset_end(self, end: int) -> None:
+        self.truncations += 1
         self._next_offset = end
         self._high_watermark = min(self._high_watermark, end)
         self._recovery_point = min(self._recovery_point, end)
@@ -739,10 +781,16 @@ class Log:
         if keep_active and segment is self.segments.active:
             raise KafkaStorageError(f"{self.name}: refusing to delete the active segment")
         self.segments.remove(segment)
+        if self.config.file_delete_delay_ms:
+            segment.rename_deleted()
+        self._retire(segment)
+
+    def _retire(self, segment: LogSegment) -> None:
+        """A segment out of the log: closed and unlinked now, or ``file.delete.delay.ms``
+        after its files were renamed ``.deleted``."""
         if self.config.file_delete_delay_ms == 0:
             segment.delete()
             return
-        segment.rename_deleted()
         due = self._now_ms() + self.config.file_delete_delay_ms
         self._pending_deletes.append((due, segment))
 
@@ -755,6 +803,59 @@ class Log:
             for segment in due:
                 segment.delete()
         return len(due)
+
+    # -- compaction ----------------------------------------------------------------------
+
+    def replace_segments(self, old: list[LogSegment], truncations: int) -> LogSegment | None:
+        """Swap in the segment the log cleaner wrote in place of ``old`` (consecutive
+        sealed segments), as ``<base of old[0]>.{log,index,timeindex}.cleaned``; returns
+        it. When the log changed since the cleaning began (``truncations`` is no longer
+        the count, or ``old`` are no longer its segments) the cleaned files are deleted
+        and None is returned.
+
+        Kafka's order, so that a crash at any moment leaves the old segments or the new
+        one: the cleaned log file is renamed ``.swap`` and the directory synced (from here
+        ``_clean_directory`` finishes the swap), the old segments are deleted as retention
+        deletes (renamed ``.deleted``; reads in flight are served from their descriptors
+        until ``file.delete.delay.ms``), and the new files take their final names."""
+        base = old[0].base_offset
+        i = self.segments.floor_index(base)
+        current = [self.segments[j] for j in range(max(i, 0), min(i + len(old),
+                                                                   len(self.segments)))]
+        cleaned = {suffix: os.path.join(self.directory, file_name(base, suffix + CLEANED_SUFFIX))
+                   for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
+        if truncations != self.truncations or len(current) != len(old) or \
+                any(a is not b for a, b in zip(current, old, strict=True)) or \
+                old[-1] is self.segments.active:
+            for path in cleaned.values():
+                if os.path.exists(path):
+                    os.unlink(path)
+            return None
+        swap = cleaned[LOG_SUFFIX][:-len(CLEANED_SUFFIX)] + SWAP_SUFFIX
+        os.rename(cleaned[LOG_SUFFIX], swap)
+        fsync_dir(self.directory)
+        # until the list changes below the old segments serve reads (their files renamed,
+        # their descriptors open), so a failure in between loses nothing before a restart
+        for segment in old:
+            segment.rename_deleted()
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            os.rename(cleaned[suffix], cleaned[suffix][:-len(CLEANED_SUFFIX)])
+        os.rename(swap, swap[:-len(SWAP_SUFFIX)])
+        fsync_dir(self.directory)
+        segment = LogSegment(self.directory, base, self.config.index_interval_bytes, None,
+                             created=old[-1].created)
+        problem = segment.index_problem()
+        if problem is not None:
+            log.warning("%s: rebuilding indexes of cleaned segment %d: %s", self.name, base,
+                        problem)
+            segment.recover()
+        segment.next_offset = old[-1].next_offset
+        segment.max_timestamp = segment.time_index.last_timestamp
+        segment.offset_of_max_timestamp = segment.time_index.last_offset
+        self.segments.replace(old, segment)
+        for replaced in old:
+            self._retire(replaced)
+        return segment
 
     # -- durability and closing ----------------------------------------------------------
 

@@ -53,6 +53,12 @@ class LogSegments:
         if i < len(self._bases) and self._segments[i] is segment:
             del self._bases[i], self._segments[i]
 
+    def replace(self, old: list[LogSegment], new: LogSegment) -> None:
+        """Put ``new`` where the consecutive segments ``old`` were, in one step."""
+        i = bisect.bisect_left(self._bases, old[0].base_offset)
+        self._bases[i:i + len(old)] = [new.base_offset]
+        self._segments[i:i + len(old)] = [new]
+
     def floor_index(self, offset: int) -> int:
         """Index of the segment that holds ``offset`` (the last base <= offset), -1 if none."""
         return bisect.bisect_right(self._bases, offset) - 1

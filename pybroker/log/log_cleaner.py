@@ -1,0 +1,520 @@
+"""The log cleaner: compaction of every log whose ``cleanup.policy`` includes ``compact``.
+
+Kafka's design (``LogCleaner``, ``Cleaner``, ``LogCleanerManager``), on
+``log.cleaner.threads`` threads of its own:
+
+1. Choose (on the event loop) the dirtiest log: its *dirty* section runs from the offset
+   the last cleaning reached (``cleaner-offset-checkpoint`` in the data directory; the log
+   start at first) to the first *uncleanable* offset: the active segment's base, lowered
+   to the segment holding the high watermark and to the first segment holding a record
+   newer than ``min.compaction.lag.ms``. Cleanable when dirty bytes / (clean + dirty
+   bytes) > ``min.cleanable.dirty.ratio``, or at once when the dirty section's first
+   batch is older than ``max.compaction.lag.ms``. The active segment is never cleaned: a
+   roll (``segment.bytes``, ``segment.ms``) makes its records cleanable.
+2. Build the offset map (key -> latest offset) over the dirty section, in
+   ``log.cleaner.dedupe.buffer.size`` / threads bytes (``pybroker._native.cleaner``). A
+   map that fills up ends this round's range at the last offset it took.
+3. Copy the segments from the log start up to that range in groups that fit
+   ``segment.bytes`` (and the index size and offset range of one segment), each group into
+   one ``<base>.log.cleaned`` keeping only the surviving records (rules in
+   csrc/pb_cleaner.h), build its indexes, fsync, and ask the event loop to swap it in
+   (``Log.replace_segments``: Kafka's ``.cleaned`` -> ``.swap`` protocol, refused if the
+   log was truncated or lost those segments meanwhile).
+4. Record the end of the round in ``cleaner-offset-checkpoint``.
+
+The threads never touch a ``Log`` or ``LogManager``: everything they need is taken on the
+event loop (``_take_job``) and the swap is done there (``_swap``), so the loop stalls only
+for renames and two directory fsyncs per group. A thread reads segments with ``pread``
+through their ``OpenFile`` (kept open by the job even if retention or a deletion closes
+the segment meanwhile; a mapping could fault on a segment truncated under it). Reads and
+writes together are throttled to ``log.cleaner.io.max.bytes.per.second``. A log whose
+cleaning fails on damaged data is left alone until restart (Kafka's uncleanable
+partitions); other failures back off ``log.cleaner.backoff.ms``.
+
+Producer state: the batch holding each idempotent producer's last offset is kept, if only
+as an empty header (the ``producers`` callback says, per partition, producer id -> last
+offset); so is the last batch of each round, so the log's offsets do not shrink.
+
+Tests may set ``PYBROKER_CLEANER_CRASH_AT`` to ``cleaned`` (the cleaned files written, not
+swapped) or ``swapped`` (swapped in, the checkpoint not written): the process then dies
+with SIGKILL at that point, for the crash tests.
+
+Thread-safety: ``start``/``stop``/``clean_once`` and the callbacks run on the event loop
+(or, without one, on the caller's thread); the cleaner threads call the loop only through
+``_on_loop``; ``Throttler`` is shared by the threads and locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import logging
+import mmap
+import os
+import signal
+import struct
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from pybroker._native.cleaner import OffsetMap
+from pybroker._native.records import HEADER_SIZE, read_batch_header, scan_log
+from pybroker.errors import CorruptRecordError, KafkaError
+from pybroker.file_region import OpenFile
+from pybroker.log.checkpoints import read_offsets, write_offsets
+from pybroker.log.log import CLEANED_SUFFIX, Log
+from pybroker.log.log_config import LogConfig
+from pybroker.log.log_manager import LogManager
+from pybroker.log.log_segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    MAX_RELATIVE_OFFSET,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    file_name,
+)
+
+log = logging.getLogger("pybroker.log.cleaner")
+
+CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+CRASH_ENV = "PYBROKER_CLEANER_CRASH_AT"
+_TIME_ENTRY = struct.Struct(">qI")
+_T = TypeVar("_T")
+Key = tuple[str, int]
+ProducerOffsets = Callable[[str, int], Mapping[int, int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class CleanerConfig:
+    """Kafka's ``log.cleaner.*`` broker settings."""
+
+    enable: bool = True
+    threads: int = 1
+    dedupe_buffer_size: int = 128 * 1024 * 1024
+    io_buffer_load_factor: float = 0.9
+    io_buffer_size: int = 512 * 1024
+    io_max_bytes_per_second: float = 1.7976931348623157e308
+    backoff_ms: int = 15_000
+
+    @classmethod
+    def from_settings(cls, get: Callable[[str], object]) -> CleanerConfig:
+        """From the broker settings (``get(key)``, e.g. ``BrokerConfig.__getitem__``)."""
+        return cls(enable=bool(get("log.cleaner.enable")),
+                   threads=max(1, int(str(get("log.cleaner.threads")))),
+                   dedupe_buffer_size=int(str(get("log.cleaner.dedupe.buffer.size"))),
+                   io_buffer_load_factor=float(str(get("log.cleaner.io.buffer.load.factor"))),
+                   io_buffer_size=int(str(get("log.cleaner.io.buffer.size"))),
+                   io_max_bytes_per_second=float(
+                       str(get("log.cleaner.io.max.bytes.per.second"))),
+                   backoff_ms=int(str(get("log.cleaner.backoff.ms"))))
+
+
+class Throttler:
+    """At most ``bytes_per_second`` over every caller together (Kafka's ``Throttler``:
+    measured over 300 ms periods, the caller that finds the rate too high sleeps)."""
+
+    PERIOD_S = 0.3
+
+    def __init__(self, bytes_per_second: float) -> None:
+        self.bytes_per_second = bytes_per_second
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        self._bytes = 0
+
+    def maybe_throttle(self, nbytes: int) -> None:
+        with self._lock:
+            self._bytes += nbytes
+            elapsed = time.monotonic() - self._start
+            if elapsed < self.PERIOD_S:
+                return
+            wait = self._bytes / self.bytes_per_second - elapsed
+            if wait > 0:
+                time.sleep(wait)  # holding the lock: every thread waits its share
+            self._start = time.monotonic()
+            self._bytes = 0
+
+
+@dataclasses.dataclass
+class _Source:
+    """One sealed segment as a cleaner thread reads it."""
+
+    segment: LogSegment
+    file: OpenFile           # keeps the descriptor open for the job
+    base: int
+    size: int                # bytes when the job was taken (sealed: it does not grow)
+    next_base: int           # the next segment's base: every offset here is below it
+    index_bytes: int
+    time_index_bytes: int
+    mtime: float
+
+
+@dataclasses.dataclass
+class _Job:
+    key: Key
+    log: Log
+    config: LogConfig
+    sources: list[_Source]   # from the log start up to the first uncleanable offset
+    first_dirty: int
+    first_uncleanable: int
+    truncations: int
+    producers: dict[int, int]
+    now_ms: int
+
+
+class _Aborted(Exception):
+    """The log changed under the cleaning, or the cleaner is stopping."""
+
+
+class LogCleaner:
+    """See module doc."""
+
+    def __init__(self, logs: LogManager, config: CleanerConfig | None = None, *,
+                 loop: asyncio.AbstractEventLoop | None = None,
+                 producers: ProducerOffsets | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config or CleanerConfig()
+        self._logs = logs
+        self._loop = loop
+        self._producers = producers
+        self._clock = clock
+        self._checkpoint_path = os.path.join(logs.data_dir, CHECKPOINT_FILE)
+        self._checkpoints = read_offsets(self._checkpoint_path)
+        self._checkpoint_lock = threading.Lock()  # one writer of the file at a time
+        self._truncations: dict[Key, int] = {}    # Log.truncations at each checkpoint
+        self._in_progress: set[Key] = set()
+        self.uncleanable: set[Key] = set()
+        self._stopping = threading.Event()
+        self._throttler = Throttler(self.config.io_max_bytes_per_second)
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle (event loop) ----------------------------------------------------------
+
+    def start(self) -> None:
+        if not self.config.enable:
+            return
+        for i in range(self.config.threads):
+            thread = threading.Thread(target=self._run, name=f"pybroker-log-cleaner-{i}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Stop the threads (a cleaning under way is abandoned: its files are leftovers
+        the next load removes) and wait for them."""
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
+
+    def checkpoint(self, topic: str, partition: int) -> int | None:
+        """The offset up to which ``topic``/``partition`` was cleaned, if it ever was."""
+        return self._checkpoints.get((topic, partition))
+
+    def clean_once(self) -> bool:
+        """Clean the dirtiest log now, on this thread; False if none was cleanable (tests
+        and tools: the threads do this in a loop)."""
+        return self._clean_dirtiest(self._new_map())
+
+    # -- the threads -----------------------------------------------------------------------
+
+    def _new_map(self) -> OffsetMap:
+        return OffsetMap(self.config.dedupe_buffer_size // self.config.threads,
+                         self.config.io_buffer_load_factor)
+
+    def _run(self) -> None:
+        offsets = self._new_map()
+        while not self._stopping.is_set():
+            try:
+                cleaned = self._clean_dirtiest(offsets)
+            except _Aborted:
+                cleaned = False
+            except Exception:
+                log.exception("log cleaner failed")
+                cleaned = False
+            if not cleaned:
+                self._stopping.wait(self.config.backoff_ms / 1000)
+
+    def _on_loop(self, fn: Callable[[], _T]) -> _T:
+        """Run ``fn`` on the event loop and return its result (directly without a loop)."""
+        if self._loop is None:
+            return fn()
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+        def call() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the waiting thread
+                future.set_exception(exc)
+        try:
+            self._loop.call_soon_threadsafe(call)
+        except RuntimeError as exc:  # the loop is closed
+            raise _Aborted("event loop closed") from exc
+        while True:
+            try:
+                return future.result(timeout=0.1)
+            except concurrent.futures.TimeoutError:
+                if self._stopping.is_set():
+                    raise _Aborted("stopping") from None
+
+    def _clean_dirtiest(self, offsets: OffsetMap) -> bool:
+        job = self._on_loop(self._take_job)
+        if job is None:
+            return False
+        end: int | None = None
+        try:
+            end = self._clean(job, offsets)
+        except _Aborted as exc:
+            log.info("%s: cleaning abandoned: %s", job.log.name, exc)
+        except (KafkaError, OSError, MemoryError) as exc:
+            log.error("%s: cannot clean, left uncleaned until restart: %s", job.log.name, exc)
+            self._on_loop(lambda: self.uncleanable.add(job.key))
+        finally:
+            entries = self._on_loop(lambda: self._done(job, end))
+        if end is not None:
+            with self._checkpoint_lock:
+                write_offsets(self._checkpoint_path, entries)
+        return end is not None
+
+    # -- choosing (event loop) -------------------------------------------------------------
+
+    def _take_job(self) -> _Job | None:
+        if self._stopping.is_set():
+            return None
+        now = int(self._clock() * 1000)
+        best: tuple[bool, float, _Job] | None = None
+        for key, partition_log in self._logs.logs():
+            if not partition_log.config.compacts or key in self._in_progress or \
+                    key in self.uncleanable:
+                continue
+            found = self._cleanable(key, partition_log, now)
+            if found is not None and (best is None or found[:2] > best[:2]):
+                best = found
+        if best is None:
+            return None
+        job = best[2]
+        self._in_progress.add(job.key)
+        if self._producers is not None:
+            job.producers = dict(self._producers(*job.key))
+        return job
+
+    def _cleanable(self, key: Key, partition_log: Log, now: int
+                   ) -> tuple[bool, float, _Job] | None:
+        """(must clean now, dirty ratio, job) when the log qualifies."""
+        config = partition_log.config
+        segments = partition_log.segments
+        start = partition_log.log_start_offset
+        first_dirty = self._checkpoints.get(key, start)
+        if not start <= first_dirty <= partition_log.log_end_offset or \
+                self._truncations.get(key, partition_log.truncations) != partition_log.truncations:
+            first_dirty = start
+        upper = segments.active.base_offset
+        if partition_log.high_watermark < upper:
+            holder = segments.floor(partition_log.high_watermark)
+            upper = holder.base_offset if holder is not None else start
+        sources: list[_Source] = []
+        clean_bytes = dirty_bytes = 0
+        must_clean = False
+        for i in range(len(segments) - 1):
+            segment = segments[i]
+            next_base = segments.next_base(i)
+            if segment.base_offset >= upper or next_base is None or segment.file is None:
+                break
+            dirty = next_base > first_dirty
+            if dirty and config.min_compaction_lag_ms > 0 and \
+                    _largest_timestamp(segment) > now - config.min_compaction_lag_ms:
+                upper = segment.base_offset
+                break
+            if dirty and dirty_bytes == 0 and segment.size:
+                first_ts = segment.rolling_timestamp()
+                must_clean = first_ts is not None and \
+                    now - first_ts > config.max_compaction_lag_ms
+            if dirty:
+                dirty_bytes += segment.size
+            else:
+                clean_bytes += segment.size
+            sources.append(_Source(segment, segment.file, segment.base_offset, segment.size,
+                                   next_base, segment.offset_index.entries * 8,
+                                   segment.time_index.entries * 12,
+                                   os.fstat(segment.fd).st_mtime))
+        if upper <= first_dirty or not dirty_bytes:
+            return None
+        ratio = dirty_bytes / (clean_bytes + dirty_bytes)
+        if not must_clean and ratio <= config.min_cleanable_dirty_ratio:
+            return None
+        return must_clean, ratio, _Job(key, partition_log, config, sources, first_dirty, upper,
+                                       partition_log.truncations, {}, now)
+
+    def _done(self, job: _Job, end: int | None) -> dict[Key, int]:
+        """The cleaning of ``job`` ended (at ``end`` if it completed); returns the
+        checkpoint entries to write."""
+        self._in_progress.discard(job.key)
+        if end is not None and self._logs.get(*job.key) is job.log:
+            self._checkpoints[job.key] = end
+            self._truncations[job.key] = job.truncations
+        self._checkpoints = {key: offset for key, offset in self._checkpoints.items()
+                             if self._logs.get(*key) is not None}
+        return dict(self._checkpoints)
+
+    def _swap(self, job: _Job, group: list[_Source]) -> LogSegment | None:
+        if self._stopping.is_set() or self._logs.get(*job.key) is not job.log:
+            return None
+        return job.log.replace_segments([source.segment for source in group], job.truncations)
+
+    # -- cleaning (a cleaner thread) -------------------------------------------------------
+
+    def _clean(self, job: _Job, offsets: OffsetMap) -> int:
+        """Clean ``job``; returns the offset the round reached (the next first dirty)."""
+        started = time.monotonic()
+        end = self._build_map(job, offsets)
+        read = written = 0
+        for group in self._groups(job, end):
+            sizes = self._clean_group(job, offsets, group, end)
+            read += sizes[0]
+            written += sizes[1]
+        elapsed = time.monotonic() - started
+        log.info("%s: cleaned offsets [%d, %d): %d keys, %d bytes -> %d in %.3f s (%.1f MB/s)",
+                 job.log.name, job.first_dirty, end, offsets.size, read, written, elapsed,
+                 read / max(elapsed, 1e-9) / 1e6)
+        return end
+
+    def _build_map(self, job: _Job, offsets: OffsetMap) -> int:
+        offsets.clear()
+        for source in job.sources:
+            if source.next_base <= job.first_dirty:
+                continue  # clean already
+            full = self._walk(source, lambda chunk: offsets.add_batches(chunk, job.first_dirty))
+            if full:
+                break
+            # offsets with no record (gaps, the rest of the segment) are covered too
+            offsets.latest_offset = max(offsets.latest_offset, source.next_base - 1)
+        return offsets.latest_offset + 1
+
+    def _groups(self, job: _Job, end: int) -> list[list[_Source]]:
+        """The segments below ``end`` in runs that fit one segment (Kafka's
+        ``groupSegmentsBySize``)."""
+        groups: list[list[_Source]] = []
+        config = job.config
+        for source in job.sources:
+            if source.base >= end:
+                break
+            if groups:
+                group = groups[-1]
+                if sum(s.size for s in group) + source.size <= config.segment_bytes and \
+                        sum(s.index_bytes for s in group) + source.index_bytes <= \
+                        config.segment_index_bytes and \
+                        sum(s.time_index_bytes for s in group) + source.time_index_bytes <= \
+                        config.segment_index_bytes and \
+                        (source.size == 0 or
+                         source.next_base - 1 - group[0].base <= MAX_RELATIVE_OFFSET):
+                    group.append(source)
+                    continue
+            groups.append([source])
+        return groups
+
+    def _walk(self, source: _Source, step: Callable[[bytes], tuple[int, bool]]) -> bool:
+        """Feed ``source`` to ``step`` in chunks of whole batches (``step`` answers the
+        bytes it consumed and whether to stop); True if it stopped."""
+        position = 0
+        want = self.config.io_buffer_size
+        while position < source.size:
+            if self._stopping.is_set():
+                raise _Aborted("stopping")
+            size = min(want, source.size - position)
+            chunk = os.pread(source.file.fd, size, position)
+            if len(chunk) < size:
+                raise _Aborted(f"segment {source.base} shrank under the cleaning")
+            self._throttler.maybe_throttle(size)
+            consumed, stop = step(chunk)
+            if stop:
+                return True
+            if consumed:
+                position += consumed
+                continue
+            # the next batch is larger than the chunk: read it whole
+            batch = read_batch_header(chunk).size if size >= HEADER_SIZE else 0
+            if batch <= size or batch > source.size - position:
+                raise CorruptRecordError(f"segment {source.base}: bad batch at {position}")
+            want = batch
+        return False
+
+    def _clean_group(self, job: _Job, offsets: OffsetMap, group: list[_Source],
+                     end: int) -> tuple[int, int]:
+        """Write the cleaned copy of ``group`` and have it swapped in; returns the bytes
+        read and written."""
+        base = group[0].base
+        paths = {suffix: os.path.join(job.log.directory, file_name(base, suffix + CLEANED_SUFFIX))
+                 for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
+        written = 0
+        try:
+            fd = os.open(paths[LOG_SUFFIX], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                         0o644)
+            try:
+                def step(chunk: bytes) -> tuple[int, bool]:
+                    nonlocal written
+                    cleaned = offsets.clean_batches(chunk, job.now_ms,
+                                                    job.config.delete_retention_ms,
+                                                    job.producers, end)
+                    _write_all(fd, cleaned.data)
+                    written += len(cleaned.data)
+                    self._throttler.maybe_throttle(len(cleaned.data))
+                    return cleaned.consumed, False
+                for source in group:
+                    self._walk(source, step)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _write_indexes(paths, base, job.config.index_interval_bytes)
+            os.utime(paths[LOG_SUFFIX], (group[-1].mtime, group[-1].mtime))
+            _crash_point("cleaned")
+            swapped = self._on_loop(lambda: self._swap(job, group))
+        except BaseException:
+            for path in paths.values():
+                if os.path.exists(path):
+                    os.unlink(path)
+            raise
+        if swapped is None:
+            raise _Aborted(f"the log changed under the cleaning of segment {base}")
+        _crash_point("swapped")
+        return sum(source.size for source in group), written
+
+
+def _largest_timestamp(segment: LogSegment) -> int:
+    """A segment's largest record timestamp, its file's mtime if it has none (Kafka's
+    ``largestTimestamp``)."""
+    if segment.max_timestamp >= 0:
+        return segment.max_timestamp
+    return int(os.fstat(segment.fd).st_mtime * 1000)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _write_indexes(paths: dict[str, str], base: int, interval: int) -> None:
+    """The offset and time index of the cleaned log file (one native scan, CRCs checked),
+    with the final time index entry a rolled segment gets."""
+    size = os.path.getsize(paths[LOG_SUFFIX])
+    with open(paths[LOG_SUFFIX], "rb") as f:
+        data = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) if size else b""
+        scan = scan_log(data, 0, size, base, interval)
+    if scan.error is not None:
+        raise CorruptRecordError(f"cleaned segment {base}: {scan.error}")
+    time_index = scan.time_index
+    last = _TIME_ENTRY.unpack_from(time_index, len(time_index) - 12)[0] if time_index else -1
+    if scan.batch_count and scan.max_timestamp > last:
+        time_index += _TIME_ENTRY.pack(scan.max_timestamp, scan.offset_of_max_timestamp - base)
+    for suffix, entries in ((INDEX_SUFFIX, scan.offset_index), (TIME_INDEX_SUFFIX, time_index)):
+        with open(paths[suffix], "wb") as f:
+            f.write(entries)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _crash_point(name: str) -> None:
+    if os.environ.get(CRASH_ENV) == name:
+        log.warning("crash point %s: killing the process", name)
+        os.kill(os.getpid(), signal.SIGKILL)
