@@ -1,0 +1,142 @@
+"""Log compaction seen by real clients: a keyed changelog with updates and tombstones on a
+compacted topic, cleaned by the broker's cleaner thread, read back with confluent-kafka;
+and SIGKILL at the cleaner's crash points (``PYBROKER_CLEANER_CRASH_AT``) then restart.
+
+After cleaning, the topic holds the latest record of each key below the cleaned offset
+(tombstones included: they stay ``delete.retention.ms``) and every record above it, each
+at its original offset with its original value and headers. After a crash the log is
+the old one or the cleaned one: never a record that was not written, never a lost latest
+record, offsets increasing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from pybroker.log.checkpoints import read_offsets
+from pybroker.log.log_cleaner import CHECKPOINT_FILE, CRASH_ENV
+from tests.admin.clients import create_topic, unique
+
+TIMEOUT = 60.0
+TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "4096", "segment.ms": "300",
+                "min.cleanable.dirty.ratio": "0.01"}
+
+Record = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]
+
+
+def produce_changelog(bootstrap: str, topic: str, count: int) -> list[Record]:
+    """Updates of 20 keys, every 37th a tombstone (and one key's last), then (after segment.ms) one more record
+    so the segment holding the changelog rolls and becomes cleanable."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                         "enable.idempotence": True})
+    written: list[Record] = []
+
+    def report(err, msg) -> None:
+        assert err is None, err
+        # (delivery reports carry no headers: each record's one header is its number)
+        headers = [("n", b"%d" % len(written))] if msg.key() != b"roll" else []
+        written.append((msg.offset(), msg.key(), msg.value(), headers))
+
+    for i in range(count):
+        value = None if i % 37 == 36 or i == count - 15 else b"value-%05d" % i
+        producer.produce(topic, value, key=b"key-%02d" % (i % 20), partition=0,
+                         headers=[("n", b"%d" % i)], on_delivery=report)
+        if i % 100 == 99:
+            producer.flush(TIMEOUT)  # several batches, several segments
+    producer.flush(TIMEOUT)
+    time.sleep(0.4)  # past segment.ms: the next append rolls the segment
+    producer.produce(topic, b"last", key=b"roll", partition=0, on_delivery=report)
+    assert producer.flush(TIMEOUT) == 0
+    return sorted(written, key=lambda r: r[0])
+
+
+def consume(bootstrap: str, topic: str, end: int) -> list[Record]:
+    """Every record of partition 0 up to ``end`` (tombstones included)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"),
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    out: list[Record] = []
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while (not out or out[-1][0] < end - 1) and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                out.append((msg.offset(), msg.key(), msg.value(), msg.headers() or []))
+    finally:
+        consumer.close()
+    return out
+
+
+def cleaned_up_to(data_dir: str, topic: str) -> int:
+    return read_offsets(os.path.join(data_dir, CHECKPOINT_FILE)).get((topic, 0), -1)
+
+
+def wait_cleaned(data_dir: str, topic: str, offset: int) -> int:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        done = cleaned_up_to(data_dir, topic)
+        if done >= offset:
+            return done
+        time.sleep(0.1)
+    raise AssertionError(f"{topic} not cleaned up to {offset}")
+
+
+def model(written: list[Record], end: int) -> list[Record]:
+    latest = {r[1]: r[0] for r in written if r[0] < end}
+    return [r for r in written if r[0] >= end or latest[r[1]] == r[0]]
+
+
+def assert_consistent(got: list[Record], written: list[Record]) -> None:
+    """What a crash may leave: a subsequence of what was written holding every latest
+    record of each key."""
+    by_offset = {r[0]: r for r in written}
+    assert [r[0] for r in got] == sorted({r[0] for r in got})
+    assert all(by_offset[r[0]] == r for r in got)
+    offsets = {r[0] for r in got}
+    assert all(r[0] in offsets for r in model(written, written[-1][0] + 1))
+
+
+def test_changelog_keeps_the_last_value_of_each_key(broker_factory):
+    broker = broker_factory(log_cleaner_backoff_ms=100)
+    topic = unique("changelog")
+    create_topic(broker.bootstrap, topic, config=TOPIC_CONFIG)
+    written = produce_changelog(broker.bootstrap, topic, 1500)
+    roll = written[-1][0]
+    end = wait_cleaned(broker.data_dir, topic, roll)
+    got = consume(broker.bootstrap, topic, roll + 1)
+    assert got == model(written, end)
+    assert len(got) < len(written) / 10
+    assert any(value is None for _, _, value, _ in got)  # tombstones stay a day
+
+
+@pytest.mark.parametrize("point", ["cleaned", "swapped"])
+def test_sigkill_in_cleaning_then_restart(broker_factory, point):
+    broker = broker_factory(log_cleaner_enable=False)
+    topic = unique("crash")
+    create_topic(broker.bootstrap, topic, config=TOPIC_CONFIG)
+    written = produce_changelog(broker.bootstrap, topic, 1500)
+    roll = written[-1][0]
+    broker.stop()
+    broker.settings.update({"log.cleaner.enable": True, "log.cleaner.backoff.ms": 100})
+    broker.env[CRASH_ENV] = point
+    try:
+        broker.start()
+    except RuntimeError:
+        pass  # killed before it said it was ready
+    assert broker.proc is not None
+    assert broker.proc.wait(TIMEOUT) == -9
+    broker.proc = None
+    assert f"crash point {point}" in broker.log_text()
+    del broker.env[CRASH_ENV]
+    broker.settings["log.cleaner.enable"] = False
+    broker.start()
+    assert_consistent(consume(broker.bootstrap, topic, roll + 1), written)
+    broker.stop()
+    broker.settings["log.cleaner.enable"] = True
+    broker.start()
+    end = wait_cleaned(broker.data_dir, topic, roll)
+    assert consume(broker.bootstrap, topic, roll + 1) == model(written, end)
