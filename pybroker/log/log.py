@@ -317,7 +317,7 @@ class Log:
                 base = self._next_offset
                 last = base + info.last_offset_delta
                 if segment.fits(size, last, info.max_timestamp, config.segment_bytes,
-                                config.segment_ms - config.segment_jitter_ms):
+                                config.roll_ms):
                     stamp_batch(batch, 0, base, leader_epoch, -1)
                     segment.append([batch], size, last, info.max_timestamp, None, 0,
                                    info.last_offset_delta + 1)
@@ -527,7 +527,7 @@ class Log:
             rolling = segment.rolling_timestamp()  # cached after the first call
             waited = (max_timestamp - rolling if rolling is not None
                       else self._now_ms() - int(segment.created * 1000))
-            if waited > config.segment_ms - config.segment_jitter_ms:
+            if waited > config.roll_ms:
                 reason = "segment.ms"
         if reason is None:
             return segment

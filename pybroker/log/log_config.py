@@ -143,6 +143,15 @@ class LogConfig:
         cleaner compacts the log."""
         return "compact" in self.cleanup_policy.split(",")
 
+    @functools.cached_property
+    def roll_ms(self) -> int:  # read by every produce: computed once
+        """Age of a segment's first batch that rolls it: ``segment.ms`` less the jitter,
+        for a compacted log at most ``max.compaction.lag.ms`` (Kafka's ``maxSegmentMs``:
+        records become cleanable within that lag, the active segment never is)."""
+        segment_ms = min(self.segment_ms, self.max_compaction_lag_ms) if self.compacts \
+            else self.segment_ms
+        return segment_ms - self.segment_jitter_ms
+
     @property
     def deletes(self) -> bool:
         """Retention deletes old segments (``cleanup.policy`` includes ``delete``)."""

@@ -18,7 +18,7 @@ from pybroker.log.log_cleaner import CHECKPOINT_FILE, CleanerConfig, LogCleaner
 from pybroker.log.log_config import LogConfig
 from pybroker.log.log_manager import LogManager
 from pybroker.log.log_segment import LOG_SUFFIX, file_name
-from tests.log.helpers import read_all
+from tests.log.helpers import read_all, region_bytes
 
 COMPACT = LogConfig.from_properties({"cleanup.policy": "compact", "segment.bytes": 2048,
                                      "file.delete.delay.ms": 0})
@@ -172,4 +172,41 @@ def test_load_discards_an_undecided_swap(tmp_path):
     manager.load(lambda topic: COMPACT)
     assert read_all(manager.get("changes", 0)) == expected
     assert not [n for n in os.listdir(directory) if n.endswith(CLEANED_SUFFIX)]
+    manager.close()
+
+
+def test_regions_read_before_a_swap_are_still_served(tmp_path):
+    for delay in (0, 60_000):
+        manager = LogManager(str(tmp_path / str(delay)))
+        config = LogConfig.from_properties({**COMPACT.to_properties(),
+                                            "file.delete.delay.ms": delay})
+        partition_log = manager.get_or_create("changes", 0, config)
+        produce(partition_log, changelog())
+        before = partition_log.read(0, 1 << 20)
+        expected = region_bytes(before)
+        assert LogCleaner(manager, CleanerConfig(dedupe_buffer_size=1 << 20)).clean_once()
+        assert region_bytes(partition_log.read(0, 1 << 20)) != expected
+        assert region_bytes(before) == expected  # the old segments' descriptors live on
+        manager.close()
+
+
+def test_max_compaction_lag_rolls_the_active_segment_of_a_compacted_log():
+    compacted = LogConfig.from_properties({"cleanup.policy": "compact,delete",
+                                           "max.compaction.lag.ms": 1000})
+    assert compacted.roll_ms == 1000
+    assert LogConfig.from_properties({"max.compaction.lag.ms": 1000}).roll_ms == \
+        LogConfig().segment_ms
+    assert LogConfig.from_properties({"cleanup.policy": "compact", "segment.ms": 500,
+                                      "segment.jitter.ms": 100}).roll_ms == 400
+
+
+def test_rolled_by_max_compaction_lag(tmp_path):
+    manager = LogManager(str(tmp_path))
+    config = LogConfig.from_properties({"cleanup.policy": "compact",
+                                        "max.compaction.lag.ms": 1000})
+    partition_log = manager.get_or_create("changes", 0, config)
+    for ts in (10_000, 10_500, 11_001):
+        batch = bytearray(encode_batch([b"v"], [b"k"], [ts]))
+        partition_log.append(batch, validate_batch(batch))
+    assert [s.base_offset for s in partition_log.segments] == [0, 2]
     manager.close()
