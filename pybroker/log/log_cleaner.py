@@ -294,9 +294,12 @@ class LogCleaner:
         if best is None:
             return None
         job = best[2]
-        self._in_progress.add(job.key)
         if self._producers is not None:
-            job.producers = dict(self._producers(*job.key))
+            try:
+                job.producers = dict(self._producers(*job.key))
+            except KafkaError as exc:  # not (or no longer) a partition here
+                log.info("%s: no producer state to keep (%s)", job.log.name, exc)
+        self._in_progress.add(job.key)
         return job
 
     def _cleanable(self, key: Key, partition_log: Log, now: int
