@@ -283,28 +283,32 @@ class LogCleaner:
         if self._stopping.is_set():
             return None
         now = int(self._clock() * 1000)
-        best: tuple[bool, float, _Job] | None = None
+        best: tuple[bool, float, int, int, Key, Log] | None = None
         for key, partition_log in self._logs.logs():
             if not partition_log.config.compacts or key in self._in_progress or \
                     key in self.uncleanable:
                 continue
             found = self._cleanable(key, partition_log, now)
             if found is not None and (best is None or found[:2] > best[:2]):
-                best = found
+                best = (*found, key, partition_log)
         if best is None:
             return None
-        job = best[2]
+        _, _, first_dirty, upper, key, partition_log = best
+        job = _Job(key, partition_log, partition_log.config, self._sources(partition_log, upper),
+                   first_dirty, upper, partition_log.truncations, {}, now)
         if self._producers is not None:
             try:
-                job.producers = dict(self._producers(*job.key))
+                job.producers = dict(self._producers(*key))
             except KafkaError as exc:  # not (or no longer) a partition here
-                log.info("%s: no producer state to keep (%s)", job.log.name, exc)
-        self._in_progress.add(job.key)
+                log.info("%s: no producer state to keep (%s)", partition_log.name, exc)
+        self._in_progress.add(key)
         return job
 
     def _cleanable(self, key: Key, partition_log: Log, now: int
-                   ) -> tuple[bool, float, _Job] | None:
-        """(must clean now, dirty ratio, job) when the log qualifies."""
+                   ) -> tuple[bool, float, int, int] | None:
+        """(must clean now, dirty ratio, first dirty offset, first uncleanable offset) when
+        the log qualifies. A few attribute reads per segment: this runs on the event loop
+        for every compacted log."""
         config = partition_log.config
         segments = partition_log.segments
         start = partition_log.log_start_offset
@@ -316,38 +320,47 @@ class LogCleaner:
         if partition_log.high_watermark < upper:
             holder = segments.floor(partition_log.high_watermark)
             upper = holder.base_offset if holder is not None else start
-        sources: list[_Source] = []
         clean_bytes = dirty_bytes = 0
         must_clean = False
         for i in range(len(segments) - 1):
             segment = segments[i]
             next_base = segments.next_base(i)
             if segment.base_offset >= upper or next_base is None or segment.file is None:
+                upper = min(upper, segment.base_offset)
                 break
-            dirty = next_base > first_dirty
-            if dirty and config.min_compaction_lag_ms > 0 and \
+            if next_base <= first_dirty:
+                clean_bytes += segment.size
+                continue
+            if config.min_compaction_lag_ms > 0 and \
                     _largest_timestamp(segment) > now - config.min_compaction_lag_ms:
                 upper = segment.base_offset
                 break
-            if dirty and dirty_bytes == 0 and segment.size:
+            if dirty_bytes == 0 and segment.size:
                 first_ts = segment.rolling_timestamp()
                 must_clean = first_ts is not None and \
                     now - first_ts > config.max_compaction_lag_ms
-            if dirty:
-                dirty_bytes += segment.size
-            else:
-                clean_bytes += segment.size
-            sources.append(_Source(segment, segment.file, segment.base_offset, segment.size,
-                                   next_base, segment.offset_index.entries * 8,
-                                   segment.time_index.entries * 12,
-                                   os.fstat(segment.fd).st_mtime))
+            dirty_bytes += segment.size
         if upper <= first_dirty or not dirty_bytes:
             return None
         ratio = dirty_bytes / (clean_bytes + dirty_bytes)
         if not must_clean and ratio <= config.min_cleanable_dirty_ratio:
             return None
-        return must_clean, ratio, _Job(key, partition_log, config, sources, first_dirty, upper,
-                                       partition_log.truncations, {}, now)
+        return must_clean, ratio, first_dirty, upper
+
+    def _sources(self, partition_log: Log, upper: int) -> list[_Source]:
+        """The sealed segments below ``upper``, as the cleaner thread reads them."""
+        segments = partition_log.segments
+        sources = []
+        for i in range(len(segments) - 1):
+            segment = segments[i]
+            next_base = segments.next_base(i)
+            if segment.base_offset >= upper or next_base is None or segment.file is None:
+                break
+            sources.append(_Source(segment, segment.file, segment.base_offset, segment.size,
+                                   next_base, segment.offset_index.entries * 8,
+                                   segment.time_index.entries * 12,
+                                   os.fstat(segment.fd).st_mtime))
+        return sources
 
     def _done(self, job: _Job, end: int | None) -> dict[Key, int]:
         """The cleaning of ``job`` ended (at ``end`` if it completed); returns the
