@@ -210,3 +210,22 @@ def test_rolled_by_max_compaction_lag(tmp_path):
         partition_log.append(batch, validate_batch(batch))
     assert [s.base_offset for s in partition_log.segments] == [0, 2]
     manager.close()
+
+
+def test_the_last_batch_of_each_producer_stays(tmp_path):
+    manager = LogManager(str(tmp_path))
+    partition_log = manager.get_or_create("changes", 0, COMPACT)
+    now = int(time.time() * 1000)
+    batch = bytearray(encode_batch([b"old"] * 3, [b"a", b"b", b"c"], [now] * 3,
+                                   producer_id=42, producer_epoch=3, base_sequence=7))
+    partition_log.append(batch, validate_batch(batch))
+    produce(partition_log, changelog())
+    produce(partition_log, [(b"a", b"new"), (b"b", b"new"), (b"c", b"new")])
+    produce(partition_log, changelog(40))
+    cleaner = LogCleaner(manager, CleanerConfig(dedupe_buffer_size=1 << 20),
+                         producers=lambda topic, partition: {42: 2})
+    assert cleaner.clean_once()
+    first = next(partition_log.batches(0))[0]
+    assert (first.base_offset, first.last_offset, first.records_count) == (0, 2, 0)
+    assert (first.producer_id, first.producer_epoch, first.base_sequence) == (42, 3, 7)
+    manager.close()

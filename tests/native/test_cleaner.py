@@ -25,7 +25,7 @@ record = st.tuples(
     st.lists(st.tuples(st.sampled_from(["h", "trace"]), st.binary(max_size=5)), max_size=2),
 )
 batch = st.tuples(st.lists(record, min_size=1, max_size=8),
-                  st.sampled_from([0, 0, 0, 1, 3, 4]),     # codec: none, gzip, lz4, zstd
+                  st.sampled_from([0, 0, 0, 1, 2, 3, 4]),  # codec: none, gzip, snappy, lz4, zstd
                   st.sampled_from([-1, -1, 7, 9]))         # producer id
 
 
