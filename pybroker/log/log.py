@@ -229,11 +229,13 @@ class Log:
         swap was decided): delete the segments it replaces (those whose base offset lies
         within its offsets), then give it its final name. Its indexes are rebuilt."""
         swap = os.path.join(self.directory, file_name(base, LOG_SUFFIX + SWAP_SUFFIX))
+        end = base + 1
         size = os.path.getsize(swap)
-        with open(swap, "rb") as f:
-            data = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) if size else b""
-            scan = scan_log(data, 0, size, base, self.config.index_interval_bytes)
-        end = scan.next_offset if scan.batch_count else base + 1
+        if size:
+            with open(swap, "rb") as f, \
+                    mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as data:
+                scan = scan_log(data, 0, size, base, self.config.index_interval_bytes)
+            end = max(end, scan.next_offset)
         for name in os.listdir(self.directory):
             match = _SEGMENT_FILE.match(name)
             if match and (base <= int(match.group(1)) < end):

@@ -514,9 +514,12 @@ def _write_indexes(paths: dict[str, str], base: int, interval: int) -> None:
     """The offset and time index of the cleaned log file (one native scan, CRCs checked),
     with the final time index entry a rolled segment gets."""
     size = os.path.getsize(paths[LOG_SUFFIX])
-    with open(paths[LOG_SUFFIX], "rb") as f:
-        data = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) if size else b""
-        scan = scan_log(data, 0, size, base, interval)
+    if size:
+        with open(paths[LOG_SUFFIX], "rb") as f, \
+                mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as data:
+            scan = scan_log(data, 0, size, base, interval)
+    else:
+        scan = scan_log(b"", 0, 0, base, interval)
     if scan.error is not None:
         raise CorruptRecordError(f"cleaned segment {base}: {scan.error}")
     time_index = scan.time_index
@@ -524,10 +527,10 @@ def _write_indexes(paths: dict[str, str], base: int, interval: int) -> None:
     if scan.batch_count and scan.max_timestamp > last:
         time_index += _TIME_ENTRY.pack(scan.max_timestamp, scan.offset_of_max_timestamp - base)
     for suffix, entries in ((INDEX_SUFFIX, scan.offset_index), (TIME_INDEX_SUFFIX, time_index)):
-        with open(paths[suffix], "wb") as f:
-            f.write(entries)
-            f.flush()
-            os.fsync(f.fileno())
+        with open(paths[suffix], "wb") as out:
+            out.write(entries)
+            out.flush()
+            os.fsync(out.fileno())
 
 
 def _crash_point(name: str) -> None:
