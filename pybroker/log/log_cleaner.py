@@ -117,8 +117,10 @@ class Throttler:
 
     PERIOD_S = 0.3
 
-    def __init__(self, bytes_per_second: float) -> None:
+    def __init__(self, bytes_per_second: float,
+                 sleep: Callable[[float], object] = time.sleep) -> None:
         self.bytes_per_second = bytes_per_second
+        self._sleep = sleep
         self._lock = threading.Lock()
         self._start = time.monotonic()
         self._bytes = 0
@@ -131,7 +133,7 @@ class Throttler:
                 return
             wait = self._bytes / self.bytes_per_second - elapsed
             if wait > 0:
-                time.sleep(wait)  # holding the lock: every thread waits its share
+                self._sleep(wait)  # holding the lock: every thread waits its share
             self._start = time.monotonic()
             self._bytes = 0
 
@@ -186,7 +188,8 @@ class LogCleaner:
         self._in_progress: set[Key] = set()
         self.uncleanable: set[Key] = set()
         self._stopping = threading.Event()
-        self._throttler = Throttler(self.config.io_max_bytes_per_second)
+        # (a stop ends a throttled wait at once)
+        self._throttler = Throttler(self.config.io_max_bytes_per_second, self._stopping.wait)
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle (event loop) ----------------------------------------------------------

@@ -14,7 +14,7 @@ from pybroker._native.records import (
     validate_batch,
 )
 from pybroker.log.log import CLEANED_SUFFIX, SWAP_SUFFIX
-from pybroker.log.log_cleaner import CHECKPOINT_FILE, CleanerConfig, LogCleaner
+from pybroker.log.log_cleaner import CHECKPOINT_FILE, CleanerConfig, LogCleaner, Throttler
 from pybroker.log.log_config import LogConfig
 from pybroker.log.log_manager import LogManager
 from pybroker.log.log_segment import LOG_SUFFIX, file_name
@@ -229,3 +229,16 @@ def test_the_last_batch_of_each_producer_stays(tmp_path):
     assert (first.base_offset, first.last_offset, first.records_count) == (0, 2, 0)
     assert (first.producer_id, first.producer_epoch, first.base_sequence) == (42, 3, 7)
     manager.close()
+
+
+def test_throttler_asks_for_the_sleep_that_brings_the_rate_down():
+    sleeps: list[float] = []
+    throttler = Throttler(10_000, sleeps.append)
+    throttler.maybe_throttle(50_000)
+    assert not sleeps  # inside the first measuring period
+    time.sleep(Throttler.PERIOD_S)
+    throttler.maybe_throttle(0)
+    # 50 kB at 10 kB/s take 5 s: the caller sleeps what is left of them
+    assert len(sleeps) == 1 and 4.0 < sleeps[0] < 5.0 - Throttler.PERIOD_S + 0.01
+    throttler.maybe_throttle(0)
+    assert len(sleeps) == 1  # a new period began
