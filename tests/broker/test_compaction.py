@@ -18,6 +18,7 @@ import time
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from pybroker._native.records import HEADER_SIZE, read_batch_header
 from pybroker.log.checkpoints import read_offsets
 from pybroker.log.log_cleaner import CHECKPOINT_FILE, CRASH_ENV
 from tests.admin.clients import create_topic, unique
@@ -30,8 +31,9 @@ Record = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]
 
 
 def produce_changelog(bootstrap: str, topic: str, count: int) -> list[Record]:
-    """Updates of 20 keys, every 37th a tombstone (and one key's last), then (after segment.ms) one more record
-    so the segment holding the changelog rolls and becomes cleanable."""
+    """Updates of 20 keys, every 37th a tombstone (and one key's last), then (after
+    segment.ms) one more record so the segment holding the changelog rolls and becomes
+    cleanable."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
                          "enable.idempotence": True})
     written: list[Record] = []
@@ -105,13 +107,24 @@ def test_changelog_keeps_the_last_value_of_each_key(broker_factory):
     broker = broker_factory(log_cleaner_backoff_ms=100)
     topic = unique("changelog")
     create_topic(broker.bootstrap, topic, config=TOPIC_CONFIG)
-    written = produce_changelog(broker.bootstrap, topic, 1500)
+    # a first idempotent producer's only batch: every record of it is superseded below,
+    # and the cleaner keeps it as an empty batch (its producer state), which consumers skip
+    early = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
+                      "linger.ms": 50})
+    for i in range(20):
+        early.produce(topic, b"early", key=b"key-%02d" % i, partition=0)
+    assert early.flush(TIMEOUT) == 0
+    written = [(i, b"key-%02d" % i, b"early", []) for i in range(20)]
+    written += produce_changelog(broker.bootstrap, topic, 1500)
     roll = written[-1][0]
     end = wait_cleaned(broker.data_dir, topic, roll)
     got = consume(broker.bootstrap, topic, roll + 1)
     assert got == model(written, end)
     assert len(got) < len(written) / 10
     assert any(value is None for _, _, value, _ in got)  # tombstones stay a day
+    with open(os.path.join(broker.data_dir, f"{topic}-0", "0" * 20 + ".log"), "rb") as f:
+        first = read_batch_header(f.read(HEADER_SIZE))
+    assert (first.last_offset, first.records_count) == (19, 0) and first.producer_id >= 0
 
 
 @pytest.mark.parametrize("point", ["cleaned", "swapped"])
