@@ -274,6 +274,7 @@ class LogCleaner:
             log.error("%s: cannot clean, left uncleaned until restart: %s", job.log.name, exc)
             self._on_loop(lambda: self.uncleanable.add(job.key))
         finally:
+            offsets.clear()  # its memory goes back to the system until the next round
             entries = self._on_loop(lambda: self._done(job, end))
         if end is not None:
             with self._checkpoint_lock:
