@@ -413,13 +413,13 @@ int pb_clean_batches(const pb_clean_args *a, const uint8_t *buf, size_t len, siz
             if (rc) return rc;
             st->records_read += h->records_count;
             st->records_retained += f.retained;
-            if (f.retained == h->records_count && !f.set_horizon) {
-                out->len = start;
-                if (pb_outbuf_append(out, batch, (size_t)size)) return PB_CLEAN_NOMEM;
-            } else if (f.retained == 0) {
+            if (f.retained == 0) {  /* (an empty batch too: kept only while needed) */
                 out->len = start;
                 if (pb_clean_keeps_empty(a, h) && pb_clean_write_empty(out, h))
                     return PB_CLEAN_NOMEM;
+            } else if (f.retained == h->records_count && !f.set_horizon) {
+                out->len = start;
+                if (pb_outbuf_append(out, batch, (size_t)size)) return PB_CLEAN_NOMEM;
             } else {
                 pb_clean_finish(out, start, h, &f);
             }

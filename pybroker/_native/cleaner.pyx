@@ -267,13 +267,13 @@ cdef class OffsetMap:
                     _raise(rc, pos)
                 stats.records_read += h.records_count
                 stats.records_retained += f.retained
-                if f.retained == h.records_count and not f.set_horizon:
+                if f.retained == 0:
+                    out.len = start
+                    rc = pb_clean_write_empty(&out, &h) if pb_clean_keeps_empty(&args, &h) else 0
+                elif f.retained == h.records_count and not f.set_horizon:
                     out.len = start
                     rc = pb_outbuf_append(&out, <const uint8_t *>view.buf + pos,
                                           <size_t>h.batch_length + 12)
-                elif f.retained == 0:
-                    out.len = start
-                    rc = pb_clean_write_empty(&out, &h) if pb_clean_keeps_empty(&args, &h) else 0
                 else:
                     kept = PyBytes_FromStringAndSize(
                         <const char *>out.data + start + PB_BATCH_HEADER_SIZE,

@@ -143,3 +143,14 @@ def test_full_map_keeps_what_it_did_not_cover():
     cleaned = offsets.clean_batches(data, NOW, RETENTION, {}, offsets.latest_offset + 1)
     # k0 at offset 0 is superseded only by offset 20, which the map did not reach
     assert [r[0] for r in records_of(cleaned.data)] == list(range(21))
+
+
+def test_an_empty_batch_stays_only_while_its_producer_needs_it():
+    data, _ = build_log([([(b"a", b"1", [])], 0, 7), ([(b"a", b"2", [])], 0, -1),
+                         ([(b"b", b"3", [])], 0, -1)])
+    kept = clean(data, NOW, {7: 0}).data
+    assert [(i.base_offset, i.records_count) for i, _ in batches_of(kept)] == \
+        [(0, 0), (1, 1), (2, 1)]
+    # producer 7 wrote again elsewhere: its empty batch goes
+    again = clean(kept, NOW, {7: 99}).data
+    assert [(i.base_offset, i.records_count) for i, _ in batches_of(again)] == [(1, 1), (2, 1)]
