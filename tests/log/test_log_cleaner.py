@@ -242,3 +242,28 @@ def test_throttler_asks_for_the_sleep_that_brings_the_rate_down():
     assert len(sleeps) == 1 and 4.0 < sleeps[0] < 5.0 - Throttler.PERIOD_S + 0.01
     throttler.maybe_throttle(0)
     assert len(sleeps) == 1  # a new period began
+
+
+def test_compaction_lags_decide_when_a_log_is_cleaned(tmp_path):
+    manager = LogManager(str(tmp_path))
+    clock = [time.time()]
+    lagged = LogConfig.from_properties({**COMPACT.to_properties(),
+                                        "min.compaction.lag.ms": 60_000})
+    partition_log = manager.get_or_create("changes", 0, lagged)
+    produce(partition_log, changelog())
+    cleaner = LogCleaner(manager, CleanerConfig(dedupe_buffer_size=1 << 20),
+                         clock=lambda: clock[0])
+    assert not cleaner.clean_once()  # every record is younger than the lag
+    clock[0] += 61
+    assert cleaner.clean_once()
+    # below min.cleanable.dirty.ratio, a log is cleaned once its oldest dirty record is
+    # older than max.compaction.lag.ms
+    idle = LogConfig.from_properties({**COMPACT.to_properties(),
+                                      "min.cleanable.dirty.ratio": 1,
+                                      "max.compaction.lag.ms": 120_000})
+    partition_log.update_config(idle)
+    produce(partition_log, changelog(100))
+    assert not cleaner.clean_once()
+    clock[0] += 121
+    assert cleaner.clean_once()
+    manager.close()
