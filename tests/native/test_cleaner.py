@@ -154,3 +154,20 @@ def test_an_empty_batch_stays_only_while_its_producer_needs_it():
     # producer 7 wrote again elsewhere: its empty batch goes
     again = clean(kept, NOW, {7: 99}).data
     assert [(i.base_offset, i.records_count) for i, _ in batches_of(again)] == [(1, 1), (2, 1)]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(batch, min_size=1, max_size=10), st.integers(0, 80))
+def test_records_before_the_dirty_section_go_only_when_superseded(batches, first_dirty):
+    data, written = build_log(batches)
+    first_dirty = min(first_dirty, len(written))
+    offsets = OffsetMap(1 << 20)
+    consumed, _ = offsets.add_batches(data, first_dirty)
+    assert consumed == len(data)
+    offsets.latest_offset = max(offsets.latest_offset, len(written) - 1)
+    cleaned = offsets.clean_batches(data, NOW, RETENTION, {}, len(written))
+    dirty_latest = latest([r for r in written if r[0] >= first_dirty])
+    expected = [r for r in written
+                if r[2] is not None and (r[2] not in dirty_latest or
+                                         dirty_latest[r[2]][0] == r[0])]
+    assert records_of(cleaned.data) == expected
