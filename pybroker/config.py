@@ -103,6 +103,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "num.io.threads": (int, 1),
     "producer.id.block.size": (int, 1000),
     "producer.id.expiration.ms": (int, 86_400_000),
+    "producer.id.expiration.check.interval.ms": (int, 600_000),
     # consumer groups (pybroker.coordinator.CoordinatorConfig reads these)
     "offsets.topic.num.partitions": (int, 50),
     "offsets.retention.minutes": (int, 7 * 24 * 60),

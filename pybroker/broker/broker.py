@@ -10,15 +10,15 @@ interface, a single node's or a ZooKeeper cluster's, chosen from the settings), 
 
 Start-up: open the data dir (``meta.properties`` holds the cluster id and node id; the
 control plane may have its own cluster id, ZooKeeper's, which wins), recover the logs
-(``LogManager.load``, logged with its duration), open the topics and restore producer
-state (the clean-shutdown snapshot, or a replay of the log tail after a crash), start the
-group coordinator and the validation pool, bind the listener, start the control plane
+(``LogManager.load``, logged with its duration; each log restores its producer state from
+its own snapshots), open the topics (and once, after an upgrade, adopt the broker-wide
+``producer-state.json`` of earlier versions), start the group coordinator and the validation pool, bind the listener, start the control plane
 (a cluster member registers now that its port answers) and log ``ready``. Shutdown
 (SIGTERM/SIGINT): stop accepting, answer the coordinator's parked long polls and wake
 long-polling fetches (so parked long polls answer now), answer the requests already
 received (at most ``SHUTDOWN_DRAIN_SECONDS``), stop the control plane (a follower stops
-appending), the coordinator and the validation pool, snapshot producer state, close the
-LogManager cleanly (it writes the clean-shutdown marker).
+appending), the coordinator and the validation pool, close the LogManager cleanly (each
+log snapshots its producer state; the manager writes the clean-shutdown marker).
 
 Dispatch of one frame: header -> handler by API key -> decode -> handle -> encode. A
 request the broker cannot parse (garbage, unknown API key, a version outside what is
@@ -56,9 +56,10 @@ from pybroker.broker.validation import ValidationPool
 from pybroker.config import BrokerConfig
 from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.log.checkpoints import replace_file
+from pybroker.log.checkpoints import fsync_dir, replace_file, sync_checkpoint
 from pybroker.log.log_cleaner import CleanerConfig, LogCleaner
 from pybroker.log.log_manager import LogManager
+from pybroker.log.state_machine import replay
 from pybroker.metadata import Metadata, metadata_for
 from pybroker.net.connection import CloseConnection, Connection, ConnectionClosed
 from pybroker.net.protocol import codec
@@ -75,7 +76,9 @@ API_VERSIONS = 18
 # 2,000 topics held the loop 35 ms); on a thread the loop takes the GIL back every
 # switch interval and other clients are served meanwhile.
 DECODE_OFF_LOOP_BYTES = 16 * 1024
-SNAPSHOT_FILE = "producer-state.json"
+# Earlier versions kept every partition's producer state in this one file; read once on
+# upgrade (``_adopt_legacy_producer_state``), then removed.
+LEGACY_PRODUCER_STATE_FILE = "producer-state.json"
 STATS_FILE = "broker-stats.json"
 SHUTDOWN_DRAIN_SECONDS = 10.0
 
@@ -127,7 +130,8 @@ class Broker:
             log.info("settings: %s", ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
         os.makedirs(self.data_dir, exist_ok=True)
         self.cluster_id = self._read_meta(await self.metadata.join(self._read_meta()))
-        self.logs = logs = LogManager(self.data_dir)
+        self.logs = logs = LogManager(
+            self.data_dir, producer_id_expiration_ms=self.config["producer.id.expiration.ms"])
         self._logs_open = True
         self.topics = TopicManager(self.config, logs,
                                    leads_every_partition=self.metadata.leads_every_partition())
@@ -138,7 +142,7 @@ class Broker:
         self.producer_ids = ProducerIdManager(
             self.data_dir, self.config["producer.id.block.size"],
             self.metadata.producer_id_source())
-        self._restore_producer_state()
+        self._adopt_legacy_producer_state()
         self.cleaner = LogCleaner(logs, CleanerConfig.from_settings(self.config.__getitem__),
                                   loop=asyncio.get_running_loop(),
                                   producers=self._last_producer_offsets)
@@ -172,7 +176,8 @@ class Broker:
             self._every(self.config["log.retention.check.interval.ms"], self._retention),
             self._every(self.config["log.flush.scheduler.interval.ms"], logs.flush_due),
             self._every(self.config["stats.interval.ms"], self.write_stats),
-            self._every(60_000, self._snapshot_producer_state_soon),
+            self._every(self.config["producer.id.expiration.check.interval.ms"],
+                        logs.expire_producers),
             self._every(60_000, collector.thaw_if_due),
         )]
         return bound
@@ -251,7 +256,6 @@ class Broker:
         if self.cleaner is not None:
             self.cleaner.stop()
         if self._logs_open:
-            self._snapshot_producer_state()
             self.logs.close(clean=True)
         self.write_stats(force=True)
         stats = self.stats()
@@ -260,27 +264,49 @@ class Broker:
                  stats["copied_bytes"], 100 * stats["zero_copy_fraction"])
         log.info("shutdown complete in %.3f s", time.monotonic() - started)
 
-    # producer state snapshots ---------------------------------------------------------
+    # producer state of earlier versions ------------------------------------------------
 
-    def _snapshot_producer_state(self) -> None:
-        """Write the snapshot now (at shutdown, once the background writer is done)."""
-        write_json(os.path.join(self.data_dir, SNAPSHOT_FILE), self._producer_state())
-
-    def _snapshot_producer_state_soon(self) -> None:
-        """The periodic snapshot: taken on the loop, written (an fsynced file replacement,
-        up to seconds on a busy disk) by the background writer thread."""
-        self._writer.submit(write_json, os.path.join(self.data_dir, SNAPSHOT_FILE),
-                            self._producer_state())
-
-    def _producer_state(self) -> dict[str, Any]:
-        state = {}
-        expire_before = int(time.time() * 1000) - self.config["producer.id.expiration.ms"]
+    def _adopt_legacy_producer_state(self) -> None:
+        """Versions before per-partition snapshots wrote every partition's producer state
+        to one file (at shutdown and every minute). An operator upgrading expects the
+        idempotent producers of a rolling upgrade to keep their duplicate detection, so
+        the file is read once: a partition whose log has no snapshot yet takes its entry
+        if the log still holds the offset it describes with the same leader epoch there
+        (a replica that truncated below it since holds other batches), replays the
+        batches after it and snapshots at its end. Then the file is removed."""
+        path = os.path.join(self.data_dir, LEGACY_PRODUCER_STATE_FILE)
+        legacy = read_json(path)
+        if legacy is None:
+            return
+        adopted = 0
         for p in self.topics.partitions():
-            p.producers.expire(expire_before)
-            snapshot = p.producer_snapshot()
+            entry, plog = legacy.get(f"{p.topic}-{p.index}"), p.log
+            if entry is None or plog is None or plog.producer_state.snapshot_offsets():
+                continue
+            offset = entry["offset"]
+            if not plog.log_start_offset <= offset <= plog.log_end_offset or (
+                    "epoch" in entry
+                    and plog.leader_epoch_cache.epoch_at(offset - 1) != entry["epoch"]):
+                log.warning("%s-%d: the producer state of %s describes offset %d, which "
+                            "the log no longer holds as it was; not used", p.topic, p.index,
+                            LEGACY_PRODUCER_STATE_FILE, offset)
+                continue
+            state = plog.producer_state
+            try:
+                state.restore_legacy(entry["producers"])
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("%s-%d: malformed entry in %s, not used: %s", p.topic, p.index,
+                            LEGACY_PRODUCER_STATE_FILE, exc)
+                continue
+            replay(state, plog.batches(offset))
+            snapshot = state.take_snapshot(plog.log_end_offset)
             if snapshot is not None:
-                state[f"{p.topic}-{p.index}"] = snapshot
-        return state
+                sync_checkpoint(snapshot)
+            adopted += 1
+        os.unlink(path)
+        fsync_dir(self.data_dir)
+        log.info("adopted the producer state of %d partitions from %s (now removed)",
+                 adopted, LEGACY_PRODUCER_STATE_FILE)
 
     def _last_producer_offsets(self, topic: str, index: int) -> dict[int, int]:
         """Producer id -> offset of its last batch in a partition: the log cleaner keeps
@@ -288,11 +314,6 @@ class Broker:
         producers = self.topics.partition(topic, index).producers.producers
         return {pid: entry.batches[-1].last_offset
                 for pid, entry in producers.items() if entry.batches}
-
-    def _restore_producer_state(self) -> None:
-        snapshot = read_json(os.path.join(self.data_dir, SNAPSHOT_FILE), {}) or {}
-        for p in self.topics.partitions():
-            p.restore_producers(snapshot.get(f"{p.topic}-{p.index}"))
 
     # stats ------------------------------------------------------------------------------
 

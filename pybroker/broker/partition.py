@@ -1,5 +1,6 @@
-"""One partition as the request handlers see it: its log, producer state, fetch waiters,
-and its replication role.
+"""One partition as the request handlers see it: its log, fetch waiters, and its
+replication role. Idempotence is checked here against the producer state its log keeps
+(``Log.producer_state``, which every append, truncation and restart keeps up to date).
 
 Appending: ``append`` is the leader's one entry point (the produce handler's and the
 group coordinator's). It decides whether the write completes inline (a small batch with
@@ -48,8 +49,6 @@ from collections.abc import Callable
 from typing import Any
 
 from pybroker._native.appender import ASYNC_MIN_BYTES
-from pybroker._native.records import HEADER_SIZE, read_batch_header
-from pybroker.broker.producer_state import ProducerStateTable
 from pybroker.errors import (
     ErrorCode,
     InvalidTimestampError,
@@ -58,10 +57,10 @@ from pybroker.errors import (
 )
 from pybroker.log.log import AppendInfo
 from pybroker.log.log_config import LogConfig
+from pybroker.log.producer_state import ProducerState
 
 LEADER_EPOCH = 0  # single node: leadership never moves
 NO_LEADER = -1
-_TAIL_SCAN_BYTES = 64 * 1024 * 1024  # how much log a crash replay reads without a snapshot
 
 
 # a queued append: the batch, its BatchInfo, and the future its requester awaits
@@ -81,7 +80,7 @@ class FollowerState:
 
 
 class Partition:
-    __slots__ = ("topic", "index", "log", "producers", "deleted", "_waiters", "_queue",
+    __slots__ = ("topic", "index", "log", "deleted", "_waiters", "_queue",
                  "_writer", "_inline_below", "broker_id", "is_leader", "leader_id",
                  "leader_epoch", "replicas", "isr", "zk_version", "followers",
                  "epoch_start_offset", "isr_pending", "isr_listener", "_hw_waiters")
@@ -92,7 +91,6 @@ class Partition:
         self.topic = topic
         self.index = index
         self.log = log  # None: a partition of a topic this broker holds no replica of
-        self.producers = ProducerStateTable()
         self.deleted = False  # set when its topic is deleted; a waiting fetch drops it
         self._waiters: list[asyncio.Future[None]] = []
         # appends waiting their turn, and the task writing them (None: none waiting)
@@ -130,6 +128,11 @@ class Partition:
     def high_watermark(self) -> int:
         return self.log.high_watermark
 
+    @property
+    def producers(self) -> ProducerState:
+        """The idempotent producers' state, which the log keeps."""
+        return self.log.producer_state
+
     def append(self, batch: memoryview, info: Any) -> AppendInfo | asyncio.Future[AppendInfo]:
         """The leader's one append: one validated batch (``info`` from ``validate_batch``;
         the caller has checked its size against ``max.message.bytes``), idempotence
@@ -152,11 +155,11 @@ class Partition:
         place, and it must not change until the append is done."""
         if self._queue is not None or len(batch) >= self._inline_below:
             return self._enqueue(batch, info)
-        now, log_append_time, duplicate = self._before_append(info)
+        log_append_time, duplicate = self._before_append(info)
         if duplicate is not None:
             return duplicate
         appended = self.log.append(batch, info, self.leader_epoch, log_append_time)
-        return self._after_append(info, appended, now)
+        return self._after_append(appended)
 
     def _enqueue(self, batch: memoryview, info: Any) -> asyncio.Future[AppendInfo]:
         loop = asyncio.get_running_loop()
@@ -193,7 +196,7 @@ class Partition:
         if not self.is_leader:
             raise NotLeaderOrFollowerError(f"This broker is no longer the leader of "
                                            f"{self.topic}-{self.index}")
-        now, log_append_time, duplicate = self._before_append(info)
+        log_append_time, duplicate = self._before_append(info)
         if duplicate is not None:
             return duplicate
         if len(batch) < self._inline_below:
@@ -201,10 +204,11 @@ class Partition:
         else:
             appended = await self.log.append_async(batch, info, self.leader_epoch,
                                                    log_append_time)
-        return self._after_append(info, appended, now)
+        return self._after_append(appended)
 
-    def _before_append(self, info: Any) -> tuple[int, int, AppendInfo | None]:
-        """(now, LogAppendTime or -1, the original answer if this is a retried batch)."""
+    def _before_append(self, info: Any) -> tuple[int, AppendInfo | None]:
+        """(LogAppendTime or -1, the original answer if this is a retried batch). The log
+        records the batch in its producer state when it writes it."""
         now = int(time.time() * 1000)
         config = self.log.config
         if config.log_append_time:
@@ -213,22 +217,19 @@ class Partition:
             log_append_time = -1
             self._check_timestamps(config, info, now)
         if info.producer_id >= 0 and info.base_sequence >= 0:
-            duplicate = self.producers.check(info.producer_id, info.producer_epoch,
-                                             info.base_sequence, info.last_offset_delta)
+            duplicate = self.log.producer_state.check(info.producer_id, info.producer_epoch,
+                                                      info.base_sequence,
+                                                      info.last_offset_delta)
             if duplicate is not None:
                 first, last = duplicate.first_offset, duplicate.last_offset
-                return now, log_append_time, AppendInfo(
+                return log_append_time, AppendInfo(
                     first, last, duplicate.timestamp, self.log.log_start_offset, -1, last,
                     last - first + 1, 0)
-        return now, log_append_time, None
+        return log_append_time, None
 
-    def _after_append(self, info: Any, appended: AppendInfo, now: int) -> AppendInfo:
+    def _after_append(self, appended: AppendInfo) -> AppendInfo:
         if len(self.isr) == 1:  # the ISR is this replica: written is committed
             self.log.high_watermark = appended.last_offset + 1
-        if info.producer_id >= 0 and info.base_sequence >= 0:
-            self.producers.record(info.producer_id, info.producer_epoch, info.base_sequence,
-                                  info.last_offset_delta, appended.base_offset,
-                                  appended.log_append_time, now)
         if self._waiters:
             self.wake()
         return appended
@@ -433,9 +434,7 @@ class Partition:
         high watermark and log start. Returns the new log end."""
         log = self.log
         if len(records):
-            start = log.log_end_offset
             log.append_as_follower(records)
-            self._replay_producers(records, start)
         end = log.log_end_offset
         hw = min(leader_high_watermark, end)
         if hw > log.high_watermark:
@@ -447,28 +446,14 @@ class Partition:
             self.wake()
         return end
 
-    def _replay_producers(self, records: Any, start: int) -> None:
-        """Idempotent producers' state follows the log on followers too, so a new leader
-        still recognises a retried batch. One header read per batch, and only when the
-        chunk's first batch has a producer id."""
-        if read_batch_header(records, 0).producer_id < 0:
-            return
-        position, length = 0, len(records)
-        while position + HEADER_SIZE <= length:
-            info = read_batch_header(records, position)
-            if info.base_offset >= start:
-                self.producers.replay(info, info.base_offset)
-            position += info.size
-
     def truncate_to(self, offset: int) -> None:
-        """Remove everything at and after ``offset`` (a tail the leader does not have)."""
-        if self.log.truncate_to(offset):
-            self.restore_producers(None)
+        """Remove everything at and after ``offset`` (a tail the leader does not have); the
+        log rebuilds its producer state."""
+        self.log.truncate_to(offset)
 
     def restart_at(self, offset: int) -> None:
         """Empty the log and restart it at ``offset`` (the leader's log start is past ours)."""
         self.log.truncate_fully_and_start_at(offset)
-        self.producers = ProducerStateTable()
 
     # fetch long polling -----------------------------------------------------------------
 
@@ -483,45 +468,6 @@ class Partition:
             for fut in waiters:
                 if not fut.done():
                     fut.set_result(None)
-
-    # producer state after a restart ------------------------------------------------------
-
-    def producer_snapshot(self) -> dict[str, Any] | None:
-        """The idempotent producers' state with the log end it describes and the leader
-        epoch of the last offset below it (None: no producer). ``restore_producers``
-        trusts it only while the log still has that epoch there: a follower that
-        truncated below the snapshot and took another leader's batches since has another
-        epoch at that offset, so the snapshot describes batches that are gone."""
-        if not self.producers.producers:
-            return None
-        end = self.log.log_end_offset
-        return {"offset": end, "epoch": self.log.leader_epoch_cache.epoch_at(end - 1),
-                "producers": self.producers.to_json()}
-
-    def restore_producers(self, snapshot: dict[str, Any] | None) -> None:
-        """Load a snapshot if the log still covers it, then replay the batches after it."""
-        end = self.log.log_end_offset
-        start = self.log.log_start_offset
-        if snapshot is not None and start <= snapshot["offset"] <= end and (
-                "epoch" not in snapshot  # written before epochs were recorded
-                or self.log.leader_epoch_cache.epoch_at(snapshot["offset"] - 1)
-                == snapshot["epoch"]):
-            self.producers = ProducerStateTable.from_json(snapshot["producers"])
-            start = snapshot["offset"]
-        else:
-            self.producers = ProducerStateTable()
-            start = max(start, self._tail_start(end))
-        for info, _ in self.log.batches(start):
-            self.producers.replay(info, info.base_offset)
-
-    def _tail_start(self, end: int) -> int:
-        """An offset about ``_TAIL_SCAN_BYTES`` before the end, for a replay without snapshot."""
-        size = self.log.size()
-        if size <= _TAIL_SCAN_BYTES:
-            return 0
-        # Without an offset-by-position lookup, estimate from the average batch density.
-        per_offset = size / max(1, end - self.log.log_start_offset)
-        return max(0, end - int(_TAIL_SCAN_BYTES / max(per_offset, 1.0)))
 
 
 def _now_ms() -> int:

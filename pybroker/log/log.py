@@ -1,7 +1,9 @@
 """One partition's log: segments on disk, offsets, reads as file regions, retention.
 
-Directory ``<data_dir>/<topic>-<partition>`` holds the segments (log_segment.py) and
-``leader-epoch-checkpoint``. Offsets kept apart (STYLE 20, Redpanda's offset_tracker):
+Directory ``<data_dir>/<topic>-<partition>`` holds the segments (log_segment.py),
+``leader-epoch-checkpoint`` and the state machines' snapshots (``<offset>.snapshot``, the
+idempotent producers' state: state_machine.py, producer_state.py). Offsets kept apart
+(STYLE 20, Redpanda's offset_tracker):
 
 - ``log_end_offset``: the next offset to assign; everything below it is written.
 - ``recovery_point``: everything below it is flushed (fsynced); an unclean restart
@@ -19,6 +21,12 @@ arrival order, so they never interleave. ``append_as_follower`` writes a leader'
 as they are (offsets and epochs included), through the same segment write. Per fetch
 Python does a fixed amount of work per segment touched (native index lookups and header
 walks). Nothing here loops over records, and recovery is one native scan per segment.
+
+State derived from the batches (``state_machines``; today ``producer_state``) follows the
+log through one contract (state_machine.py): every append applies the batch header, a roll
+and a close take snapshots, a truncation drops the snapshots above and rebuilds from the
+latest left, deleting head segments deletes the snapshots below, and opening the log loads
+the latest snapshot and replays the batches after it (one header read per batch).
 
 Deleted segments are renamed ``.deleted`` at once and closed and unlinked after
 ``file.delete.delay.ms`` (Kafka's default 60 s), by ``delete_expired_files``: a region
@@ -86,6 +94,8 @@ from pybroker.log.log_segment import (
     file_name,
 )
 from pybroker.log.log_segments import LogSegments
+from pybroker.log.producer_state import DEFAULT_EXPIRATION_MS, ProducerState
+from pybroker.log.state_machine import LogStateMachine, apply_chunk, replay
 
 log = logging.getLogger("pybroker.log")
 
@@ -131,11 +141,13 @@ class Log:
     def __init__(self, directory: str, config: LogConfig | None = None, *,
                  clean: bool = True, recovery_point: int = 0, log_start_offset: int = 0,
                  high_watermark: int = 0, clock: Callable[[], float] = time.time,
-                 flusher: Executor | None = None) -> None:
+                 flusher: Executor | None = None,
+                 producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
         """Open (or create) the log in ``directory``. ``clean``: the broker stopped
         cleanly, so indexes are trusted (after a sanity check) and nothing is scanned;
         otherwise every segment from ``recovery_point`` on is validated and its indexes
-        rebuilt. The offsets come from the data directory's checkpoint files."""
+        rebuilt. The offsets come from the data directory's checkpoint files. Then each
+        state machine loads its latest snapshot and replays the batches after it."""
         self.directory = directory
         self.name = os.path.basename(directory)
         self.config = config or LogConfig()
@@ -164,6 +176,11 @@ class Log:
         self.leader_epoch_cache = LeaderEpochCache(directory)
         self.leader_epoch_cache.truncate_from_end(self._next_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self._unsynced_snapshots: list[str] = []  # fsynced with the segments below them
+        self.producer_state = ProducerState(directory, producer_id_expiration_ms)
+        self.state_machines: list[LogStateMachine] = [self.producer_state]
+        for machine in self.state_machines:
+            self._recover_state(machine)
 
     # -- loading and recovery ------------------------------------------------------------
 
@@ -199,6 +216,36 @@ class Log:
                      "log end offset %d", self.name, recovered, scanned, elapsed,
                      scanned / max(elapsed, 1e-9) / 1e9, self.segments.active.next_offset)
         self.segments.active.activate(self.config.segment_index_bytes)
+
+    def _recover_state(self, machine: LogStateMachine) -> None:
+        """Bring ``machine`` up to the log end: its latest snapshot the log can replay from,
+        then the batches after it; without one, the last two segments (Kafka's
+        ``LogLoader`` too: a snapshot is taken at every roll, so only a log written by an
+        earlier version, or whose snapshots are unreadable, has none)."""
+        segments, end = self.segments, self._next_offset
+        first = segments.first.base_offset
+        start = machine.load_snapshot(first, end, self._now_ms())
+        if start is None:
+            start = segments[-2].base_offset if len(segments) > 1 else first
+        if start >= end:
+            return
+        started = time.monotonic()
+        count = replay(machine, self.batches(start))
+        log.info("%s: replayed %d batches from offset %d into %s in %.3f s", self.name,
+                 count, start, type(machine).__name__, time.monotonic() - started)
+
+    def _snapshot_state(self, offset: int) -> None:
+        """Every state machine's snapshot at ``offset`` (the log end), fsynced by the next
+        flush (the flusher's after a roll)."""
+        for machine in self.state_machines:
+            path = machine.take_snapshot(offset)
+            if path is not None:
+                self._unsynced_snapshots.append(path)
+
+    def _sync_snapshots(self) -> None:
+        paths, self._unsynced_snapshots = self._unsynced_snapshots, []
+        for path in paths:
+            sync_checkpoint(path)
 
     def _clean_directory(self) -> list[int]:
         """Finish what a crash interrupted: a swap of cleaned segments (``.swap``), then
@@ -324,6 +371,7 @@ class Log:
                     segment.append([batch], size, last, info.max_timestamp, None, 0,
                                    info.last_offset_delta + 1)
                     self._next_offset = last + 1
+                    self._apply(info, base, -1)
                     count = info.records_count
                     self._after_append(count)
                     return AppendInfo(base, last, -1, self.log_start_offset,
@@ -407,6 +455,7 @@ class Log:
         if leader_epoch > self.leader_epoch_cache.latest_epoch:
             self.leader_epoch_cache.assign(leader_epoch, base)
             self._sync_epochs()
+        self._apply(info, base, log_append_time)
         count = info.records_count
         self._after_append(count)
         return AppendInfo(base, last, log_append_time, self.log_start_offset, max_timestamp,
@@ -437,6 +486,7 @@ class Log:
                            head.base_offset)
             self._next_offset = last + 1
             self._assign_epochs(buf, head, last)
+            apply_chunk(self.state_machines, buf, self._now_ms())
             self._after_append(count)
         except OSError as exc:
             raise self._write_failed(exc) from exc
@@ -472,6 +522,11 @@ class Log:
         if cache.dirty and self._flusher is not None:
             cache.dirty = False
             self._flusher.submit(sync_checkpoint, cache.path)
+
+    def _apply(self, info: BatchInfo, base: int, log_append_time: int) -> None:
+        now = self._now_ms()
+        for machine in self.state_machines:
+            machine.apply(info, base, log_append_time, now)
 
     def _after_append(self, records: int) -> None:
         self.write_failed_at = -1.0  # written: no longer failing
@@ -553,20 +608,26 @@ class Log:
         old.deactivate()
         segment = self._new_segment(base)
         self.segments.add(segment)
+        self._snapshot_state(base)
         log.info("%s: rolled segment %d (%d bytes, %s); new segment %d", self.name,
                  old.base_offset, old.size, reason, base)
         if self._flusher is not None:
             # Kafka flushes rolled segments in the background: the recovery point moves
-            # past them and an unclean restart scans only the new segment.
+            # past them and an unclean restart scans only the new segment (and replays
+            # only its batches into the state machines, from the snapshot just taken).
             todo = self.segments.from_offset(self.recovery_point)[:-1]
-            self._flusher.submit(self._flush_in_background, todo, base)
+            snapshots, self._unsynced_snapshots = self._unsynced_snapshots, []
+            self._flusher.submit(self._flush_in_background, todo, base, snapshots)
         return segment
 
-    def _flush_in_background(self, segments: list[LogSegment], through: int) -> None:
+    def _flush_in_background(self, segments: list[LogSegment], through: int,
+                             snapshots: list[str]) -> None:
         try:
             for segment in segments:
                 if segment.fd >= 0:
                     segment.flush()
+            for path in snapshots:
+                sync_checkpoint(path)
         except (OSError, ValueError) as exc:  # closed meanwhile (retention, truncation)
             log.warning("%s: background flush up to %d failed: %s", self.name, through, exc)
             return
@@ -584,7 +645,10 @@ class Log:
         if offset < self.log_start_offset or offset > end:
             raise OffsetOutOfRangeError(
                 f"{self.name}: offset {offset} not in [{self.log_start_offset}, {end}]")
-        bound = end if max_offset is None else min(max_offset, end)
+        return self._read(offset, max_bytes, end if max_offset is None else min(max_offset, end),
+                          min_one)
+
+    def _read(self, offset: int, max_bytes: int, bound: int, min_one: bool) -> ReadResult:
         regions: list[FileRegion] = []
         size = 0
         first = offset
@@ -617,14 +681,16 @@ class Log:
     def batches(self, start: int, read_bytes: int = 4 << 20
                 ) -> Iterator[tuple[BatchInfo, memoryview]]:
         """Every complete batch holding offsets >= ``start`` up to the log end, with its
-        bytes: the replays at load time (producer state, the group coordinator's offsets)
-        walk the log through this. Read with pread, not mapped: a startup path, one Python
+        bytes: the replays at load time (the state machines, the group coordinator's
+        offsets) walk the log through this. ``start`` may be below the log start offset,
+        down to the first segment's base (a snapshot taken before DeleteRecords moved the
+        start is replayed from). Read with pread, not mapped: a startup path, one Python
         step per batch, never used to serve fetches. Stops, with a warning, where the log
         will not read further (a torn tail)."""
-        offset, end = start, self.log_end_offset
+        offset, end = max(start, self.segments.first.base_offset), self.log_end_offset
         while offset < end:
             progressed = False
-            for region in self.read(offset, read_bytes).regions:
+            for region in self._read(offset, read_bytes, end, True).regions:
                 data = memoryview(os.pread(region.fd, region.length, region.position))
                 position = 0
                 while position + HEADER_SIZE <= len(data):
@@ -684,6 +750,7 @@ class Log:
         active.truncate_to(offset)
         active.activate(self.config.segment_index_bytes)
         self._reset_end(active.next_offset)
+        self._truncate_state(active.next_offset)
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -694,6 +761,14 @@ class Log:
         self.log_start_offset = offset
         self.leader_epoch_cache.clear()
         self._reset_end(offset)
+        self._truncate_state(-1)
+
+    def _truncate_state(self, end: int) -> None:
+        """The tail from ``end`` is gone (-1: everything): each state machine drops its
+        snapshots above and is rebuilt from the latest one left, as in recovery."""
+        for machine in self.state_machines:
+            machine.truncate_to(end)
+            self._recover_state(machine)
 
     def _reset_end(self, end: int) -> None:
         self.truncations += 1
@@ -725,6 +800,9 @@ class Log:
         while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
             self._delete_segment(self.segments.first)
             count += 1
+        first = self.segments.first.base_offset
+        for machine in self.state_machines:
+            machine.truncate_head(first)
         return count
 
     def delete_old_segments(self) -> int:
@@ -867,6 +945,7 @@ class Log:
         for segment in self.segments.from_offset(self.recovery_point):
             segment.flush()
         self.leader_epoch_cache.sync()
+        self._sync_snapshots()
         self._recovery_point = end
         self._unflushed_messages = 0
         self._last_flush_ms = self._now_ms()
@@ -884,8 +963,13 @@ class Log:
         self.config = config
 
     def close(self) -> None:
-        """Close every file; pending deletions happen now (nothing reads any more)."""
+        """Close every file; pending deletions happen now (nothing reads any more). The
+        state machines' snapshots at the log end are written first, so the next start
+        replays nothing (unless the log holds no batch at all)."""
         self.leader_epoch_cache.sync()
+        if self._next_offset > self.segments.first.base_offset:
+            self._snapshot_state(self._next_offset)
+        self._sync_snapshots()
         self._close_all(LogSegment.delete, LogSegment.close)
 
     def discard(self) -> None:

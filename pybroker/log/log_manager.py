@@ -42,6 +42,7 @@ from pybroker.log.checkpoints import (
 from pybroker.log.log import Log
 from pybroker.log.log_config import LogConfig
 from pybroker.log.log_deleter import LogDeleter
+from pybroker.log.producer_state import DEFAULT_EXPIRATION_MS
 
 log = logging.getLogger("pybroker.log")
 
@@ -55,9 +56,11 @@ _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 class LogManager:
     """See module doc."""
 
-    def __init__(self, data_dir: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, data_dir: str, clock: Callable[[], float] = time.time,
+                 producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
         self.data_dir = data_dir
         self._clock = clock
+        self._producer_id_expiration_ms = producer_id_expiration_ms
         self._logs: dict[tuple[str, int], Log] = {}
         self._deleter = LogDeleter(data_dir)
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="pybroker-log-flush")
@@ -105,7 +108,8 @@ class LogManager:
                                   recovery_point=recovery_points.get(key, 0),
                                   log_start_offset=start_offsets.get(key, 0),
                                   high_watermark=high_watermarks.get(key, 0),
-                                  clock=self._clock, flusher=self._flusher)
+                                  clock=self._clock, flusher=self._flusher,
+                                  producer_id_expiration_ms=self._producer_id_expiration_ms)
         if clean:
             os.unlink(marker)
             fsync_dir(self.data_dir)
@@ -141,7 +145,8 @@ class LogManager:
             raise InvalidTopicError(f"illegal topic or partition {topic!r}/{partition}")
         self.finish_deletions(topic)  # a deleted log's directory may still have this name
         return Log(self._path(f"{topic}-{partition}"), config or LogConfig(),
-                   clock=self._clock, flusher=self._flusher)
+                   clock=self._clock, flusher=self._flusher,
+                   producer_id_expiration_ms=self._producer_id_expiration_ms)
 
     def adopt(self, topic: str, partition: int, created: Log) -> Log:
         """Make a log from ``new_log`` this manager's (on the event loop)."""
@@ -178,6 +183,12 @@ class LogManager:
         return iter(list(self._logs.items()))
 
     # -- periodic work ---------------------------------------------------------------------
+
+    def expire_producers(self) -> int:
+        """Forget idle producers in every log (``producer.id.expiration.ms``); returns how
+        many. The broker calls this every ``producer.id.expiration.check.interval.ms``."""
+        now = self._now_ms()
+        return sum(lg.producer_state.expire_idle(now) for _, lg in self.logs())
 
     def run_retention(self) -> int:
         """Apply retention to every log; returns the number of segments deleted. The

@@ -1,11 +1,14 @@
 """Restarts between produce and consume: clean (SIGTERM) and crash (SIGKILL).
 
 Every acknowledged message must be read back, producer ids must not be reused, and an
-idempotent producer's retry after the restart must still be recognised as a duplicate.
+idempotent producer's retry after the restart must still be recognised as a duplicate,
+also when its last write is far behind the log end (its state comes from the partition's
+producer snapshots, ``<offset>.snapshot``, taken at every roll and at shutdown).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import struct
@@ -16,7 +19,7 @@ import uuid
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from pybroker._native.records import encode_batch
+from pybroker._native.records import HEADER_SIZE, encode_batch, read_batch_header
 from pybroker.errors import ErrorCode
 from tests.broker.wire_client import WireClient, produce_body
 
@@ -101,7 +104,10 @@ def test_producer_state_survives_a_restart(broker_factory, sig):
 
         assert _produce(client, topic, batch(0))["base_offset"] == 0
         assert _produce(client, topic, batch(2))["base_offset"] == 2
-    broker.restart(sig)
+    broker.stop(sig)
+    if sig == signal.SIGTERM:  # a clean shutdown snapshots the producers at the log end
+        assert _snapshots(broker, topic) == [4]
+    broker.start()
     with WireClient(broker.bootstrap) as client:
         retried = _produce(client, topic, batch(2))
         assert retried["error_code"] == 0 and retried["base_offset"] == 2
@@ -109,6 +115,57 @@ def test_producer_state_survives_a_restart(broker_factory, sig):
             ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         assert _produce(client, topic, batch(4))["base_offset"] == 4
         assert _init_pid(client) > pid  # ids are never handed out twice
+
+
+def _snapshots(broker, topic: str) -> list[int]:
+    names = os.listdir(os.path.join(broker.data_dir, f"{topic}-0"))
+    return sorted(int(name[:20]) for name in names if name.endswith(".snapshot"))
+
+
+def _stored_idempotent_batches(broker, topic: str) -> list[tuple[int, bytes]]:
+    """(base offset, bytes) of the idempotent batches in the partition's first segment,
+    as stored: a producer's retry of one is these bytes (the CRC does not cover the
+    offset the broker stamped)."""
+    with open(os.path.join(broker.data_dir, f"{topic}-0", f"{0:020d}.log"), "rb") as f:
+        data = f.read()
+    found, position = [], 0
+    while position + HEADER_SIZE <= len(data):
+        info = read_batch_header(data, position)
+        if info.producer_id >= 0:
+            found.append((info.base_offset, data[position:position + info.size]))
+        position += info.size
+    return found
+
+
+def test_an_old_producers_retry_is_recognised_after_a_crash(broker_factory):
+    """A confluent-kafka idempotent producer writes; then 72 MB of other writes follow
+    on the partition, more than the 64 MiB tail an earlier version replayed after a
+    crash. SIGKILL, restart: a retry of the producer's last batch is answered with its
+    original offset (a duplicate, not written again), which only a snapshot can know."""
+    broker = broker_factory(log_segment_bytes=8 * 1024 * 1024)
+    topic = f"old-idem-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all",
+                         "enable.idempotence": True, "linger.ms": 5})
+    for i in range(500):
+        producer.produce(topic, b"idempotent-%04d" % i, partition=0)
+    assert producer.flush(TIMEOUT) == 0
+    *_, (last_offset, last_batch) = _stored_idempotent_batches(broker, topic)
+    filler = encode_batch([b"f" * 1000] * 1000)  # ~1 MB (max.message.bytes), no producer id
+    with WireClient(broker.bootstrap) as client:
+        for _ in range(72):
+            assert _produce(client, topic, filler)["error_code"] == 0
+    assert len(_snapshots(broker, topic)) >= 8  # one at each roll
+    broker.restart(signal.SIGKILL)
+    assert "after an unclean shutdown" in broker.log_text()
+    with WireClient(broker.bootstrap) as client:
+        retried = _produce(client, topic, last_batch)
+        assert retried["error_code"] == 0 and retried["base_offset"] == last_offset
+        end = client.request(2, 1, {"replica_id": -1, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "timestamp": -1}]}]})
+    assert end["topics"][0]["partitions"][0]["offset"] == 500 + 72 * 1000  # not appended
+    for i in range(500, 510):  # the producer goes on in sequence
+        producer.produce(topic, b"idempotent-%04d" % i, partition=0)
+    assert producer.flush(TIMEOUT) == 0
 
 
 class DroppingProxy:

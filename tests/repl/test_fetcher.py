@@ -141,7 +141,7 @@ def test_follower_copies_the_leader_byte_for_byte(broker, follower):
     run(scenario())
     assert_same_batches(partition, leader_bytes(broker, topic))
     # the idempotent producer's state followed the log (a new leader would know it)
-    assert len(partition.producers.to_json()) == 1
+    assert len(partition.producers.producers) == 1
 
 
 def test_divergent_tail_of_an_epoch_the_leader_lacks_goes(broker, follower):

@@ -13,7 +13,7 @@ error per record without one, found in the same native walk, as Kafka). The batc
 appended from the receive buffer itself: the frame is a writable ``bytearray`` of its
 own, so offsets and LogAppendTime are stamped in place and nothing is copied. Batches
 are stored as the producer compressed them (``compression.type=producer``; the broker
-never recompresses). Idempotence: see :mod:`pybroker.broker.producer_state`.
+never recompresses). Idempotence: see :mod:`pybroker.log.producer_state`.
 
 A request is handled in two passes, so that no request holds the event loop long however
 many or large its batches (issue 19). The first checks every partition and validates the

@@ -1,0 +1,319 @@
+"""Idempotent-producer state of one partition: epochs, sequences, the last five batches,
+kept by the partition's log as one of its state machines (``state_machine``).
+
+Kafka's rules (``ProducerStateManager`` / ``ProducerAppendInfo``), per producer id:
+- a batch whose (epoch, first sequence, last sequence) matches one of the last five batches
+  appended for that producer is a duplicate (a retry): it is not appended again and is
+  answered with the offsets it got the first time;
+- an epoch below the current one is fenced: INVALID_PRODUCER_EPOCH;
+- a new epoch must start at sequence 0, unless the producer is unknown here (its state
+  may have been lost to retention), which accepts any sequence;
+- within an epoch the first sequence must follow the last one (wrapping at 2^31-1),
+  else OUT_OF_ORDER_SEQUENCE_NUMBER.
+
+Producers idle longer than ``producer.id.expiration.ms`` (a day) are forgotten, as Kafka
+does (``expire``, and when a snapshot is loaded), so the table does not grow with every
+producer that ever wrote.
+
+Snapshots: ``<20-digit offset>.snapshot`` in the partition directory, the state of the
+batches below that offset, written when a segment rolls and when the log closes, deleted
+with the segment that starts at its offset, and above a truncation. Kafka's layout in
+spirit (versioned, CRC32C over the body, big-endian), not in bytes: it keeps all five
+cached batches of a producer where Kafka keeps the last one, so a retry of any of them
+is still recognised after a restart::
+
+    magic    4   b"PBPS" (Kafka's own snapshot files start with their version, 0x0001)
+    version  2   1
+    crc      4   CRC32C of everything after this field
+    offset   8   the offset the snapshot describes (also its name)
+    count    4   producers
+    count x      producer id 8, epoch 2, last append (ms) 8, batches 1 (0-5), then per
+                 batch: first seq 4, last seq 4, first offset 8, last offset 8,
+                 timestamp 8 (its LogAppendTime, -1 for CreateTime)
+
+A file that does not read back whole (a crash tore it before its fsync) is deleted when
+found and the next older one is used.
+
+Not thread-safe: used from the event loop thread only. ``check`` and ``record`` for one
+batch run without an ``await`` between them, so no other request can interleave.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import logging
+import os
+import re
+import struct
+from typing import NamedTuple
+
+from pybroker._native.crc32c import crc32c
+from pybroker._native.records import BatchInfo
+from pybroker.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from pybroker.log.checkpoints import fsync_dir
+from pybroker.log.state_machine import snapshot_path
+
+log = logging.getLogger("pybroker.log")
+
+NO_SEQUENCE = -1
+INT32_MAX = 2**31 - 1
+CACHED_BATCHES = 5
+DEFAULT_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
+
+SNAPSHOT_MAGIC = b"PBPS"
+SNAPSHOT_VERSION = 1
+_HEADER = struct.Struct(">4shI")        # magic, version, crc
+_BODY_HEAD = struct.Struct(">qi")       # offset, producer count
+_PRODUCER = struct.Struct(">qhqB")      # producer id, epoch, last append ms, batches
+_BATCH = struct.Struct(">iiqqq")        # first seq, last seq, first offset, last offset, ts
+_SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
+
+
+class CorruptSnapshotError(ValueError):
+    """A snapshot file that does not read back whole; the caller deletes it."""
+
+
+class BatchMetadata(NamedTuple):
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int  # log append time of the batch, -1 for CreateTime topics
+
+
+class ProducerEntry:
+    __slots__ = ("epoch", "batches", "last_ms")
+
+    def __init__(self, epoch: int, last_ms: int = 0) -> None:
+        self.epoch = epoch
+        self.last_ms = last_ms  # wall clock of the last append, for expiration
+        self.batches: collections.deque[BatchMetadata] = collections.deque(maxlen=CACHED_BATCHES)
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ProducerEntry) and (self.epoch, self.last_ms, self.batches) \
+            == (other.epoch, other.last_ms, other.batches)
+
+    def __repr__(self) -> str:
+        return f"ProducerEntry(epoch={self.epoch}, last_ms={self.last_ms}, " \
+               f"batches={list(self.batches)})"
+
+
+def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
+    """base + delta, wrapping past INT32_MAX to 0 as Kafka's sequences do."""
+    if base_sequence > INT32_MAX - last_offset_delta:
+        return last_offset_delta - (INT32_MAX - base_sequence) - 1
+    return base_sequence + last_offset_delta
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+def encode_snapshot(offset: int, producers: dict[int, ProducerEntry]) -> bytes:
+    """The snapshot file's bytes (layout in the module doc)."""
+    parts = [_BODY_HEAD.pack(offset, len(producers))]
+    for producer_id, entry in producers.items():
+        parts.append(_PRODUCER.pack(producer_id, entry.epoch, entry.last_ms,
+                                    len(entry.batches)))
+        parts.extend(_BATCH.pack(*batch) for batch in entry.batches)
+    body = b"".join(parts)
+    return _HEADER.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, crc32c(body)) + body
+
+
+def decode_snapshot(data: bytes, offset: int) -> dict[int, ProducerEntry]:
+    """The producers of a snapshot file's bytes; ``CorruptSnapshotError`` unless the file
+    is whole: magic, version, CRC, the offset it is named by, every producer in bounds."""
+    if len(data) < _HEADER.size + _BODY_HEAD.size:
+        raise CorruptSnapshotError(f"{len(data)} bytes is too short")
+    magic, version, crc = _HEADER.unpack_from(data)
+    if magic != SNAPSHOT_MAGIC or version != SNAPSHOT_VERSION:
+        raise CorruptSnapshotError(f"unknown magic {magic!r} or version {version}")
+    body = memoryview(data)[_HEADER.size:]
+    if crc32c(body) != crc:
+        raise CorruptSnapshotError("CRC mismatch")
+    described, count = _BODY_HEAD.unpack_from(body)
+    if described != offset:
+        raise CorruptSnapshotError(f"describes offset {described}, named {offset}")
+    producers: dict[int, ProducerEntry] = {}
+    position = _BODY_HEAD.size
+    try:
+        for _ in range(count):
+            producer_id, epoch, last_ms, batches = _PRODUCER.unpack_from(body, position)
+            position += _PRODUCER.size
+            if batches > CACHED_BATCHES:
+                raise CorruptSnapshotError(f"{batches} batches for producer {producer_id}")
+            entry = producers[producer_id] = ProducerEntry(epoch, last_ms)
+            for _ in range(batches):
+                entry.batches.append(BatchMetadata(*_BATCH.unpack_from(body, position)))
+                position += _BATCH.size
+    except struct.error as exc:
+        raise CorruptSnapshotError(f"truncated: {exc}") from None
+    if position != len(body):
+        raise CorruptSnapshotError(f"{len(body) - position} bytes after the last producer")
+    return producers
+
+
+class ProducerState:
+    """Producer id -> :class:`ProducerEntry` for one partition, and its snapshot files in
+    ``directory`` (None: kept in memory only). A ``LogStateMachine``."""
+
+    def __init__(self, directory: str | None = None,
+                 expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+        self.directory = directory
+        self.expiration_ms = expiration_ms
+        self._snapshots: list[int] = []  # offsets of the snapshot files, ascending
+        if directory is not None:
+            self._snapshots = sorted(int(m.group(1)) for m in map(
+                _SNAPSHOT_FILE.match, os.listdir(directory)) if m)
+
+    def check(self, producer_id: int, epoch: int, first_seq: int,
+              last_offset_delta: int) -> BatchMetadata | None:
+        """Validate a batch before it is appended; the original metadata if it is a retry.
+
+        Raises InvalidProducerEpochError or OutOfOrderSequenceError.
+        """
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return None
+        if epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"Producer {producer_id} epoch {epoch} is older than the current {entry.epoch}")
+        if epoch != entry.epoch:  # an epoch bump starts the sequence again
+            if first_seq != 0:
+                raise OutOfOrderSequenceError(
+                    f"Invalid sequence {first_seq} for new epoch {epoch} of producer "
+                    f"{producer_id}: expected 0")
+            return None
+        last_seq = last_sequence(first_seq, last_offset_delta)
+        for batch in entry.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        current = entry.last_seq
+        if current == NO_SEQUENCE and first_seq != 0 or \
+                current != NO_SEQUENCE and not _in_sequence(current, first_seq):
+            raise OutOfOrderSequenceError(
+                f"Out of order sequence number for producer {producer_id}: found {first_seq}, "
+                f"expected {current + 1 if current != INT32_MAX else 0}")
+        return None
+
+    def record(self, producer_id: int, epoch: int, first_seq: int, last_offset_delta: int,
+               first_offset: int, timestamp: int, now_ms: int) -> None:
+        """Remember an appended batch (after :meth:`check`, or when replaying the log)."""
+        entry = self.producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            entry = self.producers[producer_id] = ProducerEntry(epoch)
+        elif epoch < entry.epoch:
+            return  # a fenced producer's batch seen in replay: it cannot change state
+        entry.last_ms = max(entry.last_ms, now_ms)
+        entry.batches.append(BatchMetadata(
+            first_seq, last_sequence(first_seq, last_offset_delta), first_offset,
+            first_offset + last_offset_delta, timestamp))
+
+    def expire(self, before_ms: int) -> int:
+        """Forget producers idle since ``before_ms`` (Kafka's producer.id.expiration.ms)."""
+        stale = [pid for pid, e in self.producers.items() if e.last_ms < before_ms]
+        for pid in stale:
+            del self.producers[pid]
+        return len(stale)
+
+
+    def expire_idle(self, now_ms: int) -> int:
+        """``expire`` by ``producer.id.expiration.ms`` before ``now_ms``."""
+        return self.expire(now_ms - self.expiration_ms)
+
+    # the log's state machine ----------------------------------------------------------
+
+    def apply(self, batch: BatchInfo, base_offset: int, log_append_time: int,
+              now_ms: int) -> None:
+        if batch.producer_id >= 0 and batch.base_sequence >= 0 and not batch.is_control:
+            self.record(batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                        batch.last_offset_delta, base_offset, log_append_time, now_ms)
+
+    def snapshot_offsets(self) -> list[int]:
+        return list(self._snapshots)
+
+    def take_snapshot(self, offset: int) -> str | None:
+        if self.directory is None or self._snapshots and self._snapshots[-1] == offset:
+            return None  # nothing was appended since the last one
+        path = snapshot_path(self.directory, offset)
+        try:
+            with open(path, "wb") as f:
+                f.write(encode_snapshot(offset, self.producers))
+        except OSError as exc:  # a longer replay after a crash, not a failed append
+            log.warning("%s: could not write the producer snapshot %s: %s",
+                        self.directory, path, exc)
+            self._unlink(path)
+            return None
+        bisect.insort(self._snapshots, offset)
+        return path
+
+    def load_snapshot(self, first_offset: int, end_offset: int, now_ms: int) -> int | None:
+        self.producers = {}
+        for offset in reversed(self._snapshots):
+            if offset > end_offset:
+                self._delete(offset)
+                continue
+            if offset < first_offset or self.directory is None:
+                return None
+            path = snapshot_path(self.directory, offset)
+            try:
+                with open(path, "rb") as f:
+                    producers = decode_snapshot(f.read(), offset)
+            except (OSError, CorruptSnapshotError) as exc:
+                log.warning("%s: deleting unreadable producer snapshot %s: %s",
+                            self.directory, path, exc)
+                self._delete(offset)
+                continue
+            self.producers = producers
+            self.expire_idle(now_ms)
+            return offset
+        return None
+
+    def truncate_to(self, offset: int) -> None:
+        above = self._snapshots[bisect.bisect_right(self._snapshots, offset):]
+        for doomed in above:
+            self._delete(doomed)
+        if above and self.directory is not None:
+            fsync_dir(self.directory)  # a snapshot of a tail that is gone must not return
+
+    def truncate_head(self, offset: int) -> None:
+        for doomed in self._snapshots[:bisect.bisect_left(self._snapshots, offset)]:
+            self._delete(doomed)
+
+    def _delete(self, offset: int) -> None:
+        i = bisect.bisect_left(self._snapshots, offset)
+        if i < len(self._snapshots) and self._snapshots[i] == offset:
+            del self._snapshots[i]
+        if self.directory is not None:
+            self._unlink(snapshot_path(self.directory, offset))
+
+    @staticmethod
+    def _unlink(path: str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    # the broker-wide file of earlier versions -------------------------------------------
+
+    def restore_legacy(self, producers: dict[str, dict[str, object]]) -> None:
+        """Take the producers of one partition's entry of ``producer-state.json`` (what
+        versions before per-partition snapshots wrote at shutdown): ``{producer id:
+        {"epoch", "last_ms", "batches": [[first seq, last seq, first offset, last offset,
+        timestamp], ...]}}``. A malformed entry raises KeyError, TypeError or ValueError
+        and changes nothing."""
+        adopted: dict[int, ProducerEntry] = {}
+        for pid, item in producers.items():
+            epoch, last_ms, batches = item["epoch"], item.get("last_ms", 0), item["batches"]
+            if not isinstance(epoch, int) or not isinstance(last_ms, int) or \
+                    not isinstance(batches, list):
+                raise ValueError(f"malformed producer entry {pid}: {item!r}")
+            entry = adopted[int(pid)] = ProducerEntry(epoch, last_ms)
+            entry.batches.extend(BatchMetadata(*(int(v) for v in b)) for b in batches)
+        self.producers = adopted

@@ -1,0 +1,252 @@
+"""Idempotent-producer state as a state machine of the log: Kafka's sequence and epoch
+rules, the snapshot file format, and the log's hooks (snapshots at roll and close, replay
+from the last one after a crash, truncation, deletion of the head)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+
+import pytest
+
+from pybroker._native.records import encode_batch, validate_batch
+from pybroker.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from pybroker.log.log import Log
+from pybroker.log.log_config import LogConfig
+from pybroker.log.producer_state import (
+    INT32_MAX,
+    BatchMetadata,
+    CorruptSnapshotError,
+    ProducerEntry,
+    ProducerState,
+    decode_snapshot,
+    encode_snapshot,
+    last_sequence,
+)
+
+
+def append(table: ProducerState, pid: int, epoch: int, seq: int, n: int, offset: int,
+           now: int = 1000) -> int:
+    """Check then record like Partition.append; returns the offset the batch got."""
+    duplicate = table.check(pid, epoch, seq, n - 1)
+    if duplicate is not None:
+        return duplicate.first_offset
+    table.record(pid, epoch, seq, n - 1, offset, -1, now)
+    return offset
+
+
+def test_duplicates_of_the_last_five_batches_only():
+    table = ProducerState()
+    for i in range(7):
+        assert append(table, 1, 0, i * 2, 2, 100 + i * 2) == 100 + i * 2
+    assert append(table, 1, 0, 4, 2, 999) == 104  # third of the last five
+    with pytest.raises(OutOfOrderSequenceError):
+        append(table, 1, 0, 0, 2, 999)  # too old to be remembered: not next in sequence
+    with pytest.raises(OutOfOrderSequenceError):
+        append(table, 1, 0, 4, 3, 999)  # same start, different end: not a retry
+
+
+def test_unknown_producer_accepts_any_sequence_and_sequences_wrap():
+    table = ProducerState()
+    assert append(table, 9, 3, INT32_MAX - 1, 2, 0) == 0
+    assert last_sequence(INT32_MAX - 1, 1) == INT32_MAX
+    assert append(table, 9, 3, 0, 1, 2) == 2  # wrapped past INT32_MAX to 0
+    with pytest.raises(InvalidProducerEpochError):
+        append(table, 9, 2, 1, 1, 3)
+    with pytest.raises(OutOfOrderSequenceError):
+        append(table, 9, 4, 5, 1, 3)  # a new epoch must start at 0
+    assert append(table, 9, 4, 0, 1, 3) == 3
+
+
+# the snapshot format -------------------------------------------------------------------
+
+
+def _producers() -> dict[int, ProducerEntry]:
+    table = ProducerState()
+    for i in range(7):  # more than the five cached batches
+        append(table, 2**40 + 1, 3, i * 2, 2, 100 + i * 2, now=5_000 + i)
+    append(table, 7, 0, INT32_MAX, 2, 200, now=9_000)  # a wrapped sequence
+    table.producers[8] = ProducerEntry(1, 10)  # an epoch bumped, no batch yet
+    return table.producers
+
+
+def test_snapshot_round_trip():
+    producers = _producers()
+    data = encode_snapshot(1234, producers)
+    assert data[:4] == b"PBPS" and struct.unpack(">h", data[4:6]) == (1,)
+    restored = decode_snapshot(data, 1234)
+    assert restored == producers
+    assert list(restored[2**40 + 1].batches)[0] == BatchMetadata(4, 5, 104, 105, -1)
+    assert decode_snapshot(encode_snapshot(0, {}), 0) == {}
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "extend", "offset", "version"])
+def test_snapshot_check_refuses_a_damaged_file(damage):
+    data = bytearray(encode_snapshot(1234, _producers()))
+    named = 1234
+    if damage == "flip":
+        data[-3] ^= 0x10
+    elif damage == "truncate":
+        del data[-5:]
+    elif damage == "extend":
+        data += b"\0"
+    elif damage == "offset":
+        named = 1235  # a file renamed: it describes another offset
+    else:
+        data[5] = 2
+    with pytest.raises(CorruptSnapshotError):
+        decode_snapshot(bytes(data), named)
+
+
+def test_a_torn_snapshot_is_deleted_and_the_previous_one_used(tmp_path):
+    state = ProducerState(str(tmp_path))
+    append(state, 1, 0, 0, 2, 0)
+    state.take_snapshot(2)
+    append(state, 1, 0, 2, 2, 2)
+    path = state.take_snapshot(4)
+    assert path is not None
+    with open(path, "r+b") as f:
+        f.truncate(30)  # what a crash can leave of a file not yet fsynced
+    reloaded = ProducerState(str(tmp_path))
+    assert reloaded.load_snapshot(0, 10, now_ms=2_000) == 2
+    assert [b.first_seq for b in reloaded.producers[1].batches] == [0]
+    assert sorted(os.listdir(tmp_path)) == [f"{2:020d}.snapshot"]
+
+
+def test_loading_forgets_expired_producers(tmp_path):
+    state = ProducerState(str(tmp_path), expiration_ms=1_000)
+    append(state, 1, 0, 0, 1, 0, now=5_000)
+    append(state, 2, 0, 0, 1, 1, now=9_000)
+    state.take_snapshot(2)
+    assert state.load_snapshot(0, 2, now_ms=9_500) == 2
+    assert set(state.producers) == {2}
+
+
+# the log's hooks -----------------------------------------------------------------------
+
+
+def idempotent(seq: int, count: int = 2, pid: int = 7, epoch: int = 0,
+               value_size: int = 10) -> bytearray:
+    return bytearray(encode_batch([b"%d" % (seq + i) + b"x" * value_size
+                                   for i in range(count)],
+                                  producer_id=pid, producer_epoch=epoch, base_sequence=seq))
+
+
+def log_append(plog: Log, batch: bytearray) -> int:
+    return plog.append(batch, validate_batch(batch)).base_offset
+
+
+def snapshots(directory) -> list[int]:
+    return sorted(int(n.split(".")[0]) for n in os.listdir(directory)
+                  if n.endswith(".snapshot"))
+
+
+def small_segments() -> LogConfig:
+    return LogConfig.from_properties({"segment.bytes": "1024", "file.delete.delay.ms": "0"})
+
+
+def test_snapshots_at_roll_and_close_and_no_replay_after_a_clean_close(tmp_path, caplog):
+    directory = tmp_path / "t-0"
+    plog = Log(str(directory), small_segments())
+    for seq in range(0, 60, 2):
+        log_append(plog, idempotent(seq, value_size=40))
+    bases = [s.base_offset for s in plog.segments]
+    assert len(bases) > 3
+    assert snapshots(directory) == bases[1:]  # one at each roll, at the new segment's base
+    end = plog.log_end_offset
+    plog.flush()
+    plog.close()
+    assert snapshots(directory)[-1] == end
+    caplog.clear()
+    caplog.set_level(logging.INFO, "pybroker.log")
+    reopened = Log(str(directory), small_segments(), clean=True)
+    assert "replayed" not in caplog.text
+    entry = reopened.producer_state.producers[7]
+    assert [b.first_seq for b in entry.batches] == [50, 52, 54, 56, 58]
+    reopened.close()
+
+
+def test_a_crash_replays_only_from_the_last_snapshot(tmp_path, caplog):
+    """Producer 5 wrote once, long before the crash; only snapshots can remember it."""
+    directory = tmp_path / "t-0"
+    plog = Log(str(directory), small_segments())
+    log_append(plog, idempotent(0, pid=5))
+    for seq in range(0, 80, 2):
+        log_append(plog, idempotent(seq, value_size=40))
+    last_roll = plog.segments.active.base_offset
+    end = plog.log_end_offset
+    caplog.clear()
+    caplog.set_level(logging.INFO, "pybroker.log")
+    crashed = Log(str(directory), small_segments(), clean=False)  # no close: a crash
+    assert crashed.log_end_offset == end
+    assert f"replayed {(end - last_roll) // 2} batches from offset {last_roll}" in caplog.text
+    assert crashed.producer_state.producers == plog.producer_state.producers
+    assert crashed.producer_state.check(5, 0, 0, 1) == BatchMetadata(0, 1, 0, 1, -1)
+    crashed.close()
+
+
+def test_truncation_removes_snapshots_above_and_rebuilds_the_state(tmp_path):
+    directory = tmp_path / "t-0"
+    plog = Log(str(directory), small_segments())
+    for seq in range(0, 60, 2):
+        log_append(plog, idempotent(seq, value_size=40))
+    taken = snapshots(directory)
+    cut = taken[1] + 3  # inside the segment after the second snapshot
+    plog.truncate_to(cut)
+    end = plog.log_end_offset
+    assert end == cut - 1  # whole batches: the one holding the cut goes
+    assert snapshots(directory) == [s for s in taken if s <= end]
+    batches = plog.producer_state.producers[7].batches
+    assert batches[-1].last_offset == end - 1 and batches[-1].last_seq == end - 1
+    # a retry of a batch that was cut off is in sequence again, not a duplicate
+    assert plog.producer_state.check(7, 0, end, 1) is None
+    plog.truncate_fully_and_start_at(500)
+    assert snapshots(directory) == [] and plog.producer_state.producers == {}
+    plog.close()
+
+
+def test_snapshots_go_with_the_segments_deleted_from_the_head(tmp_path):
+    directory = tmp_path / "t-0"
+    plog = Log(str(directory), small_segments())
+    log_append(plog, idempotent(0, pid=5))
+    for seq in range(0, 60, 2):
+        log_append(plog, idempotent(seq, value_size=40))
+    plog.high_watermark = plog.log_end_offset
+    third = plog.segments[2].base_offset
+    plog.delete_records_before(third + 1)
+    assert plog.segments.first.base_offset == third
+    assert snapshots(directory)[0] == third
+    assert 5 in plog.producer_state.producers  # Kafka keeps producers past retention
+    plog.close()
+    crashed = Log(str(directory), small_segments(), clean=False,
+                  log_start_offset=third + 1)
+    assert 5 in crashed.producer_state.producers  # from the snapshot, not the log
+    crashed.close()
+
+
+def _batch(offset: int, seq: int, epoch: int, count: int = 2) -> bytes:
+    return encode_batch([b"v%d" % (seq + i) for i in range(count)], base_offset=offset,
+                        producer_id=7, producer_epoch=0, base_sequence=seq,
+                        partition_leader_epoch=epoch)
+
+
+def test_a_follower_that_truncated_and_crashed_comes_back_with_the_new_batches(tmp_path):
+    """Producer 7 wrote seq 0-5 in epoch 1; this replica took 4-5 at offsets 4-5 and
+    closed cleanly (a snapshot at 6). A new leader (epoch 2) never had 4-5: the replica
+    truncates to 4 (the snapshot at 6 goes) and takes the leader's own seq 4-6 at offset
+    4, then crashes. Restarted, the state is that of the log, not of the lost snapshot."""
+    directory = str(tmp_path / "t-0")
+    plog = Log(directory)
+    for offset in (0, 2, 4):
+        plog.append_as_follower(_batch(offset, offset, epoch=1))
+    plog.close()
+    assert snapshots(directory) == [6]
+    plog = Log(directory, clean=True)
+    plog.truncate_to(4)
+    assert snapshots(directory) == []
+    plog.append_as_follower(_batch(4, 4, epoch=2, count=3))  # seq 4-6
+    restarted = Log(directory, clean=False)
+    [entry] = restarted.producer_state.producers.values()
+    assert entry.batches[-1] == BatchMetadata(4, 6, 4, 6, -1)
+    restarted.close()
