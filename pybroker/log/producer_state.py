@@ -162,6 +162,8 @@ class ProducerState:
     """Producer id -> :class:`ProducerEntry` for one partition, and its snapshot files in
     ``directory`` (None: kept in memory only). A ``LogStateMachine``."""
 
+    producer_batches_only = True
+
     def __init__(self, directory: str | None = None,
                  expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
         self.producers: dict[int, ProducerEntry] = {}

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
-from pybroker._native.records import HEADER_SIZE, BatchInfo, read_batch_header
+from pybroker._native.records import HEADER_SIZE, BatchInfo, find_position, read_batch_header
 
 if TYPE_CHECKING:
     from pybroker.log.log import Log
@@ -53,6 +53,13 @@ REPLAY_SLICE_S = 0.01
 
 class LogStateMachine(Protocol):
     """See module doc."""
+
+    # True when a batch without a producer id never changes the state (producer state):
+    # the log then skips a follower's chunk whose first and last batches have none, two
+    # native header reads instead of a Python step per batch. Producers write with an id
+    # or without one for their whole life, so a chunk starting and ending with anonymous
+    # batches seldom hides one.
+    producer_batches_only: bool
 
     def apply(self, batch: BatchInfo, base_offset: int, log_append_time: int,
               now_ms: int) -> None:
@@ -80,11 +87,17 @@ class LogStateMachine(Protocol):
         never be replayed from again."""
 
 
-def apply_chunk(machines: list[LogStateMachine], buf: memoryview | bytes, now_ms: int
-                ) -> None:
+def apply_chunk(machines: list[LogStateMachine], buf: memoryview | bytes, head: BatchInfo,
+                last_offset: int, now_ms: int) -> None:
     """Apply every batch of ``buf`` (whole batches that carry their offsets: a follower's
-    chunk) to ``machines``, one header read per batch."""
+    chunk, whose first batch is ``head`` and last offset ``last_offset``) to ``machines``,
+    one header read per batch (none when only ``producer_batches_only`` machines would
+    see it and the first and last batches have no producer id)."""
     position, length = 0, len(buf)
+    if head.producer_id < 0 and all(m.producer_batches_only for m in machines):
+        tail = find_position(buf, 0, length, last_offset)
+        if tail is None or tail[1].producer_id < 0:
+            return
     while position + HEADER_SIZE <= length:
         info = read_batch_header(buf, position)
         log_append_time = info.max_timestamp if info.timestamp_type == 1 else -1
@@ -105,12 +118,15 @@ def replay(machine: LogStateMachine, batches: Iterator[tuple[BatchInfo, memoryvi
 
 async def replay_in_slices(partition_log: Log, start: int,
                            consume: Callable[[BatchInfo, memoryview], None],
-                           slice_s: float = REPLAY_SLICE_S) -> int:
+                           still_wanted: Callable[[], bool] | None = None,
+                           slice_s: float = REPLAY_SLICE_S) -> int | None:
     """Feed every batch of ``partition_log`` from ``start`` to its end (the end when the
     replay starts) into ``consume``, giving the event loop back every ``slice_s``
-    seconds, so other clients are served while a large log loads. Returns the offset
-    reached: everything below it was consumed. The caller must not let the log be
-    truncated meanwhile (a coordinator loads a partition it leads)."""
+    seconds, so other clients are served while a large log loads. After each pause
+    ``still_wanted()`` is asked, and False ends the replay: None is returned. Otherwise
+    the offset reached: everything below it was consumed. The log must not be truncated
+    meanwhile: a coordinator loads a partition it leads, and stops (``still_wanted``)
+    when it no longer does, before the fetcher may truncate it."""
     reached = start
     deadline = time.monotonic() + slice_s
     for info, data in partition_log.batches(start):
@@ -118,6 +134,8 @@ async def replay_in_slices(partition_log: Log, start: int,
         reached = info.base_offset + info.last_offset_delta + 1
         if time.monotonic() >= deadline:
             await asyncio.sleep(0)
+            if still_wanted is not None and not still_wanted():
+                return None
             deadline = time.monotonic() + slice_s
     return max(reached, start)
 
