@@ -58,9 +58,10 @@ from pybroker.coordinator import offset_store as records
 from pybroker.coordinator.group import Group, GroupState, OffsetAndMetadata
 from pybroker.coordinator.member import NEW_MEMBER_JOIN_TIMEOUT_MS, Member
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.log.state_machine import replay_in_slices
 
 if TYPE_CHECKING:
-    from pybroker._native.records import Record
+    from pybroker._native.records import BatchInfo, Record
     from pybroker.broker.partition import Partition
     from pybroker.config import BrokerConfig
 
@@ -423,15 +424,17 @@ class GroupCoordinator:
         count = 0
         if not self._still_led(index, led):
             return None
-        slice_end = time.monotonic() + LOAD_SLICE_S
-        for batch in records.read_log(led.partition.log):
-            count += _latest_values(latest, batch)
-            if time.monotonic() >= slice_end:
-                await asyncio.sleep(0)
-                if not self._still_led(index, led):
-                    return None
-                slice_end = time.monotonic() + LOAD_SLICE_S
-        return latest, count
+        start = led.partition.log.log_start_offset
+
+        def consume(info: BatchInfo, data: memoryview) -> None:
+            nonlocal count
+            batch = records.data_records(info, data, start)
+            if batch is not None:
+                count += _latest_values(latest, batch)
+
+        reached = await replay_in_slices(led.partition.log, start, consume,
+                                         lambda: self._still_led(index, led), LOAD_SLICE_S)
+        return None if reached is None else (latest, count)
 
     def _still_led(self, index: int, led: _Led) -> bool:
         return led.partition.is_leader and self._led is not None \

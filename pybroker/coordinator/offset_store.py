@@ -44,7 +44,7 @@ from pybroker.errors import CorruptRecordError, KafkaError
 from pybroker.net.protocol.codec import decode_data, encode_data
 
 if TYPE_CHECKING:
-    from pybroker._native.records import Record
+    from pybroker._native.records import BatchInfo, Record
     from pybroker.broker.partition import Partition
     from pybroker.broker.topic_manager import Topic
     from pybroker.log.log import Log
@@ -309,13 +309,21 @@ class OffsetStore:
 
 def read_log(partition_log: Log) -> Iterator[list[Record]]:
     """The records of every data batch of a log, from its start to its end."""
-    from pybroker._native.records import decode_records
-
     start = partition_log.log_start_offset
     for info, data in partition_log.batches(start, _LOAD_READ_BYTES):
-        if info.is_control or info.is_transactional:
-            continue
-        batch = decode_records(data)
-        if info.base_offset < start:  # the log starts inside this batch
-            batch = [r for r in batch if r.offset >= start]
-        yield batch
+        batch = data_records(info, data, start)
+        if batch is not None:
+            yield batch
+
+
+def data_records(info: BatchInfo, data: memoryview, start: int) -> list[Record] | None:
+    """The records at or after ``start`` of a batch read back from the log, None for a
+    control or transactional batch (the coordinator writes neither)."""
+    from pybroker._native.records import decode_records
+
+    if info.is_control or info.is_transactional:
+        return None
+    batch = decode_records(data)
+    if info.base_offset < start:  # the log starts inside this batch
+        batch = [r for r in batch if r.offset >= start]
+    return batch
