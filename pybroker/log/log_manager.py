@@ -43,6 +43,7 @@ from pybroker.log.log import Log
 from pybroker.log.log_config import LogConfig
 from pybroker.log.log_deleter import LogDeleter
 from pybroker.log.producer_state import DEFAULT_EXPIRATION_MS
+from pybroker.log.state_machine import SNAPSHOT_BEHIND_BYTES
 
 log = logging.getLogger("pybroker.log")
 
@@ -200,12 +201,15 @@ class LogManager:
         return deleted
 
     def flush_due(self) -> None:
-        """``flush.ms`` per log, and the offset checkpoints every minute. The broker calls
-        this every ``log.flush.scheduler.interval.ms``."""
+        """``flush.ms`` per log, and every minute the offset checkpoints and a snapshot of
+        the state machines of each log that grew by ``SNAPSHOT_BEHIND_BYTES`` since its
+        last one. The broker calls this every ``log.flush.scheduler.interval.ms``."""
         for _, partition_log in self.logs():
             partition_log.flush_if_due()
         now = self._now_ms()
         if now - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS:
+            for _, partition_log in self.logs():
+                partition_log.snapshot_state_if_behind(SNAPSHOT_BEHIND_BYTES)
             self.checkpoint_soon()
 
     def checkpoint(self) -> None:

@@ -259,7 +259,7 @@ class ProducerState:
         self.producers = {}
         for offset in reversed(self._snapshots):
             if offset > end_offset:
-                self._delete(offset)
+                self.delete_snapshot(offset)
                 continue
             if offset < first_offset or self.directory is None:
                 return None
@@ -270,7 +270,7 @@ class ProducerState:
             except (OSError, CorruptSnapshotError) as exc:
                 log.warning("%s: deleting unreadable producer snapshot %s: %s",
                             self.directory, path, exc)
-                self._delete(offset)
+                self.delete_snapshot(offset)
                 continue
             self.producers = producers
             self.expire_idle(now_ms)
@@ -280,15 +280,15 @@ class ProducerState:
     def truncate_to(self, offset: int) -> None:
         above = self._snapshots[bisect.bisect_right(self._snapshots, offset):]
         for doomed in above:
-            self._delete(doomed)
+            self.delete_snapshot(doomed)
         if above and self.directory is not None:
             fsync_dir(self.directory)  # a snapshot of a tail that is gone must not return
 
     def truncate_head(self, offset: int) -> None:
         for doomed in self._snapshots[:bisect.bisect_left(self._snapshots, offset)]:
-            self._delete(doomed)
+            self.delete_snapshot(doomed)
 
-    def _delete(self, offset: int) -> None:
+    def delete_snapshot(self, offset: int) -> None:
         i = bisect.bisect_left(self._snapshots, offset)
         if i < len(self._snapshots) and self._snapshots[i] == offset:
             del self._snapshots[i]

@@ -10,6 +10,11 @@ transactional and control bits) and never record by record. The ``Log`` drives i
 - segment roll: ``take_snapshot`` at the new segment's base offset, the log end, so an
   unclean restart replays at most the segments written since;
 - clean close: ``take_snapshot`` at the log end, so a clean restart replays nothing;
+- every minute, if more than ``SNAPSHOT_BEHIND_BYTES`` were appended since the last
+  snapshot: ``take_snapshot`` at the log end, so a crash replays about that much at most
+  even in a large active segment (the replay is a Python step per batch). Such a
+  snapshot, not at a segment base, is deleted (``delete_snapshot``) when the next one is
+  taken, so a partition keeps one per segment and one more;
 - truncation of the tail (a follower's diverged tail, a full restart at a new offset):
   ``truncate_to`` drops the snapshots above the new end, then the state is rebuilt as in
   recovery;
@@ -49,6 +54,9 @@ log = logging.getLogger("pybroker.log")
 
 # How much of the event loop a replay takes before giving the rest of the loop a turn.
 REPLAY_SLICE_S = 0.01
+# Appended bytes after which a log snapshots its state machines between rolls: the tail
+# an earlier version replayed after a crash (~2 s of header reads for small batches).
+SNAPSHOT_BEHIND_BYTES = 64 * 1024 * 1024
 
 
 class LogStateMachine(Protocol):
@@ -85,6 +93,9 @@ class LogStateMachine(Protocol):
     def truncate_head(self, offset: int) -> None:
         """The log no longer holds the offsets below ``offset``: snapshots below it can
         never be replayed from again."""
+
+    def delete_snapshot(self, offset: int) -> None:
+        """Delete the snapshot at ``offset`` if there is one (a later one replaces it)."""
 
 
 def apply_chunk(machines: list[LogStateMachine], buf: memoryview | bytes, head: BatchInfo,

@@ -250,3 +250,26 @@ def test_a_follower_that_truncated_and_crashed_comes_back_with_the_new_batches(t
     [entry] = restarted.producer_state.producers.values()
     assert entry.batches[-1] == BatchMetadata(4, 6, 4, 6, -1)
     restarted.close()
+
+
+def test_a_log_that_grew_snapshots_between_rolls_and_keeps_one_such_snapshot(tmp_path,
+                                                                             caplog):
+    directory = tmp_path / "t-0"
+    plog = Log(str(directory))  # 1 GiB segments: no roll here
+    for seq in range(0, 20, 2):
+        log_append(plog, idempotent(seq))
+    assert not plog.snapshot_state_if_behind(max_bytes=1 << 20)  # not that far behind
+    assert plog.snapshot_state_if_behind(max_bytes=0)
+    assert snapshots(directory) == [20]
+    for seq in range(20, 30, 2):
+        log_append(plog, idempotent(seq))
+    assert plog.snapshot_state_if_behind(max_bytes=0)
+    assert snapshots(directory) == [30]  # the one at 20 was replaced
+    log_append(plog, idempotent(30))
+    caplog.set_level(logging.INFO, "pybroker.log")
+    crashed = Log(str(directory), clean=False)
+    assert "replayed 1 batches from offset 30" in caplog.text
+    assert crashed.producer_state.producers == plog.producer_state.producers
+    crashed.roll()
+    assert snapshots(directory) == [32]  # a roll replaces it too
+    crashed.close()
