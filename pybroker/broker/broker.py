@@ -56,7 +56,7 @@ from pybroker.broker.validation import ValidationPool
 from pybroker.config import BrokerConfig
 from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.log.checkpoints import fsync_dir, replace_file, sync_checkpoint
+from pybroker.log.checkpoints import fsync_dir, replace_file
 from pybroker.log.log_cleaner import CleanerConfig, LogCleaner
 from pybroker.log.log_manager import LogManager
 from pybroker.log.state_machine import replay
@@ -275,33 +275,35 @@ class Broker:
         (a replica that truncated below it since holds other batches), replays the
         batches after it and snapshots at its end. Then the file is removed."""
         path = os.path.join(self.data_dir, LEGACY_PRODUCER_STATE_FILE)
-        legacy = read_json(path)
+        try:
+            legacy = read_json(path)
+        except ValueError as exc:  # torn: the logs' own replay is all there is
+            log.warning("%s is unreadable, not used: %s", LEGACY_PRODUCER_STATE_FILE, exc)
+            legacy = {}
         if legacy is None:
             return
         adopted = 0
         for p in self.topics.partitions():
-            entry, plog = legacy.get(f"{p.topic}-{p.index}"), p.log
+            plog = p.log
+            entry = legacy.get(f"{p.topic}-{p.index}") if isinstance(legacy, dict) else None
             if entry is None or plog is None or plog.producer_state.snapshot_offsets():
                 continue
-            offset = entry["offset"]
-            if not plog.log_start_offset <= offset <= plog.log_end_offset or (
-                    "epoch" in entry
-                    and plog.leader_epoch_cache.epoch_at(offset - 1) != entry["epoch"]):
-                log.warning("%s-%d: the producer state of %s describes offset %d, which "
-                            "the log no longer holds as it was; not used", p.topic, p.index,
-                            LEGACY_PRODUCER_STATE_FILE, offset)
-                continue
-            state = plog.producer_state
             try:
-                state.restore_legacy(entry["producers"])
+                offset = entry["offset"]
+                if not plog.log_start_offset <= offset <= plog.log_end_offset or (
+                        "epoch" in entry
+                        and plog.leader_epoch_cache.epoch_at(offset - 1) != entry["epoch"]):
+                    log.warning("%s-%d: the producer state of %s describes offset %d, which "
+                                "the log no longer holds as it was; not used", p.topic,
+                                p.index, LEGACY_PRODUCER_STATE_FILE, offset)
+                    continue
+                plog.producer_state.restore_legacy(entry["producers"])
             except (KeyError, TypeError, ValueError) as exc:
                 log.warning("%s-%d: malformed entry in %s, not used: %s", p.topic, p.index,
                             LEGACY_PRODUCER_STATE_FILE, exc)
                 continue
-            replay(state, plog.batches(offset))
-            snapshot = state.take_snapshot(plog.log_end_offset)
-            if snapshot is not None:
-                sync_checkpoint(snapshot)
+            replay(plog.producer_state, plog.batches(offset))
+            plog.snapshot_state()
             adopted += 1
         os.unlink(path)
         fsync_dir(self.data_dir)

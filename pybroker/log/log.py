@@ -259,6 +259,12 @@ class Log:
         self._interim_snapshots = {offset} if interim else set()
         self._snapshot_offset = offset
 
+    def snapshot_state(self) -> None:
+        """Snapshot the state machines at the log end now, durably: for state set from
+        outside the log (the producer state of an earlier version's broker-wide file)."""
+        self._snapshot_state(self._next_offset, interim=True)
+        self._sync_snapshots()
+
     def snapshot_state_if_behind(self, max_bytes: int) -> bool:
         """Snapshot the state machines at the log end if more than ``max_bytes`` were
         appended since their last snapshot: a crash then replays at most about that much

@@ -70,3 +70,14 @@ def test_the_broker_wide_file_of_earlier_versions_is_adopted_once(broker_factory
     with WireClient(broker.bootstrap) as client:
         assert _produce(client, topic, 99, 5)["error_code"] == \
             ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_a_torn_file_of_an_earlier_version_does_not_stop_the_start(broker_factory):
+    broker = broker_factory()
+    broker.stop(signal.SIGTERM)
+    legacy = os.path.join(broker.data_dir, "producer-state.json")
+    with open(legacy, "w") as f:
+        f.write('{"t-0": {"offset": 4, "epo')
+    broker.start()
+    assert not os.path.exists(legacy)
+    assert "producer-state.json is unreadable, not used" in broker.log_text()
