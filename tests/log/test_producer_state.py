@@ -7,8 +7,11 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import tempfile
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pybroker._native.records import encode_batch, validate_batch
 from pybroker.errors import InvalidProducerEpochError, OutOfOrderSequenceError
@@ -24,6 +27,7 @@ from pybroker.log.producer_state import (
     encode_snapshot,
     last_sequence,
 )
+from pybroker.log.state_machine import replay
 
 
 def append(table: ProducerState, pid: int, epoch: int, seq: int, n: int, offset: int,
@@ -273,3 +277,61 @@ def test_a_log_that_grew_snapshots_between_rolls_and_keeps_one_such_snapshot(tmp
     crashed.roll()
     assert snapshots(directory) == [32]  # a roll replaces it too
     crashed.close()
+
+
+# model test: whatever happens, the state is the state of the batches in the log -------
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 3), st.integers(1, 3), st.booleans()),
+    st.tuples(st.just("roll")),
+    st.tuples(st.just("truncate"), st.floats(0, 1)),
+    st.tuples(st.just("snapshot_if_behind")),
+    st.tuples(st.just("reopen"), st.booleans()),
+), min_size=1, max_size=40)
+
+
+def _projection(state: ProducerState) -> dict[int, tuple[int, list[BatchMetadata]]]:
+    """What decides idempotence (epoch and cached batches), not the expiry clock."""
+    return {pid: (e.epoch, list(e.batches)) for pid, e in state.producers.items()}
+
+
+def _from_scratch(plog: Log) -> dict[int, tuple[int, list[BatchMetadata]]]:
+    state = ProducerState()
+    replay(state, plog.batches(plog.segments.first.base_offset))
+    return _projection(state)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(OPS)
+def test_producer_state_is_always_that_of_the_log(ops):
+    """Appends, rolls, truncations, snapshots between rolls and reopens, clean or after a
+    crash: the producer state equals a replay of the whole log from scratch (nothing is
+    deleted from the head here, so the log holds every batch that made the state)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m-0")
+        config = LogConfig.from_properties({"segment.bytes": "600", "file.delete.delay.ms": "0"})
+        plog = Log(path, config)
+        try:
+            for op in ops:
+                if op[0] == "append":
+                    _, pid, count, bump = op
+                    entry = plog.producer_state.producers.get(pid)
+                    epoch = 0 if entry is None else entry.epoch + bump
+                    seq = 0 if entry is None or bump else entry.last_seq + 1
+                    log_append(plog, idempotent(seq, count, pid=pid, epoch=epoch))
+                elif op[0] == "roll":
+                    plog.roll()
+                elif op[0] == "truncate":
+                    plog.truncate_to(int(plog.log_end_offset * op[1]))
+                elif op[0] == "snapshot_if_behind":
+                    plog.snapshot_state_if_behind(0)
+                else:
+                    if op[1]:
+                        plog.close()
+                        plog = Log(path, config, clean=True)
+                    else:  # a crash: the open log is dropped, not closed
+                        crashed, plog = plog, Log(path, config, clean=False)
+                        crashed.discard()
+                assert _projection(plog.producer_state) == _from_scratch(plog)
+        finally:
+            plog.close()
