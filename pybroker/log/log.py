@@ -183,6 +183,10 @@ class Log:
         self._interim_snapshots: set[int] = set()
         self.producer_state = ProducerState(directory, producer_id_expiration_ms)
         self.state_machines: list[LogStateMachine] = [self.producer_state]
+        # whether a batch without a producer id must reach the state machines: the
+        # produce path of a plain producer then skips them (no clock read, no call)
+        self._apply_every_batch = not all(m.producer_batches_only
+                                          for m in self.state_machines)
         self._recover_states()
 
     # -- loading and recovery ------------------------------------------------------------
@@ -407,7 +411,8 @@ class Log:
                     segment.append([batch], size, last, info.max_timestamp, None, 0,
                                    info.last_offset_delta + 1)
                     self._next_offset = last + 1
-                    self._apply(info, base, -1)
+                    if info.producer_id >= 0 or self._apply_every_batch:
+                        self._apply(info, base, -1)
                     count = info.records_count
                     self._after_append(count)
                     return AppendInfo(base, last, -1, self.log_start_offset,
@@ -491,7 +496,8 @@ class Log:
         if leader_epoch > self.leader_epoch_cache.latest_epoch:
             self.leader_epoch_cache.assign(leader_epoch, base)
             self._sync_epochs()
-        self._apply(info, base, log_append_time)
+        if info.producer_id >= 0 or self._apply_every_batch:
+            self._apply(info, base, log_append_time)
         count = info.records_count
         self._after_append(count)
         return AppendInfo(base, last, log_append_time, self.log_start_offset, max_timestamp,
