@@ -12,8 +12,9 @@ Start-up: open the data dir (``meta.properties`` holds the cluster id and node i
 control plane may have its own cluster id, ZooKeeper's, which wins), recover the logs
 (``LogManager.load``, logged with its duration; each log restores its producer state from
 its own snapshots), open the topics (and once, after an upgrade, adopt the broker-wide
-``producer-state.json`` of earlier versions), start the group coordinator and the validation pool, bind the listener, start the control plane
-(a cluster member registers now that its port answers) and log ``ready``. Shutdown
+``producer-state.json`` of earlier versions), start the group coordinator and the
+validation pool, bind the listener, start the control plane (a cluster member registers
+now that its port answers) and log ``ready``. Shutdown
 (SIGTERM/SIGINT): stop accepting, answer the coordinator's parked long polls and wake
 long-polling fetches (so parked long polls answer now), answer the requests already
 received (at most ``SHUTDOWN_DRAIN_SECONDS``), stop the control plane (a follower stops
