@@ -39,7 +39,6 @@ Not thread-safe: the log's event loop drives every call.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -49,8 +48,6 @@ from pybroker._native.records import HEADER_SIZE, BatchInfo, find_position, read
 
 if TYPE_CHECKING:
     from pybroker.log.log import Log
-
-log = logging.getLogger("pybroker.log")
 
 # How much of the event loop a replay takes before giving the rest of the loop a turn.
 REPLAY_SLICE_S = 0.01
@@ -63,10 +60,11 @@ class LogStateMachine(Protocol):
     """See module doc."""
 
     # True when a batch without a producer id never changes the state (producer state):
-    # the log then skips a follower's chunk whose first and last batches have none, two
-    # native header reads instead of a Python step per batch. Producers write with an id
-    # or without one for their whole life, so a chunk starting and ending with anonymous
-    # batches seldom hides one.
+    # the log then does not apply a plain producer's batch (the common produce pays one
+    # comparison), and skips a follower's chunk whose first and last batches have none
+    # (two native header reads instead of a Python step per batch). Producers write with
+    # an id or without one for their whole life, so a chunk starting and ending with
+    # batches without one seldom hides one.
     producer_batches_only: bool
 
     def apply(self, batch: BatchInfo, base_offset: int, log_append_time: int,
