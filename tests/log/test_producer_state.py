@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from pybroker._native.records import encode_batch, validate_batch
 from pybroker.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from pybroker.log import dump
 from pybroker.log.log import Log
 from pybroker.log.log_config import LogConfig
 from pybroker.log.producer_state import (
@@ -335,3 +336,19 @@ def test_producer_state_is_always_that_of_the_log(ops):
                 assert _projection(plog.producer_state) == _from_scratch(plog)
         finally:
             plog.close()
+
+
+def test_the_dump_tool_prints_a_snapshot_and_refuses_a_torn_one(tmp_path, capsys):
+    state = ProducerState(str(tmp_path))
+    append(state, 7, 2, 0, 3, 40)
+    path = state.take_snapshot(43)
+    assert path is not None
+    assert dump.main([path]) == 0
+    out = capsys.readouterr().out
+    assert "producer state below offset 43" in out
+    assert "producerId: 7 producerEpoch: 2 lastAppendMs: 1000 batches: " \
+           "[seq 0-2 offsets 40-42 timestamp -1]" in out and "OK: 1 producers" in out
+    with open(path, "r+b") as f:
+        f.truncate(20)
+    assert dump.main([path]) == 1
+    assert "CORRUPT" in capsys.readouterr().out
