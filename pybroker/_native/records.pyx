@@ -346,6 +346,38 @@ def find_position(buf, Py_ssize_t start, Py_ssize_t end, int64_t target_offset):
     return (<Py_ssize_t>pos, batch_info_from_header(&h))
 
 
+def producer_batches(buf, int64_t min_offset):
+    """The headers of the complete batches of ``buf`` (whole batches read back from a log)
+    that carry a producer id, are not control batches and hold offsets >= ``min_offset``;
+    and the offset after the last complete batch (``min_offset`` if none). Header walk
+    only (no CRC): the state machines' replay, where batches without a producer id (most,
+    for plain producers) cost no Python at all."""
+    cdef Py_buffer view
+    cdef pb_batch_header h
+    cdef Py_ssize_t pos = 0
+    cdef Py_ssize_t size
+    cdef int64_t next_offset = min_offset
+    cdef int64_t last
+    found = []
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        while view.len - pos >= PB_BATCH_HEADER_SIZE:
+            if pb_read_header(<const uint8_t *>view.buf + pos, <size_t>(view.len - pos), &h):
+                break
+            size = <Py_ssize_t>h.batch_length + 12
+            if size > view.len - pos:
+                break
+            last = h.base_offset + h.last_offset_delta
+            if last >= min_offset:
+                if h.producer_id >= 0 and not (h.attributes & 0x20):
+                    found.append(batch_info_from_header(&h))
+                next_offset = last + 1
+            pos += size
+    finally:
+        PyBuffer_Release(&view)
+    return found, next_offset
+
+
 def find_timestamp(buf, Py_ssize_t start, Py_ssize_t end, int64_t target_ts,
                    Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED):
     """(position, offset, timestamp) of the first record with timestamp >= ``target_ts``

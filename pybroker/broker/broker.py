@@ -303,7 +303,7 @@ class Broker:
                 log.warning("%s-%d: malformed entry in %s, not used: %s", p.topic, p.index,
                             LEGACY_PRODUCER_STATE_FILE, exc)
                 continue
-            replay(plog.producer_state, plog.batches(offset))
+            replay(plog.producer_state, plog.producer_batches(offset))
             plog.snapshot_state()
             adopted += 1
         os.unlink(path)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from pybroker._native.records import HEADER_SIZE, BatchInfo, find_position, read_batch_header
@@ -115,10 +115,10 @@ def apply_chunk(machines: list[LogStateMachine], buf: memoryview | bytes, head: 
         position += info.size
 
 
-def replay(machine: LogStateMachine, batches: Iterator[tuple[BatchInfo, memoryview]]) -> int:
-    """Apply ``batches`` (read back from a log) to ``machine``; returns how many."""
+def replay(machine: LogStateMachine, batches: Iterable[BatchInfo]) -> int:
+    """Apply ``batches`` (headers read back from a log) to ``machine``; returns how many."""
     count = 0
-    for info, _ in batches:
+    for info in batches:
         log_append_time = info.max_timestamp if info.timestamp_type == 1 else -1
         machine.apply(info, info.base_offset, log_append_time, info.max_timestamp)
         count += 1

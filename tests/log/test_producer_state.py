@@ -297,8 +297,8 @@ def _projection(state: ProducerState) -> dict[int, tuple[int, list[BatchMetadata
 
 
 def _from_scratch(plog: Log) -> dict[int, tuple[int, list[BatchMetadata]]]:
-    state = ProducerState()
-    replay(state, plog.batches(plog.segments.first.base_offset))
+    state = ProducerState()  # through the Python header walk, not the native one
+    replay(state, (info for info, _ in plog.batches(plog.segments.first.base_offset)))
     return _projection(state)
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from pybroker._native.records import encode_batch
+from pybroker._native.records import encode_batch, producer_batches
 from pybroker.log.log import Log
+from pybroker.log.log_config import LogConfig
 from pybroker.log.state_machine import replay_in_slices
 
 
@@ -58,3 +59,45 @@ def test_a_follower_chunk_starting_without_a_producer_id_still_reaches_producer_
     plog.append_as_follower(encode_batch([b"anonymous"] * 3, base_offset=3))
     assert set(plog.producer_state.producers) == {9}
     plog.close()
+
+
+def test_producer_batches_are_the_batches_with_a_producer_id(tmp_path):
+    """The native walk the state machines replay through, against the Python one."""
+    plog = Log(str(tmp_path / "t-0"), LogConfig.from_properties({"segment.bytes": "400"}))
+    offset = 0
+    for i in range(40):
+        idempotent = i % 3 != 0
+        batch = encode_batch([b"v%d" % i] * (1 + i % 4), base_offset=offset,
+                             producer_id=i % 2 if idempotent else -1,
+                             producer_epoch=0 if idempotent else -1,
+                             base_sequence=i if idempotent else -1)
+        plog.append_as_follower(batch)
+        offset = plog.log_end_offset
+    assert len(plog.segments) > 3
+    for start in (0, 7, 31, offset - 1, offset):
+        expected = [(i.base_offset, i.producer_id, i.base_sequence)
+                    for i, _ in plog.batches(start) if i.producer_id >= 0]
+        got = [(i.base_offset, i.producer_id, i.base_sequence)
+               for i in plog.producer_batches(start, read_bytes=150)]
+        assert got == expected and (start > 0 or len(got) == 26)
+    plog.close()
+
+
+def test_producer_batches_skip_control_batches_and_stop_at_a_torn_tail():
+    """A transaction marker is walked past; a batch cut short ends the walk."""
+    data = encode_batch([b"a"], base_offset=0, producer_id=3, producer_epoch=0,
+                        base_sequence=0)
+    data += encode_batch([b"b", b"c"], base_offset=1, producer_id=3, producer_epoch=0,
+                         base_sequence=1, transactional=True)
+    marker = bytearray(encode_batch([b"m"], base_offset=3, producer_id=3, producer_epoch=0,
+                                    transactional=True))
+    marker[22] |= 0x20  # the control bit of the attributes (a transaction marker)
+    data += marker
+    whole = len(data)
+    data += encode_batch([b"d"], base_offset=4, producer_id=3, producer_epoch=0,
+                         base_sequence=3)
+    found, next_offset = producer_batches(data[:whole + 30], 0)  # the last batch is torn
+    assert [(i.base_offset, i.is_transactional) for i in found] == [(0, False), (1, True)]
+    assert next_offset == 4  # the control batch was walked past, not returned
+    found, next_offset = producer_batches(data, 2)  # starts inside the second batch
+    assert [i.base_offset for i in found] == [1, 4] and next_offset == 5
