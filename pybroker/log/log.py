@@ -275,7 +275,7 @@ class Log:
     def snapshot_state_if_behind(self, max_bytes: int) -> bool:
         """Snapshot the state machines at the log end if more than ``max_bytes`` were
         appended since their last snapshot: a crash then replays at most about that much
-        (one Python step per batch, ~4 us) instead of the whole active segment. The log
+        (a Python step per idempotent batch, ~3 us) instead of the whole active segment. The log
         manager asks every minute."""
         active = self.segments.active
         since = self._snapshot_offset
