@@ -531,7 +531,7 @@ class Log:
                            head.base_offset)
             self._next_offset = last + 1
             self._assign_epochs(buf, head, last)
-            apply_chunk(self.state_machines, buf, head, last, self._now_ms())
+            apply_chunk(self.state_machines, buf, self._now_ms())
             self._after_append(count)
         except OSError as exc:
             raise self._write_failed(exc) from exc

@@ -44,7 +44,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from pybroker._native.records import HEADER_SIZE, BatchInfo, find_position, read_batch_header
+from pybroker._native.records import (
+    HEADER_SIZE,
+    BatchInfo,
+    producer_batches,
+    read_batch_header,
+)
 
 if TYPE_CHECKING:
     from pybroker.log.log import Log
@@ -60,12 +65,11 @@ SNAPSHOT_BEHIND_BYTES = 64 * 1024 * 1024
 class LogStateMachine(Protocol):
     """See module doc."""
 
-    # True when a batch without a producer id never changes the state (producer state):
-    # the log then does not apply a plain producer's batch (the common produce pays one
-    # comparison), and skips a follower's chunk whose first and last batches have none
-    # (two native header reads instead of a Python step per batch). Producers write with
-    # an id or without one for their whole life, so a chunk starting and ending with
-    # batches without one seldom hides one.
+    # True when only batches with a producer id (and not control batches) change the
+    # state (producer state): the log then does not apply a plain producer's batch (the
+    # common produce pays one comparison), and finds the batches to apply in a
+    # follower's chunk or a replay with a native walk (``producer_batches``), so a plain
+    # producer's batches cost no Python step.
     producer_batches_only: bool
 
     def apply(self, batch: BatchInfo, base_offset: int, log_append_time: int,
@@ -97,23 +101,22 @@ class LogStateMachine(Protocol):
         """Delete the snapshot at ``offset`` if there is one (a later one replaces it)."""
 
 
-def apply_chunk(machines: list[LogStateMachine], buf: memoryview | bytes, head: BatchInfo,
-                last_offset: int, now_ms: int) -> None:
-    """Apply every batch of ``buf`` (whole batches that carry their offsets: a follower's
-    chunk, whose first batch is ``head`` and last offset ``last_offset``) to ``machines``,
-    one header read per batch (none when only ``producer_batches_only`` machines would
-    see it and the first and last batches have no producer id)."""
-    position, length = 0, len(buf)
-    if head.producer_id < 0 and all(m.producer_batches_only for m in machines):
-        tail = find_position(buf, 0, length, last_offset)
-        if tail is None or tail[1].producer_id < 0:
-            return
-    while position + HEADER_SIZE <= length:
-        info = read_batch_header(buf, position)
+def apply_chunk(machines: list[LogStateMachine], buf: memoryview | bytes, now_ms: int
+                ) -> None:
+    """Apply the batches of ``buf`` (whole valid batches that carry their offsets: a
+    follower's chunk) to ``machines``: those with a producer id, found natively, when
+    every machine is ``producer_batches_only``; else every one, a header read each."""
+    if all(m.producer_batches_only for m in machines):
+        batches, _ = producer_batches(buf, -1)
+    else:
+        batches, position = [], 0
+        while position + HEADER_SIZE <= len(buf):
+            batches.append(read_batch_header(buf, position))
+            position += batches[-1].size
+    for info in batches:
         log_append_time = info.max_timestamp if info.timestamp_type == 1 else -1
         for machine in machines:
             machine.apply(info, info.base_offset, log_append_time, now_ms)
-        position += info.size
 
 
 def replay(machine: LogStateMachine, batches: Iterable[BatchInfo]) -> int:

@@ -49,14 +49,15 @@ def test_replay_in_slices_gives_the_loop_back_and_can_be_stopped(tmp_path):
     plog.close()
 
 
-def test_a_follower_chunk_starting_without_a_producer_id_still_reaches_producer_state(
-        tmp_path):
+def test_every_idempotent_batch_of_a_follower_chunk_reaches_producer_state(tmp_path):
+    """A chunk from a plain producer and idempotent ones mixed, in any order."""
     plog = Log(str(tmp_path / "t-0"))
     chunk = encode_batch([b"anonymous"], base_offset=0) + encode_batch(
-        [b"a", b"b"], base_offset=1, producer_id=9, producer_epoch=2, base_sequence=0)
+        [b"a", b"b"], base_offset=1, producer_id=9, producer_epoch=2, base_sequence=0) + \
+        encode_batch([b"anonymous"], base_offset=3)
     plog.append_as_follower(chunk)
     assert plog.producer_state.check(9, 2, 0, 1) is not None  # a retry: known
-    plog.append_as_follower(encode_batch([b"anonymous"] * 3, base_offset=3))
+    plog.append_as_follower(encode_batch([b"anonymous"] * 3, base_offset=4))
     assert set(plog.producer_state.producers) == {9}
     plog.close()
 
