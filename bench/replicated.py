@@ -62,6 +62,7 @@ from bench.single_node import (
     wait_port,
 )
 from pybroker.client.connection import BrokerConnection
+from pybroker.net.protocol import codec
 
 CREATE_TOPICS, DELETE_TOPICS, LIST_OFFSETS = 19, 20, 2
 BROKERS = 3
@@ -147,7 +148,7 @@ class Cluster:
 
 def request(port: int, api_key: int, version: int, body: dict) -> dict:
     with BrokerConnection("127.0.0.1", port, "bench") as conn:
-        return conn.request(api_key, version, body)
+        return conn.request(api_key, version, codec.with_defaults(api_key, version, body))
 
 
 def create_topic(port: int, topic: str, partitions: int, replicas: list[int] | None) -> None:

@@ -301,8 +301,11 @@ def versions_note(rng: tuple[int, int] | None, valid: tuple[int, int]) -> str:
 class TypedDicts:
     """One ``TypedDict`` per message and per struct, for mypy.
 
-    Every key is optional (``total=False``): a field exists in some versions only (its
-    versions are the comment), and the encoder gives an absent field its default. The
+    A key is required when the encoder requires it in every version: the field is in every
+    valid version, not tagged, and has no default in the spec. Any other key is
+    ``NotRequired`` (its versions are the comment; the encoder requires it at the versions
+    that have it unless the spec gives a default, and tagged fields are sent only when
+    they differ from their default). The
     type of a field is the union over its versions (``| None`` when nullable in any).
     A struct is named by the spec, prefixed with the message name unless it starts with
     it already (``MetadataResponseTopic``; ``ProduceRequestTopicProduceData``), an API
@@ -336,7 +339,7 @@ class TypedDicts:
         if name in self.names:
             raise SystemExit(f"two structs named {name}")
         self.names.add(name)
-        lines = [f"class {name}(TypedDict, total=False):"]
+        lines = [f"class {name}(TypedDict):"]
         nested: list[tuple[str, list]] = []
         for f in fields:
             ftype = f["type"]
@@ -354,6 +357,8 @@ class TypedDicts:
             notes = [versions_note(parse_versions(f["versions"]), valid)]
             if "tag" in f:
                 notes.append(f"tag {f['tag']}")
+            if notes[0] or "tag" in f or "default" in f:
+                py = f"NotRequired[{py}]"
             note = ", ".join(n for n in notes if n)
             lines.append(f"    {snake(f['name'])}: {py}" + (f"  # {note}" if note else ""))
         if not fields:
@@ -379,16 +384,17 @@ def generate_types(specs_dir: str) -> str:
         "Regenerate with ``python3 tools/gen_protocol.py`` (reads ../shared/kafka-message-specs).",
         "One TypedDict per request, response, record format and struct of ``messages.py``: the",
         "codec decodes into and encodes from plain dicts of these shapes, and mypy checks them.",
-        "All keys are optional: a comment gives the versions of a field that is not in every",
-        "version, and the encoder gives a field absent from the dict its default. A key the",
-        "struct has in no version is a mypy error, and ``UnknownFieldError`` when encoded.",
+        "A key is required where the encoder requires it in every version (no default in the",
+        "spec, not tagged); a comment gives the versions of a field that is not in every one.",
+        "A missing required key is ``MissingFieldError`` when encoded, a key the struct has in",
+        "no version ``UnknownFieldError``; mypy reports both where a dict is typed.",
         '"""',
         "",
         "# ruff: noqa: E501",
         "from __future__ import annotations",
         "",
         "import uuid",
-        "from typing import TypedDict",
+        "from typing import NotRequired, TypedDict",
         "",
         "from pybroker.net.protocol.schema import Records",
         "",

@@ -40,9 +40,11 @@ def error_name(code: int) -> str:
 
 def frame(api_key: int, body: dict, correlation: int = 1, client_id: str | None = CLIENT_ID,
           version: int | None = None) -> bytes:
-    """One whole request (size prefix included), for sockets that never read the answer."""
-    return codec.encode_request(api_key, VERSION[api_key] if version is None else version,
-                                correlation, body, client_id)
+    """One whole request (size prefix included), for sockets that never read the answer.
+    Fields ``body`` leaves out take the spec's defaults: patterns name what they are about."""
+    version = VERSION[api_key] if version is None else version
+    return codec.encode_request(api_key, version, correlation,
+                                codec.with_defaults(api_key, version, body), client_id)
 
 
 class Connection:

@@ -411,7 +411,8 @@ class Broker:
         fields = {f.name: f for f in APIS[ctx.api_key].response}
         error_code = fields.get("error_code")
         if error_code is not None and in_range(error_code.versions, ctx.api_version):
-            body: dict[str, Any] = {"error_code": int(code)}
+            body = codec.response_defaults(ctx.api_key, ctx.api_version)
+            body["error_code"] = int(code)
             if "error_message" in fields:
                 body["error_message"] = message or None
             return body

@@ -110,7 +110,9 @@ class Cluster:
 
     def refresh(self, topics: list[str] | None = None, auto_create: bool = True) -> None:
         body = {"topics": None if topics is None else [{"name": t} for t in topics],
-                "allow_auto_topic_creation": auto_create}
+                "allow_auto_topic_creation": auto_create,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False}
         response = self._control_request(METADATA, METADATA_VERSION, body)
         self.brokers = {b["node_id"]: (b["host"], b["port"]) for b in response["brokers"]}
         for t in response["topics"]:

@@ -50,6 +50,12 @@ def _context() -> zmq.asyncio.Context:
     return zmq.asyncio.Context.instance()
 
 
+def _failure(api_key: int, api_version: int) -> dict:
+    body = codec.response_defaults(api_key, api_version)
+    body["error_code"] = ErrorCode.UNKNOWN_SERVER_ERROR
+    return body
+
+
 class ControlServer:
     """A broker's control endpoint: decodes requests, awaits ``handler``, answers."""
 
@@ -124,14 +130,14 @@ class ControlServer:
             answer = await self.handler(key, version, body)
         except Exception:
             log.exception("control channel: %s v%d failed", codec.api_name(key), version)
-            answer = {"error_code": ErrorCode.UNKNOWN_SERVER_ERROR}
+            answer = _failure(key, version)
         try:
             out = codec.encode_response(key, version, header.correlation_id, answer)
         except Exception:
             log.exception("control channel: cannot encode the %s v%d answer %r",
                           codec.api_name(key), version, answer)
             out = codec.encode_response(key, version, header.correlation_id,
-                                        {"error_code": ErrorCode.UNKNOWN_SERVER_ERROR})
+                                        _failure(key, version))
         if self._socket is not None and isinstance(out, bytes):  # no file regions here
             await self._socket.send_multipart([peer, memoryview(out)[SIZE_PREFIX:]])
 

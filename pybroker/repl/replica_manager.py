@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from pybroker.broker.partition import Partition
 from pybroker.cluster.metadata_cache import MetadataCache
 from pybroker.errors import ErrorCode
+from pybroker.net.protocol import codec
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
@@ -114,7 +115,9 @@ class ReplicaManager:
             if api_key == STOP_REPLICA:
                 return await self._stop_replica(body, stale)
         log.warning("control request with api key %d ignored", api_key)
-        return {"error_code": ErrorCode.INVALID_REQUEST}
+        answer = codec.response_defaults(api_key, api_version)
+        answer["error_code"] = ErrorCode.INVALID_REQUEST
+        return answer
 
     def _stale(self, body: dict) -> int:
         epoch = body["controller_epoch"]

@@ -178,7 +178,8 @@ def test_a_client_that_never_reads_stops_being_read(broker):
         codec.encode_request(API_VERSIONS, 3, 1, {"client_software_name": "t",
                                                   "client_software_version": "1"}),
         codec.encode_request(METADATA, 12, 1, {"topics": None,
-                                               "allow_auto_topic_creation": False})]
+                                               "allow_auto_topic_creation": False,
+                                               "include_topic_authorized_operations": False})]
     stop = threading.Event()
     fetchers = [threading.Thread(target=_pipeline_without_reading,
                                  args=(broker.bootstrap, requests[0], stop)) for _ in range(2)]

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
 from pybroker.client.connection import BrokerConnection
+from pybroker.net.protocol import codec
 from tests.conftest import BrokerProcess, _require_native
 
 T = TypeVar("T")
@@ -246,7 +247,8 @@ class LocalCluster:
             raise
 
     def metadata(self, topics: list[str] | None = None, broker_id: int | None = None) -> dict:
-        body = {"topics": None if topics is None else [{"name": t} for t in topics],
+        body = {"topics": None if topics is None else [{"name": t, "topic_id": codec.ZERO_UUID}
+                                                       for t in topics],
                 "allow_auto_topic_creation": False,
                 "include_topic_authorized_operations": False}
         return self.request(broker_id, METADATA, 12, body)
@@ -290,7 +292,7 @@ class LocalCluster:
         size prefix per message (docs/REPLICATION.md)."""
         import zmq
 
-        from pybroker.net.protocol import codec
+
 
         found = self.registration(broker_id)
         assert found is not None, f"broker {broker_id} is not registered"
@@ -299,6 +301,7 @@ class LocalCluster:
         sock.setsockopt(zmq.LINGER, 0)
         try:
             sock.connect(f"tcp://{found[0]['control']}")
+            body = codec.with_defaults(api_key, version, body)
             sock.send(codec.encode_request(api_key, version, 1, body, "cluster-harness")[4:])
             assert sock.poll(int(timeout_s * 1000)), f"no answer in {timeout_s} s"
             frame = sock.recv()

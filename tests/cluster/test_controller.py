@@ -22,6 +22,7 @@ from pybroker.cluster.channel import ControlClient, ControlServer
 from pybroker.cluster.controller import Controller
 from pybroker.cluster.zk_store import ClusterStore, PartitionState
 from pybroker.config import BrokerConfig
+from pybroker.net.protocol import codec
 
 LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 4, 5, 6
 WAIT_S = 20.0
@@ -47,7 +48,7 @@ class StandIn:
 
     async def _handle(self, api_key: int, api_version: int, body: dict) -> dict:
         self.requests.append((api_key, body))
-        return {"error_code": 0}
+        return codec.response_defaults(api_key, api_version)
 
     async def start(self) -> StandIn:
         self.server.start()
@@ -538,7 +539,7 @@ def test_a_request_not_answered_in_time_is_sent_again(store_factory: Any) -> Non
             if not slow.requests:
                 slow.requests.append((api_key, request))
                 await release.wait()  # past controller.socket.timeout.ms
-                return {"error_code": 0}
+                return codec.response_defaults(api_key, api_version)
             return await answer(api_key, api_version, request)
 
         slow.server.handler = first_one_hangs

@@ -91,7 +91,8 @@ def valid_requests(topic: str, rnd: random.Random) -> list[bytes]:
         (60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 1}),
         (10, 4, {"key_type": 0, "coordinator_keys": ["fuzz-group"]}),
     ]
-    return [codec.encode_request(k, v, rnd.randint(0, 2**31 - 1), body) for k, v, body in bodies]
+    return [codec.encode_request(k, v, rnd.randint(0, 2**31 - 1), codec.with_defaults(k, v, body))
+            for k, v, body in bodies]
 
 
 def served_versions(bootstrap: str) -> list[tuple[int, int]]:

@@ -16,6 +16,9 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from pybroker.client.connection import BrokerConnection
+from pybroker.net.protocol import codec
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 WAIT = 60.0  # generous: the box is shared; tests never assert on timing
@@ -125,3 +128,14 @@ class Consumers:
         for consumer in self.started:
             if consumer.alive():
                 consumer.kill(signal.SIGTERM)
+
+
+class WireConnection(BrokerConnection):
+    """The project's connection for exact requests in tests: a request names the fields
+    the test is about, the rest take the spec's defaults (the library's own requests
+    state every field)."""
+
+    def send(self, api_key: int, api_version: int, body: dict,
+             expect_response: bool = True) -> int:
+        return super().send(api_key, api_version,
+                            codec.with_defaults(api_key, api_version, body), expect_response)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pybroker.client.connection import BrokerConnection
 from pybroker.config import BrokerConfig
 from pybroker.coordinator import CoordinatorConfig
 from pybroker.coordinator.consumer_protocol import encode_subscription
 from pybroker.errors import ErrorCode
 from tests.conftest import BrokerProcess
-from tests.groups.helpers import wait_until
+from tests.groups.helpers import WireConnection, wait_until
 
 JOIN = 11
 
@@ -45,7 +44,7 @@ def test_group_settings_from_a_file_and_the_environment(tmp_path: Any) -> None:
     broker.start()
     try:
         host, port = broker.bootstrap.split(":")
-        with BrokerConnection(host, int(port)) as conn:
+        with WireConnection(host, int(port)) as conn:
             too_short = conn.request(JOIN, 5, join_body("settings", 7000))
             assert too_short["error_code"] == ErrorCode.INVALID_SESSION_TIMEOUT
             too_long = conn.request(JOIN, 5, join_body("settings", 30000))
@@ -63,7 +62,7 @@ def test_sigterm_answers_parked_and_queued_joins_before_the_drain(broker_factory
     NOT_COORDINATOR at once, so the drain never waits out its 10 s limit."""
     broker = broker_factory()
     host, port = broker.bootstrap.split(":")
-    with BrokerConnection(host, int(port)) as first, BrokerConnection(host, int(port)) as late:
+    with WireConnection(host, int(port)) as first, WireConnection(host, int(port)) as late:
         member = first.request(JOIN, 5, join_body("stopping", 10000))["member_id"]
         assert first.request(JOIN, 5, join_body("stopping", 10000, member))["error_code"] == 0
         # a second member: its join parks until the first rejoins, which never happens

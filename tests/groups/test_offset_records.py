@@ -106,5 +106,5 @@ def test_consumer_protocol_bytes() -> None:
     assert subscription_topics(v1) == ["a"]
     # a version newer than the specs' is read with the newest layout known
     newer = b"\x00\x09" + encode_data("ConsumerProtocolSubscription", 3,
-                                       {"topics": ["b"]}) + b"later fields"
+                                       {"topics": ["b"], "owned_partitions": []}) + b"later fields"
     assert subscription_topics(newer) == ["b"]

@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from pybroker.client.connection import BrokerConnection
 from pybroker.coordinator.consumer_protocol import encode_assignment, encode_subscription
 from pybroker.errors import ErrorCode
-from tests.groups.helpers import create_topic, wait_until
+from tests.groups.helpers import WireConnection, create_topic, wait_until
 
 FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC = 10, 11, 12, 13, 14
 COMMIT, FETCH, DESCRIBE, LIST, DELETE, OFFSET_DELETE = 8, 9, 15, 16, 42, 47
@@ -26,14 +25,14 @@ _names = (f"g-wire-{i}" for i in itertools.count())
 
 
 @pytest.fixture(scope="module")
-def conn(module_broker: Any) -> Iterator[BrokerConnection]:
+def conn(module_broker: Any) -> Iterator[WireConnection]:
     create_topic(module_broker.bootstrap, TOPIC, 2)
     host, port = module_broker.bootstrap.split(":")
-    with BrokerConnection(host, int(port), client_id="wire-test") as c:
+    with WireConnection(host, int(port), client_id="wire-test") as c:
         yield c
 
 
-def join(conn: BrokerConnection, group: str, version: int = 7, member_id: str = "",
+def join(conn: WireConnection, group: str, version: int = 7, member_id: str = "",
          instance: str | None = None, rebalance_ms: int = 10000) -> dict:
     body = {"group_id": group, "session_timeout_ms": 10000, "rebalance_timeout_ms": rebalance_ms,
             "member_id": member_id, "group_instance_id": instance,
@@ -47,7 +46,7 @@ def join(conn: BrokerConnection, group: str, version: int = 7, member_id: str = 
     return response
 
 
-def sync(conn: BrokerConnection, group: str, joined: dict, version: int = 5) -> dict:
+def sync(conn: WireConnection, group: str, joined: dict, version: int = 5) -> dict:
     assignment = encode_assignment({TOPIC: [0, 1]})
     return conn.request(SYNC, version, {
         "group_id": group, "generation_id": joined["generation_id"],
@@ -56,7 +55,7 @@ def sync(conn: BrokerConnection, group: str, joined: dict, version: int = 5) -> 
         "assignments": [{"member_id": joined["member_id"], "assignment": assignment}]})
 
 
-def commit(conn: BrokerConnection, group: str, generation: int, member_id: str,
+def commit(conn: WireConnection, group: str, generation: int, member_id: str,
            offset: int = 1, version: int = 8) -> int:
     response = conn.request(COMMIT, version, {
         "group_id": group, "generation_id_or_member_epoch": generation,
@@ -66,7 +65,7 @@ def commit(conn: BrokerConnection, group: str, generation: int, member_id: str,
     return response["topics"][0]["partitions"][0]["error_code"]
 
 
-def test_stale_generation_commit_and_heartbeat_are_fenced(conn: BrokerConnection) -> None:
+def test_stale_generation_commit_and_heartbeat_are_fenced(conn: WireConnection) -> None:
     group = next(_names)
     first = join(conn, group)
     assert sync(conn, group, first)["error_code"] == ErrorCode.NONE
@@ -93,7 +92,7 @@ def test_stale_generation_commit_and_heartbeat_are_fenced(conn: BrokerConnection
 
 
 def test_member_not_rejoining_is_dropped_after_its_rebalance_timeout(
-        conn: BrokerConnection, module_broker: Any) -> None:
+        conn: WireConnection, module_broker: Any) -> None:
     """max.poll.interval.ms: a member whose heartbeats go on but whose application stopped
     polling never rejoins; the rebalance completes without it after the rebalance timeout
     (the largest of the members', as Kafka's)."""
@@ -101,7 +100,7 @@ def test_member_not_rejoining_is_dropped_after_its_rebalance_timeout(
     stuck = join(conn, group, rebalance_ms=1000)
     assert sync(conn, group, stuck)["error_code"] == ErrorCode.NONE
     host, port = module_broker.bootstrap.split(":")
-    with BrokerConnection(host, int(port)) as other:
+    with WireConnection(host, int(port)) as other:
         joined = join(other, group, rebalance_ms=1000)  # parks until the rebalance timeout
         assert [m["member_id"] for m in joined["members"]] == [joined["member_id"]]
         assert joined["generation_id"] == stuck["generation_id"] + 1
@@ -112,7 +111,7 @@ def test_member_not_rejoining_is_dropped_after_its_rebalance_timeout(
 
 
 @pytest.mark.parametrize("version", range(0, 10))
-def test_join_sync_heartbeat_leave_every_version(conn: BrokerConnection, version: int) -> None:
+def test_join_sync_heartbeat_leave_every_version(conn: WireConnection, version: int) -> None:
     group = next(_names)
     joined = join(conn, group, version=version)
     assert joined["leader"] == joined["member_id"]
@@ -135,7 +134,7 @@ def test_join_sync_heartbeat_leave_every_version(conn: BrokerConnection, version
 
 
 @pytest.mark.parametrize("version", range(0, 10))
-def test_offset_commit_and_fetch_every_version(conn: BrokerConnection, version: int) -> None:
+def test_offset_commit_and_fetch_every_version(conn: WireConnection, version: int) -> None:
     group = next(_names)
     assert commit(conn, group, -1, "", offset=40 + version, version=version) == ErrorCode.NONE
     if version >= 8:
@@ -149,7 +148,7 @@ def test_offset_commit_and_fetch_every_version(conn: BrokerConnection, version: 
     assert offsets == {0: 40 + version, 1: -1}
 
 
-def test_find_coordinator_list_delete_and_offset_delete(conn: BrokerConnection) -> None:
+def test_find_coordinator_list_delete_and_offset_delete(conn: WireConnection) -> None:
     for version in range(0, 4):
         found = conn.request(FIND_COORDINATOR, version, {"key": "g", "key_type": 0})
         assert (found["error_code"], found["port"]) == (0, conn.port)
@@ -184,7 +183,7 @@ def test_parked_join_is_answered_when_the_broker_stops(broker_factory: Any) -> N
     broker = broker_factory()
     create_topic(broker.bootstrap, TOPIC, 2)
     host, port = broker.bootstrap.split(":")
-    with BrokerConnection(host, int(port)) as first, BrokerConnection(host, int(port)) as late:
+    with WireConnection(host, int(port)) as first, WireConnection(host, int(port)) as late:
         group = next(_names)
         joined = join(first, group)
         assert sync(first, group, joined)["error_code"] == ErrorCode.NONE
@@ -207,7 +206,7 @@ def test_parked_join_is_answered_when_the_broker_stops(broker_factory: Any) -> N
         assert late.receive()[1]["error_code"] == ErrorCode.NOT_COORDINATOR
 
 
-def test_offset_fetch_of_several_groups_in_one_request(conn: BrokerConnection) -> None:
+def test_offset_fetch_of_several_groups_in_one_request(conn: WireConnection) -> None:
     first, second = next(_names), next(_names)
     assert commit(conn, first, -1, "", offset=11) == ErrorCode.NONE
     assert commit(conn, second, -1, "", offset=22) == ErrorCode.NONE
@@ -228,7 +227,7 @@ def test_first_find_coordinator_answers_once_the_offsets_topic_exists(
     partitions exist, and a commit without a FindCoordinator still creates it."""
     broker = broker_factory(**{"offsets.topic.num.partitions": 7})
     host, port = broker.bootstrap.split(":")
-    with BrokerConnection(host, int(port)) as conn:
+    with WireConnection(host, int(port)) as conn:
         for version in (1, 4, 3):
             conn.send(FIND_COORDINATOR, version, {"key": "g", "key_type": 0,
                                                   "coordinator_keys": ["g"]})
@@ -244,7 +243,7 @@ def test_first_find_coordinator_answers_once_the_offsets_topic_exists(
     other = broker_factory(**{"offsets.topic.num.partitions": 3})
     create_topic(other.bootstrap, TOPIC, 2)
     host, port = other.bootstrap.split(":")
-    with BrokerConnection(host, int(port)) as conn:
+    with WireConnection(host, int(port)) as conn:
         assert commit(conn, next(_names), -1, "") == ErrorCode.NONE
         metadata = conn.request(3, 9, {"topics": [{"name": "__consumer_offsets"}],
                                         "allow_auto_topic_creation": False})

@@ -18,7 +18,9 @@ from pybroker.net.protocol import (
     messages,
     read_request_header,
     read_response_header,
+    response_defaults,
     supported_versions,
+    with_defaults,
 )
 from tests.protocol.samples import all_versions, plain, sample
 
@@ -85,7 +87,9 @@ def test_response_round_trip(api_key, version):
 
 def test_header_versions():
     # Metadata v9+ is flexible: request header v2 carries tagged fields after client id
-    frame = encode_request(3, 12, 5, {"topics": None}, client_id=None)
+    frame = encode_request(3, 12, 5, {"topics": None,
+                                      "include_topic_authorized_operations": False},
+                           client_id=None)
     header = read_request_header(frame[4:])
     assert header.client_id is None
     assert frame[4:][header.header_size - 1] == 0  # the header's empty tagged fields
@@ -93,15 +97,15 @@ def test_header_versions():
     frame = encode_request(7, 0, 5, {"broker_id": 3})
     assert read_request_header(frame[4:]).header_size == 8
     # ApiVersions answers always use response header v0, even at v3+ (KIP-511)
-    frame = encode_response(18, 3, 77, {})
+    frame = encode_response(18, 3, 77, response_defaults(18, 3))
     assert frame[4:8] == struct.pack(">i", 77) and frame[8:10] == b"\x00\x00"  # error code
     # flexible responses use header v1: correlation id then empty tagged fields
-    frame = encode_response(3, 9, 77, {})
+    frame = encode_response(3, 9, 77, response_defaults(3, 9))
     assert frame[8] == 0
 
 
 def test_unknown_api_and_version():
-    frame = encode_request(18, 3, 1, {})
+    frame = encode_request(18, 3, 1, {"client_software_name": "", "client_software_version": ""})
     raw = bytearray(frame[4:])
     raw[2:4] = struct.pack(">h", 99)  # ApiVersions v99: header still readable (v2)
     header = read_request_header(bytes(raw))
@@ -118,9 +122,10 @@ def test_unknown_api_and_version():
         b"\x00\x23" + b"\x00\x00\x00\x01" + b"\x00\x12\x00\x00\x00\x04"
 
 
-def test_defaults_fill_missing_fields():
-    frame = encode_response(0, 9, 1, {"responses": [{"name": "t", "partition_responses": [
-        {"index": 0}]}]})
+def test_with_defaults_fills_left_out_fields_at_every_depth():
+    body = with_defaults(0, 9, {"responses": [{"name": "t", "partition_responses": [
+        {"index": 0}]}]}, response=True)
+    frame = encode_response(0, 9, 1, body)
     buf = frame[4:]
     _, size = read_response_header(0, 9, buf)
     part = decode_response(0, 9, buf, size)["responses"][0]["partition_responses"][0]
@@ -146,8 +151,8 @@ def test_records_decode_as_views_of_the_frame():
 
 
 def test_tagged_fields_round_trip_and_unknown_tags_are_skipped():
-    body = {"responses": [{"name": "t", "partition_responses": [
-        {"index": 1, "current_leader": {"leader_id": 4, "leader_epoch": 9}}]}]}
+    body = with_defaults(0, 10, {"responses": [{"name": "t", "partition_responses": [
+        {"index": 1, "current_leader": {"leader_id": 4, "leader_epoch": 9}}]}]}, response=True)
     frame = encode_response(0, 10, 1, body)
     buf = frame[4:]
     _, size = read_response_header(0, 10, buf)
@@ -165,14 +170,14 @@ def test_file_regions_become_segments():
     region = FileRegion(fd=5, position=4096, length=1000)
     body = {"responses": [{"topic": "t", "partitions": [
         {"partition_index": 0, "high_watermark": 10, "records": [b"head", region]}]}]}
-    out = encode_response(1, 11, 3, body)
+    out = encode_response(1, 11, 3, with_defaults(1, 11, body, response=True))
     assert isinstance(out, list) and out[1] == region and len(out) == 2  # v11: records last
     wire = sum(s.length if isinstance(s, FileRegion) else len(s) for s in out)
     assert struct.unpack(">i", out[0][:4])[0] == wire - 4
     # the same response with the region's bytes inline decodes to the same thing
     data = b"head" + b"r" * 1000
-    inline = encode_response(1, 11, 3, {"responses": [{"topic": "t", "partitions": [
-        {"partition_index": 0, "high_watermark": 10, "records": data}]}]})
+    inline = encode_response(1, 11, 3, with_defaults(1, 11, {"responses": [{"topic": "t", "partitions": [
+        {"partition_index": 0, "high_watermark": 10, "records": data}]}]}, response=True))
     assert out[0] + b"r" * 1000 == inline
-    flexible = encode_response(1, 12, 3, body)  # v12: tagged-field bytes follow the region
+    flexible = encode_response(1, 12, 3, with_defaults(1, 12, body, response=True))  # v12: tagged-field bytes follow the region
     assert len(flexible) == 3 and flexible[1] == region and flexible[2] == b"\0\0\0"

@@ -83,7 +83,7 @@ def test_bad_client_id_and_tags():
 
 
 def test_codec_header_is_the_native_one():
-    frame = codec.encode_request(1, 12, 42, {}, client_id="consumer-1")
+    frame = codec.encode_request(1, 12, 42, codec.with_defaults(1, 12, {}), client_id="consumer-1")
     header = codec.read_request_header(frame[4:])
     assert header == codec.RequestHeader(*parse_request_header(frame[4:]))
     assert (header.api_key, header.correlation_id, header.client_id) == (1, 42, "consumer-1")

@@ -98,7 +98,7 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
                                           f"`{ctx.client_id}` contains multiple entries for "
                                           f"the following topics: {item['name']}")
             creating.append((len(results), _new_topic(item)))
-            results.append({})
+            results.append({"name": item["name"], "error_code": ErrorCode.NONE})  # answered below
         except KafkaError as exc:
             results.append(_failed(item["name"], exc))
     if creating:

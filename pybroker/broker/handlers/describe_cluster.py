@@ -21,13 +21,14 @@ async def describe_cluster(ctx: RequestContext,
     broker = ctx.broker
     host, port = broker.advertised
     if request.get("endpoint_type", ENDPOINT_BROKERS) != ENDPOINT_BROKERS:
-        return {"error_code": UNSUPPORTED_ENDPOINT_TYPE,
+        return {"throttle_time_ms": 0, "error_code": UNSUPPORTED_ENDPOINT_TYPE,
                 "error_message": "only broker endpoints are served", "cluster_id": "",
                 "brokers": []}
     live = broker.metadata.live_brokers() or []
     brokers: list[DescribeClusterResponseBroker] = [{"broker_id": b.broker_id, "host": b.host, "port": b.port} for b in live] \
         or [{"broker_id": broker.broker_id, "host": host, "port": port}]
     return {
+        "throttle_time_ms": 0,
         "error_code": ErrorCode.NONE,
         "cluster_id": broker.cluster_id,
         "controller_id": broker.metadata.controller_id,

@@ -18,4 +18,5 @@ async def init_producer_id(ctx: RequestContext,
                            request: InitProducerIdRequest) -> InitProducerIdResponse:
     pid, epoch = await ctx.broker.producer_ids.init_producer_async(
         request.get("transactional_id"))
-    return {"error_code": ErrorCode.NONE, "producer_id": pid, "producer_epoch": epoch}
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "producer_id": pid,
+            "producer_epoch": epoch}

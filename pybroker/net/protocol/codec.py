@@ -24,10 +24,14 @@ absent from the version take their defaults), arrays of structs are lists of dic
 ``uuid.UUID``. Malformed input raises ``InvalidRequestError``; a read never goes past the end
 of the buffer given, so callers pass exactly one frame.
 
-Encoding takes the same dicts (``typed.py`` has their types, for mypy); missing keys take
-their defaults, as in Kafka's generated classes. A key that is no field of its struct in
-any version raises ``UnknownFieldError``, naming the message, version, struct and key:
-``{"error_cod": 3}`` must not reach the client as success. A ``records`` value may be a
+Encoding takes the same dicts (``typed.py`` has their types, for mypy). A field of the
+version being written that the spec gives no default must be in the dict, else
+``MissingFieldError``; fields with a spec default, tagged fields and fields of other
+versions may be left out. A key that is no field of its struct in any version raises
+``UnknownFieldError``. Both name the message, version, struct and key:
+``{"error_cod": 3}`` must not reach the client as success, and neither may a response
+that forgot its error code. ``response_defaults`` is the explicit way to start from
+defaults. A ``records`` value may be a
 bytes-like object, a ``FileRegion``, or a list of both: when any region is present the
 encoder returns a list of segments (bytes and FileRegions) for sendfile, else one bytes.
 
@@ -54,7 +58,7 @@ __all__ = [
     "RequestHeader", "read_request_header", "parse_request_header", "decode_request", "encode_response",
     "encode_request", "read_response_header", "decode_response", "supported_versions",
     "request_header_version", "response_header_version", "api_name", "ZERO_UUID",
-    "UnknownFieldError", "encode_data", "decode_data",
+    "UnknownFieldError", "MissingFieldError", "response_defaults", "with_defaults", "encode_data", "decode_data",
 ]
 
 API_VERSIONS_KEY = 18
@@ -74,6 +78,11 @@ Segments = list  # list[bytes | FileRegion]
 class UnknownFieldError(ValueError):
     """A dict to encode has a key its struct does not have in any version: a bug of the
     code that built it (a misspelt field), never of the peer."""
+
+
+class MissingFieldError(ValueError):
+    """A dict to encode lacks a field its version needs and the spec gives no default
+    for: a bug of the code that built it, never of the peer."""
 
 
 class RequestHeader(NamedTuple):
@@ -431,13 +440,18 @@ class _Plan:
     """
 
     __slots__ = ("steps", "tagged", "by_tag", "defaults", "fresh", "flexible", "known",
-                 "where")
+                 "required", "where")
 
     def __init__(self, fields: tuple[F, ...], version: int, flexible: bool, where: str) -> None:
         self.flexible = flexible
         self.where = where
         # The fields of every version: one dict serves all versions of a handler.
         self.known = frozenset(f.name for f in fields)
+        # Fields of this version that the spec gives no default: the caller must say them.
+        self.required = frozenset(
+            f.name for f in fields
+            if in_range(f.versions, version) and f.default is TYPE_DEFAULT
+            and not (f.tag is not None and in_range(f.tagged, version)))
         self.steps: list[Step] = []
         self.tagged: list[tuple[int, str, Callable, Callable, F]] = []
         missing: list[F] = []  # fields not read at this version: filled with defaults
@@ -473,6 +487,10 @@ class _Plan:
         return UnknownFieldError(f"{self.where}: no field {unknown}; its fields are "
                                  f"{', '.join(sorted(self.known))}")
 
+    def _missing(self, d: dict) -> MissingFieldError:
+        missing = ", ".join(sorted(self.required - d.keys()))
+        return MissingFieldError(f"{self.where}: missing {missing} (no default in the spec)")
+
     def read(self, r: _Reader) -> dict:
         d = self.defaults.copy()
         for f in self.fresh:
@@ -498,8 +516,9 @@ class _Plan:
         # One C-level pass over the keys (their hashes are cached), ~25 ns a key: 6-10% of
         # encoding a response here (bench/micro/test_bench_codec.py). The Produce and Fetch
         # responses of the hot path are built natively from tuples and need no check.
-        if not self.known.issuperset(d):
-            raise self._unknown(d)
+        keys = d.keys()
+        if not (keys <= self.known and keys >= self.required):
+            raise self._unknown(d) if not keys <= self.known else self._missing(d)
         for _, write in self.steps:
             write(w, d)
         if not self.flexible:
@@ -698,6 +717,38 @@ def encode_response(api_key: int, api_version: int, correlation_id: int,
         w.buf.append(0)  # no header tagged fields
     plan.write(w, body)
     return w.finish()
+
+
+def response_defaults(api_key: int, api_version: int) -> dict:
+    """A response of ``api_version`` with every field at its default (arrays empty): the
+    start of an answer that knows only its error, such as a whole-request error. Stating
+    this is what lets the encoder refuse a response that forgot a field."""
+    _plan(api_key, api_version, True)  # the version must be one of the spec's
+    return {f.name: _type_default(f) for f in APIS[api_key].response}
+
+
+def with_defaults(api_key: int, api_version: int, body: dict, response: bool = False) -> dict:
+    """``body`` with every field of ``api_version`` it leaves out at its default, at every
+    depth: for a hand-written message in a test or a probe, which names only what it is
+    about. The broker's own messages never go through this; they state every field."""
+    _plan(api_key, api_version, response)
+    api = APIS[api_key]
+    return _with_defaults(api.response if response else api.request, api_version, body)
+
+
+def _with_defaults(fields: tuple[F, ...], version: int, body: dict) -> dict:
+    out = dict(body)
+    for f in fields:
+        if not in_range(f.versions, version):
+            continue
+        v = out.get(f.name, TYPE_DEFAULT)
+        if v is TYPE_DEFAULT:
+            out[f.name] = _type_default(f)
+        elif f.type == "struct" and isinstance(v, dict):
+            out[f.name] = _with_defaults(f.fields, version, v)
+        elif f.type == "[]struct" and isinstance(v, list):
+            out[f.name] = [_with_defaults(f.fields, version, item) for item in v]
+    return out
 
 
 def encode_data(name: str, version: int, body: dict) -> bytes:

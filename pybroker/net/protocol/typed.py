@@ -3,271 +3,272 @@
 Regenerate with ``python3 tools/gen_protocol.py`` (reads ../shared/kafka-message-specs).
 One TypedDict per request, response, record format and struct of ``messages.py``: the
 codec decodes into and encodes from plain dicts of these shapes, and mypy checks them.
-All keys are optional: a comment gives the versions of a field that is not in every
-version, and the encoder gives a field absent from the dict its default. A key the
-struct has in no version is a mypy error, and ``UnknownFieldError`` when encoded.
+A key is required where the encoder requires it in every version (no default in the
+spec, not tagged); a comment gives the versions of a field that is not in every one.
+A missing required key is ``MissingFieldError`` when encoded, a key the struct has in
+no version ``UnknownFieldError``; mypy reports both where a dict is typed.
 """
 
 # ruff: noqa: E501
 from __future__ import annotations
 
 import uuid
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from pybroker.net.protocol.schema import Records
 
 
-class ProduceRequest(TypedDict, total=False):
-    transactional_id: str | None  # v3+
+class ProduceRequest(TypedDict):
+    transactional_id: NotRequired[str | None]  # v3+
     acks: int
     timeout_ms: int
     topic_data: list[ProduceRequestTopicProduceData]
 
 
-class ProduceRequestTopicProduceData(TypedDict, total=False):
+class ProduceRequestTopicProduceData(TypedDict):
     name: str
     partition_data: list[ProduceRequestPartitionProduceData]
 
 
-class ProduceRequestPartitionProduceData(TypedDict, total=False):
+class ProduceRequestPartitionProduceData(TypedDict):
     index: int
     records: Records | None
 
 
-class ProduceResponse(TypedDict, total=False):
+class ProduceResponse(TypedDict):
     responses: list[ProduceResponseTopicProduceResponse]
-    throttle_time_ms: int  # v1+
-    node_endpoints: list[ProduceResponseNodeEndpoint]  # v10+, tag 0
+    throttle_time_ms: NotRequired[int]  # v1+
+    node_endpoints: NotRequired[list[ProduceResponseNodeEndpoint]]  # v10+, tag 0
 
 
-class ProduceResponseTopicProduceResponse(TypedDict, total=False):
+class ProduceResponseTopicProduceResponse(TypedDict):
     name: str
     partition_responses: list[ProduceResponsePartitionProduceResponse]
 
 
-class ProduceResponsePartitionProduceResponse(TypedDict, total=False):
+class ProduceResponsePartitionProduceResponse(TypedDict):
     index: int
     error_code: int
     base_offset: int
-    log_append_time_ms: int  # v2+
-    log_start_offset: int  # v5+
-    record_errors: list[ProduceResponseBatchIndexAndErrorMessage]  # v8+
-    error_message: str | None  # v8+
-    current_leader: ProduceResponseLeaderIdAndEpoch  # v10+, tag 0
+    log_append_time_ms: NotRequired[int]  # v2+
+    log_start_offset: NotRequired[int]  # v5+
+    record_errors: NotRequired[list[ProduceResponseBatchIndexAndErrorMessage]]  # v8+
+    error_message: NotRequired[str | None]  # v8+
+    current_leader: NotRequired[ProduceResponseLeaderIdAndEpoch]  # v10+, tag 0
 
 
-class ProduceResponseBatchIndexAndErrorMessage(TypedDict, total=False):
-    batch_index: int  # v8+
-    batch_index_error_message: str | None  # v8+
+class ProduceResponseBatchIndexAndErrorMessage(TypedDict):
+    batch_index: NotRequired[int]  # v8+
+    batch_index_error_message: NotRequired[str | None]  # v8+
 
 
-class ProduceResponseLeaderIdAndEpoch(TypedDict, total=False):
-    leader_id: int  # v10+
-    leader_epoch: int  # v10+
+class ProduceResponseLeaderIdAndEpoch(TypedDict):
+    leader_id: NotRequired[int]  # v10+
+    leader_epoch: NotRequired[int]  # v10+
 
 
-class ProduceResponseNodeEndpoint(TypedDict, total=False):
-    node_id: int  # v10+
-    host: str  # v10+
-    port: int  # v10+
-    rack: str | None  # v10+
+class ProduceResponseNodeEndpoint(TypedDict):
+    node_id: NotRequired[int]  # v10+
+    host: NotRequired[str]  # v10+
+    port: NotRequired[int]  # v10+
+    rack: NotRequired[str | None]  # v10+
 
 
-class FetchRequest(TypedDict, total=False):
-    cluster_id: str | None  # v12+, tag 0
-    replica_id: int  # v0-14
-    replica_state: FetchRequestReplicaState  # v15+, tag 1
+class FetchRequest(TypedDict):
+    cluster_id: NotRequired[str | None]  # v12+, tag 0
+    replica_id: NotRequired[int]  # v0-14
+    replica_state: NotRequired[FetchRequestReplicaState]  # v15+, tag 1
     max_wait_ms: int
     min_bytes: int
-    max_bytes: int  # v3+
-    isolation_level: int  # v4+
-    session_id: int  # v7+
-    session_epoch: int  # v7+
+    max_bytes: NotRequired[int]  # v3+
+    isolation_level: NotRequired[int]  # v4+
+    session_id: NotRequired[int]  # v7+
+    session_epoch: NotRequired[int]  # v7+
     topics: list[FetchRequestTopic]
-    forgotten_topics_data: list[FetchRequestForgottenTopic]  # v7+
-    rack_id: str  # v11+
+    forgotten_topics_data: NotRequired[list[FetchRequestForgottenTopic]]  # v7+
+    rack_id: NotRequired[str]  # v11+
 
 
-class FetchRequestReplicaState(TypedDict, total=False):
-    replica_id: int  # v15+
-    replica_epoch: int  # v15+
+class FetchRequestReplicaState(TypedDict):
+    replica_id: NotRequired[int]  # v15+
+    replica_epoch: NotRequired[int]  # v15+
 
 
-class FetchRequestTopic(TypedDict, total=False):
-    topic: str  # v0-12
-    topic_id: uuid.UUID  # v13+
+class FetchRequestTopic(TypedDict):
+    topic: NotRequired[str]  # v0-12
+    topic_id: NotRequired[uuid.UUID]  # v13+
     partitions: list[FetchRequestPartition]
 
 
-class FetchRequestPartition(TypedDict, total=False):
+class FetchRequestPartition(TypedDict):
     partition: int
-    current_leader_epoch: int  # v9+
+    current_leader_epoch: NotRequired[int]  # v9+
     fetch_offset: int
-    last_fetched_epoch: int  # v12+
-    log_start_offset: int  # v5+
+    last_fetched_epoch: NotRequired[int]  # v12+
+    log_start_offset: NotRequired[int]  # v5+
     partition_max_bytes: int
-    replica_directory_id: uuid.UUID  # v17+, tag 0
+    replica_directory_id: NotRequired[uuid.UUID]  # v17+, tag 0
 
 
-class FetchRequestForgottenTopic(TypedDict, total=False):
-    topic: str  # v7-12
-    topic_id: uuid.UUID  # v13+
-    partitions: list[int]  # v7+
+class FetchRequestForgottenTopic(TypedDict):
+    topic: NotRequired[str]  # v7-12
+    topic_id: NotRequired[uuid.UUID]  # v13+
+    partitions: NotRequired[list[int]]  # v7+
 
 
-class FetchResponse(TypedDict, total=False):
-    throttle_time_ms: int  # v1+
-    error_code: int  # v7+
-    session_id: int  # v7+
+class FetchResponse(TypedDict):
+    throttle_time_ms: NotRequired[int]  # v1+
+    error_code: NotRequired[int]  # v7+
+    session_id: NotRequired[int]  # v7+
     responses: list[FetchResponseFetchableTopicResponse]
-    node_endpoints: list[FetchResponseNodeEndpoint]  # v16+, tag 0
+    node_endpoints: NotRequired[list[FetchResponseNodeEndpoint]]  # v16+, tag 0
 
 
-class FetchResponseFetchableTopicResponse(TypedDict, total=False):
-    topic: str  # v0-12
-    topic_id: uuid.UUID  # v13+
+class FetchResponseFetchableTopicResponse(TypedDict):
+    topic: NotRequired[str]  # v0-12
+    topic_id: NotRequired[uuid.UUID]  # v13+
     partitions: list[FetchResponsePartitionData]
 
 
-class FetchResponsePartitionData(TypedDict, total=False):
+class FetchResponsePartitionData(TypedDict):
     partition_index: int
     error_code: int
     high_watermark: int
-    last_stable_offset: int  # v4+
-    log_start_offset: int  # v5+
-    diverging_epoch: FetchResponseEpochEndOffset  # v12+, tag 0
-    current_leader: FetchResponseLeaderIdAndEpoch  # v12+, tag 1
-    snapshot_id: FetchResponseSnapshotId  # v12+, tag 2
-    aborted_transactions: list[FetchResponseAbortedTransaction] | None  # v4+
-    preferred_read_replica: int  # v11+
+    last_stable_offset: NotRequired[int]  # v4+
+    log_start_offset: NotRequired[int]  # v5+
+    diverging_epoch: NotRequired[FetchResponseEpochEndOffset]  # v12+, tag 0
+    current_leader: NotRequired[FetchResponseLeaderIdAndEpoch]  # v12+, tag 1
+    snapshot_id: NotRequired[FetchResponseSnapshotId]  # v12+, tag 2
+    aborted_transactions: NotRequired[list[FetchResponseAbortedTransaction] | None]  # v4+
+    preferred_read_replica: NotRequired[int]  # v11+
     records: Records | None
 
 
-class FetchResponseEpochEndOffset(TypedDict, total=False):
-    epoch: int  # v12+
-    end_offset: int  # v12+
+class FetchResponseEpochEndOffset(TypedDict):
+    epoch: NotRequired[int]  # v12+
+    end_offset: NotRequired[int]  # v12+
 
 
-class FetchResponseLeaderIdAndEpoch(TypedDict, total=False):
-    leader_id: int  # v12+
-    leader_epoch: int  # v12+
+class FetchResponseLeaderIdAndEpoch(TypedDict):
+    leader_id: NotRequired[int]  # v12+
+    leader_epoch: NotRequired[int]  # v12+
 
 
-class FetchResponseSnapshotId(TypedDict, total=False):
-    end_offset: int
-    epoch: int
+class FetchResponseSnapshotId(TypedDict):
+    end_offset: NotRequired[int]
+    epoch: NotRequired[int]
 
 
-class FetchResponseAbortedTransaction(TypedDict, total=False):
-    producer_id: int  # v4+
-    first_offset: int  # v4+
+class FetchResponseAbortedTransaction(TypedDict):
+    producer_id: NotRequired[int]  # v4+
+    first_offset: NotRequired[int]  # v4+
 
 
-class FetchResponseNodeEndpoint(TypedDict, total=False):
-    node_id: int  # v16+
-    host: str  # v16+
-    port: int  # v16+
-    rack: str | None  # v16+
+class FetchResponseNodeEndpoint(TypedDict):
+    node_id: NotRequired[int]  # v16+
+    host: NotRequired[str]  # v16+
+    port: NotRequired[int]  # v16+
+    rack: NotRequired[str | None]  # v16+
 
 
-class ListOffsetsRequest(TypedDict, total=False):
+class ListOffsetsRequest(TypedDict):
     replica_id: int
-    isolation_level: int  # v2+
+    isolation_level: NotRequired[int]  # v2+
     topics: list[ListOffsetsRequestTopic]
-    timeout_ms: int  # v10+
+    timeout_ms: NotRequired[int]  # v10+
 
 
-class ListOffsetsRequestTopic(TypedDict, total=False):
+class ListOffsetsRequestTopic(TypedDict):
     name: str
     partitions: list[ListOffsetsRequestPartition]
 
 
-class ListOffsetsRequestPartition(TypedDict, total=False):
+class ListOffsetsRequestPartition(TypedDict):
     partition_index: int
-    current_leader_epoch: int  # v4+
+    current_leader_epoch: NotRequired[int]  # v4+
     timestamp: int
-    max_num_offsets: int  # v0
+    max_num_offsets: NotRequired[int]  # v0
 
 
-class ListOffsetsResponse(TypedDict, total=False):
-    throttle_time_ms: int  # v2+
+class ListOffsetsResponse(TypedDict):
+    throttle_time_ms: NotRequired[int]  # v2+
     topics: list[ListOffsetsResponseTopicResponse]
 
 
-class ListOffsetsResponseTopicResponse(TypedDict, total=False):
+class ListOffsetsResponseTopicResponse(TypedDict):
     name: str
     partitions: list[ListOffsetsResponsePartitionResponse]
 
 
-class ListOffsetsResponsePartitionResponse(TypedDict, total=False):
+class ListOffsetsResponsePartitionResponse(TypedDict):
     partition_index: int
     error_code: int
-    old_style_offsets: list[int]  # v0
-    timestamp: int  # v1+
-    offset: int  # v1+
-    leader_epoch: int  # v4+
+    old_style_offsets: NotRequired[list[int]]  # v0
+    timestamp: NotRequired[int]  # v1+
+    offset: NotRequired[int]  # v1+
+    leader_epoch: NotRequired[int]  # v4+
 
 
-class MetadataRequest(TypedDict, total=False):
+class MetadataRequest(TypedDict):
     topics: list[MetadataRequestTopic] | None
-    allow_auto_topic_creation: bool  # v4+
-    include_cluster_authorized_operations: bool  # v8-10
-    include_topic_authorized_operations: bool  # v8+
+    allow_auto_topic_creation: NotRequired[bool]  # v4+
+    include_cluster_authorized_operations: NotRequired[bool]  # v8-10
+    include_topic_authorized_operations: NotRequired[bool]  # v8+
 
 
-class MetadataRequestTopic(TypedDict, total=False):
-    topic_id: uuid.UUID  # v10+
+class MetadataRequestTopic(TypedDict):
+    topic_id: NotRequired[uuid.UUID]  # v10+
     name: str | None
 
 
-class MetadataResponse(TypedDict, total=False):
-    throttle_time_ms: int  # v3+
+class MetadataResponse(TypedDict):
+    throttle_time_ms: NotRequired[int]  # v3+
     brokers: list[MetadataResponseBroker]
-    cluster_id: str | None  # v2+
-    controller_id: int  # v1+
+    cluster_id: NotRequired[str | None]  # v2+
+    controller_id: NotRequired[int]  # v1+
     topics: list[MetadataResponseTopic]
-    cluster_authorized_operations: int  # v8-10
+    cluster_authorized_operations: NotRequired[int]  # v8-10
 
 
-class MetadataResponseBroker(TypedDict, total=False):
+class MetadataResponseBroker(TypedDict):
     node_id: int
     host: str
     port: int
-    rack: str | None  # v1+
+    rack: NotRequired[str | None]  # v1+
 
 
-class MetadataResponseTopic(TypedDict, total=False):
+class MetadataResponseTopic(TypedDict):
     error_code: int
     name: str | None
-    topic_id: uuid.UUID  # v10+
-    is_internal: bool  # v1+
+    topic_id: NotRequired[uuid.UUID]  # v10+
+    is_internal: NotRequired[bool]  # v1+
     partitions: list[MetadataResponsePartition]
-    topic_authorized_operations: int  # v8+
+    topic_authorized_operations: NotRequired[int]  # v8+
 
 
-class MetadataResponsePartition(TypedDict, total=False):
+class MetadataResponsePartition(TypedDict):
     error_code: int
     partition_index: int
     leader_id: int
-    leader_epoch: int  # v7+
+    leader_epoch: NotRequired[int]  # v7+
     replica_nodes: list[int]
     isr_nodes: list[int]
-    offline_replicas: list[int]  # v5+
+    offline_replicas: NotRequired[list[int]]  # v5+
 
 
-class LeaderAndIsrRequest(TypedDict, total=False):
+class LeaderAndIsrRequest(TypedDict):
     controller_id: int
-    is_k_raft_controller: bool  # v7+
+    is_k_raft_controller: NotRequired[bool]  # v7+
     controller_epoch: int
-    broker_epoch: int  # v2+
-    type: int  # v5+
-    ungrouped_partition_states: list[LeaderAndIsrRequestPartitionState]  # v0-1
-    topic_states: list[LeaderAndIsrRequestTopicState]  # v2+
+    broker_epoch: NotRequired[int]  # v2+
+    type: NotRequired[int]  # v5+
+    ungrouped_partition_states: NotRequired[list[LeaderAndIsrRequestPartitionState]]  # v0-1
+    topic_states: NotRequired[list[LeaderAndIsrRequestTopicState]]  # v2+
     live_leaders: list[LeaderAndIsrRequestLiveLeader]
 
 
-class LeaderAndIsrRequestPartitionState(TypedDict, total=False):
-    topic_name: str  # v0-1
+class LeaderAndIsrRequestPartitionState(TypedDict):
+    topic_name: NotRequired[str]  # v0-1
     partition_index: int
     controller_epoch: int
     leader: int
@@ -275,97 +276,97 @@ class LeaderAndIsrRequestPartitionState(TypedDict, total=False):
     isr: list[int]
     partition_epoch: int
     replicas: list[int]
-    adding_replicas: list[int]  # v3+
-    removing_replicas: list[int]  # v3+
-    is_new: bool  # v1+
-    leader_recovery_state: int  # v6+
+    adding_replicas: NotRequired[list[int]]  # v3+
+    removing_replicas: NotRequired[list[int]]  # v3+
+    is_new: NotRequired[bool]  # v1+
+    leader_recovery_state: NotRequired[int]  # v6+
 
 
-class LeaderAndIsrRequestTopicState(TypedDict, total=False):
-    topic_name: str  # v2+
-    topic_id: uuid.UUID  # v5+
-    partition_states: list[LeaderAndIsrRequestPartitionState]  # v2+
+class LeaderAndIsrRequestTopicState(TypedDict):
+    topic_name: NotRequired[str]  # v2+
+    topic_id: NotRequired[uuid.UUID]  # v5+
+    partition_states: NotRequired[list[LeaderAndIsrRequestPartitionState]]  # v2+
 
 
-class LeaderAndIsrRequestLiveLeader(TypedDict, total=False):
+class LeaderAndIsrRequestLiveLeader(TypedDict):
     broker_id: int
     host_name: str
     port: int
 
 
-class LeaderAndIsrResponse(TypedDict, total=False):
+class LeaderAndIsrResponse(TypedDict):
     error_code: int
-    partition_errors: list[LeaderAndIsrResponsePartitionError]  # v0-4
-    topics: list[LeaderAndIsrResponseTopicError]  # v5+
+    partition_errors: NotRequired[list[LeaderAndIsrResponsePartitionError]]  # v0-4
+    topics: NotRequired[list[LeaderAndIsrResponseTopicError]]  # v5+
 
 
-class LeaderAndIsrResponsePartitionError(TypedDict, total=False):
-    topic_name: str  # v0-4
+class LeaderAndIsrResponsePartitionError(TypedDict):
+    topic_name: NotRequired[str]  # v0-4
     partition_index: int
     error_code: int
 
 
-class LeaderAndIsrResponseTopicError(TypedDict, total=False):
-    topic_id: uuid.UUID  # v5+
-    partition_errors: list[LeaderAndIsrResponsePartitionError]  # v5+
+class LeaderAndIsrResponseTopicError(TypedDict):
+    topic_id: NotRequired[uuid.UUID]  # v5+
+    partition_errors: NotRequired[list[LeaderAndIsrResponsePartitionError]]  # v5+
 
 
-class StopReplicaRequest(TypedDict, total=False):
+class StopReplicaRequest(TypedDict):
     controller_id: int
-    is_k_raft_controller: bool  # v4+
+    is_k_raft_controller: NotRequired[bool]  # v4+
     controller_epoch: int
-    broker_epoch: int  # v1+
-    delete_partitions: bool  # v0-2
-    ungrouped_partitions: list[StopReplicaRequestPartitionV0]  # v0
-    topics: list[StopReplicaRequestTopicV1]  # v1-2
-    topic_states: list[StopReplicaRequestTopicState]  # v3+
+    broker_epoch: NotRequired[int]  # v1+
+    delete_partitions: NotRequired[bool]  # v0-2
+    ungrouped_partitions: NotRequired[list[StopReplicaRequestPartitionV0]]  # v0
+    topics: NotRequired[list[StopReplicaRequestTopicV1]]  # v1-2
+    topic_states: NotRequired[list[StopReplicaRequestTopicState]]  # v3+
 
 
-class StopReplicaRequestPartitionV0(TypedDict, total=False):
-    topic_name: str  # v0
-    partition_index: int  # v0
+class StopReplicaRequestPartitionV0(TypedDict):
+    topic_name: NotRequired[str]  # v0
+    partition_index: NotRequired[int]  # v0
 
 
-class StopReplicaRequestTopicV1(TypedDict, total=False):
-    name: str  # v1-2
-    partition_indexes: list[int]  # v1-2
+class StopReplicaRequestTopicV1(TypedDict):
+    name: NotRequired[str]  # v1-2
+    partition_indexes: NotRequired[list[int]]  # v1-2
 
 
-class StopReplicaRequestTopicState(TypedDict, total=False):
-    topic_name: str  # v3+
-    partition_states: list[StopReplicaRequestPartitionState]  # v3+
+class StopReplicaRequestTopicState(TypedDict):
+    topic_name: NotRequired[str]  # v3+
+    partition_states: NotRequired[list[StopReplicaRequestPartitionState]]  # v3+
 
 
-class StopReplicaRequestPartitionState(TypedDict, total=False):
-    partition_index: int  # v3+
-    leader_epoch: int  # v3+
-    delete_partition: bool  # v3+
+class StopReplicaRequestPartitionState(TypedDict):
+    partition_index: NotRequired[int]  # v3+
+    leader_epoch: NotRequired[int]  # v3+
+    delete_partition: NotRequired[bool]  # v3+
 
 
-class StopReplicaResponse(TypedDict, total=False):
+class StopReplicaResponse(TypedDict):
     error_code: int
     partition_errors: list[StopReplicaResponsePartitionError]
 
 
-class StopReplicaResponsePartitionError(TypedDict, total=False):
+class StopReplicaResponsePartitionError(TypedDict):
     topic_name: str
     partition_index: int
     error_code: int
 
 
-class UpdateMetadataRequest(TypedDict, total=False):
+class UpdateMetadataRequest(TypedDict):
     controller_id: int
-    is_k_raft_controller: bool  # v8+
-    type: int  # v8+, tag 0
+    is_k_raft_controller: NotRequired[bool]  # v8+
+    type: NotRequired[int]  # v8+, tag 0
     controller_epoch: int
-    broker_epoch: int  # v5+
-    ungrouped_partition_states: list[UpdateMetadataRequestPartitionState]  # v0-4
-    topic_states: list[UpdateMetadataRequestTopicState]  # v5+
+    broker_epoch: NotRequired[int]  # v5+
+    ungrouped_partition_states: NotRequired[list[UpdateMetadataRequestPartitionState]]  # v0-4
+    topic_states: NotRequired[list[UpdateMetadataRequestTopicState]]  # v5+
     live_brokers: list[UpdateMetadataRequestBroker]
 
 
-class UpdateMetadataRequestPartitionState(TypedDict, total=False):
-    topic_name: str  # v0-4
+class UpdateMetadataRequestPartitionState(TypedDict):
+    topic_name: NotRequired[str]  # v0-4
     partition_index: int
     controller_epoch: int
     leader: int
@@ -373,363 +374,363 @@ class UpdateMetadataRequestPartitionState(TypedDict, total=False):
     isr: list[int]
     zk_version: int
     replicas: list[int]
-    offline_replicas: list[int]  # v4+
+    offline_replicas: NotRequired[list[int]]  # v4+
 
 
-class UpdateMetadataRequestTopicState(TypedDict, total=False):
-    topic_name: str  # v5+
-    topic_id: uuid.UUID  # v7+
-    partition_states: list[UpdateMetadataRequestPartitionState]  # v5+
+class UpdateMetadataRequestTopicState(TypedDict):
+    topic_name: NotRequired[str]  # v5+
+    topic_id: NotRequired[uuid.UUID]  # v7+
+    partition_states: NotRequired[list[UpdateMetadataRequestPartitionState]]  # v5+
 
 
-class UpdateMetadataRequestBroker(TypedDict, total=False):
+class UpdateMetadataRequestBroker(TypedDict):
     id: int
-    v0_host: str  # v0
-    v0_port: int  # v0
-    endpoints: list[UpdateMetadataRequestEndpoint]  # v1+
-    rack: str | None  # v2+
+    v0_host: NotRequired[str]  # v0
+    v0_port: NotRequired[int]  # v0
+    endpoints: NotRequired[list[UpdateMetadataRequestEndpoint]]  # v1+
+    rack: NotRequired[str | None]  # v2+
 
 
-class UpdateMetadataRequestEndpoint(TypedDict, total=False):
-    port: int  # v1+
-    host: str  # v1+
-    listener: str  # v3+
-    security_protocol: int  # v1+
+class UpdateMetadataRequestEndpoint(TypedDict):
+    port: NotRequired[int]  # v1+
+    host: NotRequired[str]  # v1+
+    listener: NotRequired[str]  # v3+
+    security_protocol: NotRequired[int]  # v1+
 
 
-class UpdateMetadataResponse(TypedDict, total=False):
+class UpdateMetadataResponse(TypedDict):
     error_code: int
 
 
-class ControlledShutdownRequest(TypedDict, total=False):
+class ControlledShutdownRequest(TypedDict):
     broker_id: int
-    broker_epoch: int  # v2+
+    broker_epoch: NotRequired[int]  # v2+
 
 
-class ControlledShutdownResponse(TypedDict, total=False):
+class ControlledShutdownResponse(TypedDict):
     error_code: int
     remaining_partitions: list[ControlledShutdownResponseRemainingPartition]
 
 
-class ControlledShutdownResponseRemainingPartition(TypedDict, total=False):
+class ControlledShutdownResponseRemainingPartition(TypedDict):
     topic_name: str
     partition_index: int
 
 
-class OffsetCommitRequest(TypedDict, total=False):
+class OffsetCommitRequest(TypedDict):
     group_id: str
-    generation_id_or_member_epoch: int  # v1+
-    member_id: str  # v1+
-    group_instance_id: str | None  # v7+
-    retention_time_ms: int  # v2-4
+    generation_id_or_member_epoch: NotRequired[int]  # v1+
+    member_id: NotRequired[str]  # v1+
+    group_instance_id: NotRequired[str | None]  # v7+
+    retention_time_ms: NotRequired[int]  # v2-4
     topics: list[OffsetCommitRequestTopic]
 
 
-class OffsetCommitRequestTopic(TypedDict, total=False):
+class OffsetCommitRequestTopic(TypedDict):
     name: str
     partitions: list[OffsetCommitRequestPartition]
 
 
-class OffsetCommitRequestPartition(TypedDict, total=False):
+class OffsetCommitRequestPartition(TypedDict):
     partition_index: int
     committed_offset: int
-    committed_leader_epoch: int  # v6+
-    commit_timestamp: int  # v1
+    committed_leader_epoch: NotRequired[int]  # v6+
+    commit_timestamp: NotRequired[int]  # v1
     committed_metadata: str | None
 
 
-class OffsetCommitResponse(TypedDict, total=False):
-    throttle_time_ms: int  # v3+
+class OffsetCommitResponse(TypedDict):
+    throttle_time_ms: NotRequired[int]  # v3+
     topics: list[OffsetCommitResponseTopic]
 
 
-class OffsetCommitResponseTopic(TypedDict, total=False):
+class OffsetCommitResponseTopic(TypedDict):
     name: str
     partitions: list[OffsetCommitResponsePartition]
 
 
-class OffsetCommitResponsePartition(TypedDict, total=False):
+class OffsetCommitResponsePartition(TypedDict):
     partition_index: int
     error_code: int
 
 
-class OffsetFetchRequest(TypedDict, total=False):
-    group_id: str  # v0-7
-    topics: list[OffsetFetchRequestTopic] | None  # v0-7
-    groups: list[OffsetFetchRequestGroup]  # v8+
-    require_stable: bool  # v7+
+class OffsetFetchRequest(TypedDict):
+    group_id: NotRequired[str]  # v0-7
+    topics: NotRequired[list[OffsetFetchRequestTopic] | None]  # v0-7
+    groups: NotRequired[list[OffsetFetchRequestGroup]]  # v8+
+    require_stable: NotRequired[bool]  # v7+
 
 
-class OffsetFetchRequestTopic(TypedDict, total=False):
-    name: str  # v0-7
-    partition_indexes: list[int]  # v0-7
+class OffsetFetchRequestTopic(TypedDict):
+    name: NotRequired[str]  # v0-7
+    partition_indexes: NotRequired[list[int]]  # v0-7
 
 
-class OffsetFetchRequestGroup(TypedDict, total=False):
-    group_id: str  # v8+
-    member_id: str | None  # v9+
-    member_epoch: int  # v9+
-    topics: list[OffsetFetchRequestTopics] | None  # v8+
+class OffsetFetchRequestGroup(TypedDict):
+    group_id: NotRequired[str]  # v8+
+    member_id: NotRequired[str | None]  # v9+
+    member_epoch: NotRequired[int]  # v9+
+    topics: NotRequired[list[OffsetFetchRequestTopics] | None]  # v8+
 
 
-class OffsetFetchRequestTopics(TypedDict, total=False):
-    name: str  # v8+
-    partition_indexes: list[int]  # v8+
+class OffsetFetchRequestTopics(TypedDict):
+    name: NotRequired[str]  # v8+
+    partition_indexes: NotRequired[list[int]]  # v8+
 
 
-class OffsetFetchResponse(TypedDict, total=False):
-    throttle_time_ms: int  # v3+
-    topics: list[OffsetFetchResponseTopic]  # v0-7
-    error_code: int  # v2-7
-    groups: list[OffsetFetchResponseGroup]  # v8+
+class OffsetFetchResponse(TypedDict):
+    throttle_time_ms: NotRequired[int]  # v3+
+    topics: NotRequired[list[OffsetFetchResponseTopic]]  # v0-7
+    error_code: NotRequired[int]  # v2-7
+    groups: NotRequired[list[OffsetFetchResponseGroup]]  # v8+
 
 
-class OffsetFetchResponseTopic(TypedDict, total=False):
-    name: str  # v0-7
-    partitions: list[OffsetFetchResponsePartition]  # v0-7
+class OffsetFetchResponseTopic(TypedDict):
+    name: NotRequired[str]  # v0-7
+    partitions: NotRequired[list[OffsetFetchResponsePartition]]  # v0-7
 
 
-class OffsetFetchResponsePartition(TypedDict, total=False):
-    partition_index: int  # v0-7
-    committed_offset: int  # v0-7
-    committed_leader_epoch: int  # v5-7
-    metadata: str | None  # v0-7
-    error_code: int  # v0-7
+class OffsetFetchResponsePartition(TypedDict):
+    partition_index: NotRequired[int]  # v0-7
+    committed_offset: NotRequired[int]  # v0-7
+    committed_leader_epoch: NotRequired[int]  # v5-7
+    metadata: NotRequired[str | None]  # v0-7
+    error_code: NotRequired[int]  # v0-7
 
 
-class OffsetFetchResponseGroup(TypedDict, total=False):
-    group_id: str  # v8+
-    topics: list[OffsetFetchResponseTopics]  # v8+
-    error_code: int  # v8+
+class OffsetFetchResponseGroup(TypedDict):
+    group_id: NotRequired[str]  # v8+
+    topics: NotRequired[list[OffsetFetchResponseTopics]]  # v8+
+    error_code: NotRequired[int]  # v8+
 
 
-class OffsetFetchResponseTopics(TypedDict, total=False):
-    name: str  # v8+
-    partitions: list[OffsetFetchResponsePartitions]  # v8+
+class OffsetFetchResponseTopics(TypedDict):
+    name: NotRequired[str]  # v8+
+    partitions: NotRequired[list[OffsetFetchResponsePartitions]]  # v8+
 
 
-class OffsetFetchResponsePartitions(TypedDict, total=False):
-    partition_index: int  # v8+
-    committed_offset: int  # v8+
-    committed_leader_epoch: int  # v8+
-    metadata: str | None  # v8+
-    error_code: int  # v8+
+class OffsetFetchResponsePartitions(TypedDict):
+    partition_index: NotRequired[int]  # v8+
+    committed_offset: NotRequired[int]  # v8+
+    committed_leader_epoch: NotRequired[int]  # v8+
+    metadata: NotRequired[str | None]  # v8+
+    error_code: NotRequired[int]  # v8+
 
 
-class FindCoordinatorRequest(TypedDict, total=False):
-    key: str  # v0-3
-    key_type: int  # v1+
-    coordinator_keys: list[str]  # v4+
+class FindCoordinatorRequest(TypedDict):
+    key: NotRequired[str]  # v0-3
+    key_type: NotRequired[int]  # v1+
+    coordinator_keys: NotRequired[list[str]]  # v4+
 
 
-class FindCoordinatorResponse(TypedDict, total=False):
-    throttle_time_ms: int  # v1+
-    error_code: int  # v0-3
-    error_message: str | None  # v1-3
-    node_id: int  # v0-3
-    host: str  # v0-3
-    port: int  # v0-3
-    coordinators: list[FindCoordinatorResponseCoordinator]  # v4+
+class FindCoordinatorResponse(TypedDict):
+    throttle_time_ms: NotRequired[int]  # v1+
+    error_code: NotRequired[int]  # v0-3
+    error_message: NotRequired[str | None]  # v1-3
+    node_id: NotRequired[int]  # v0-3
+    host: NotRequired[str]  # v0-3
+    port: NotRequired[int]  # v0-3
+    coordinators: NotRequired[list[FindCoordinatorResponseCoordinator]]  # v4+
 
 
-class FindCoordinatorResponseCoordinator(TypedDict, total=False):
-    key: str  # v4+
-    node_id: int  # v4+
-    host: str  # v4+
-    port: int  # v4+
-    error_code: int  # v4+
-    error_message: str | None  # v4+
+class FindCoordinatorResponseCoordinator(TypedDict):
+    key: NotRequired[str]  # v4+
+    node_id: NotRequired[int]  # v4+
+    host: NotRequired[str]  # v4+
+    port: NotRequired[int]  # v4+
+    error_code: NotRequired[int]  # v4+
+    error_message: NotRequired[str | None]  # v4+
 
 
-class JoinGroupRequest(TypedDict, total=False):
+class JoinGroupRequest(TypedDict):
     group_id: str
     session_timeout_ms: int
-    rebalance_timeout_ms: int  # v1+
+    rebalance_timeout_ms: NotRequired[int]  # v1+
     member_id: str
-    group_instance_id: str | None  # v5+
+    group_instance_id: NotRequired[str | None]  # v5+
     protocol_type: str
     protocols: list[JoinGroupRequestProtocol]
-    reason: str | None  # v8+
+    reason: NotRequired[str | None]  # v8+
 
 
-class JoinGroupRequestProtocol(TypedDict, total=False):
+class JoinGroupRequestProtocol(TypedDict):
     name: str
     metadata: bytes
 
 
-class JoinGroupResponse(TypedDict, total=False):
-    throttle_time_ms: int  # v2+
+class JoinGroupResponse(TypedDict):
+    throttle_time_ms: NotRequired[int]  # v2+
     error_code: int
-    generation_id: int
-    protocol_type: str | None  # v7+
+    generation_id: NotRequired[int]
+    protocol_type: NotRequired[str | None]  # v7+
     protocol_name: str | None
     leader: str
-    skip_assignment: bool  # v9+
+    skip_assignment: NotRequired[bool]  # v9+
     member_id: str
     members: list[JoinGroupResponseMember]
 
 
-class JoinGroupResponseMember(TypedDict, total=False):
+class JoinGroupResponseMember(TypedDict):
     member_id: str
-    group_instance_id: str | None  # v5+
+    group_instance_id: NotRequired[str | None]  # v5+
     metadata: bytes
 
 
-class HeartbeatRequest(TypedDict, total=False):
+class HeartbeatRequest(TypedDict):
     group_id: str
     generation_id: int
     member_id: str
-    group_instance_id: str | None  # v3+
+    group_instance_id: NotRequired[str | None]  # v3+
 
 
-class HeartbeatResponse(TypedDict, total=False):
-    throttle_time_ms: int  # v1+
+class HeartbeatResponse(TypedDict):
+    throttle_time_ms: NotRequired[int]  # v1+
     error_code: int
 
 
-class LeaveGroupRequest(TypedDict, total=False):
+class LeaveGroupRequest(TypedDict):
     group_id: str
-    member_id: str  # v0-2
-    members: list[LeaveGroupRequestMemberIdentity]  # v3+
+    member_id: NotRequired[str]  # v0-2
+    members: NotRequired[list[LeaveGroupRequestMemberIdentity]]  # v3+
 
 
-class LeaveGroupRequestMemberIdentity(TypedDict, total=False):
-    member_id: str  # v3+
-    group_instance_id: str | None  # v3+
-    reason: str | None  # v5+
+class LeaveGroupRequestMemberIdentity(TypedDict):
+    member_id: NotRequired[str]  # v3+
+    group_instance_id: NotRequired[str | None]  # v3+
+    reason: NotRequired[str | None]  # v5+
 
 
-class LeaveGroupResponse(TypedDict, total=False):
-    throttle_time_ms: int  # v1+
+class LeaveGroupResponse(TypedDict):
+    throttle_time_ms: NotRequired[int]  # v1+
     error_code: int
-    members: list[LeaveGroupResponseMemberResponse]  # v3+
+    members: NotRequired[list[LeaveGroupResponseMemberResponse]]  # v3+
 
 
-class LeaveGroupResponseMemberResponse(TypedDict, total=False):
-    member_id: str  # v3+
-    group_instance_id: str | None  # v3+
-    error_code: int  # v3+
+class LeaveGroupResponseMemberResponse(TypedDict):
+    member_id: NotRequired[str]  # v3+
+    group_instance_id: NotRequired[str | None]  # v3+
+    error_code: NotRequired[int]  # v3+
 
 
-class SyncGroupRequest(TypedDict, total=False):
+class SyncGroupRequest(TypedDict):
     group_id: str
     generation_id: int
     member_id: str
-    group_instance_id: str | None  # v3+
-    protocol_type: str | None  # v5+
-    protocol_name: str | None  # v5+
+    group_instance_id: NotRequired[str | None]  # v3+
+    protocol_type: NotRequired[str | None]  # v5+
+    protocol_name: NotRequired[str | None]  # v5+
     assignments: list[SyncGroupRequestAssignment]
 
 
-class SyncGroupRequestAssignment(TypedDict, total=False):
+class SyncGroupRequestAssignment(TypedDict):
     member_id: str
     assignment: bytes
 
 
-class SyncGroupResponse(TypedDict, total=False):
-    throttle_time_ms: int  # v1+
+class SyncGroupResponse(TypedDict):
+    throttle_time_ms: NotRequired[int]  # v1+
     error_code: int
-    protocol_type: str | None  # v5+
-    protocol_name: str | None  # v5+
+    protocol_type: NotRequired[str | None]  # v5+
+    protocol_name: NotRequired[str | None]  # v5+
     assignment: bytes
 
 
-class DescribeGroupsRequest(TypedDict, total=False):
+class DescribeGroupsRequest(TypedDict):
     groups: list[str]
-    include_authorized_operations: bool  # v3+
+    include_authorized_operations: NotRequired[bool]  # v3+
 
 
-class DescribeGroupsResponse(TypedDict, total=False):
-    throttle_time_ms: int  # v1+
+class DescribeGroupsResponse(TypedDict):
+    throttle_time_ms: NotRequired[int]  # v1+
     groups: list[DescribeGroupsResponseDescribedGroup]
 
 
-class DescribeGroupsResponseDescribedGroup(TypedDict, total=False):
+class DescribeGroupsResponseDescribedGroup(TypedDict):
     error_code: int
     group_id: str
     group_state: str
     protocol_type: str
     protocol_data: str
     members: list[DescribeGroupsResponseDescribedGroupMember]
-    authorized_operations: int  # v3+
+    authorized_operations: NotRequired[int]  # v3+
 
 
-class DescribeGroupsResponseDescribedGroupMember(TypedDict, total=False):
+class DescribeGroupsResponseDescribedGroupMember(TypedDict):
     member_id: str
-    group_instance_id: str | None  # v4+
+    group_instance_id: NotRequired[str | None]  # v4+
     client_id: str
     client_host: str
     member_metadata: bytes
     member_assignment: bytes
 
 
-class ListGroupsRequest(TypedDict, total=False):
-    states_filter: list[str]  # v4+
-    types_filter: list[str]  # v5+
+class ListGroupsRequest(TypedDict):
+    states_filter: NotRequired[list[str]]  # v4+
+    types_filter: NotRequired[list[str]]  # v5+
 
 
-class ListGroupsResponse(TypedDict, total=False):
-    throttle_time_ms: int  # v1+
+class ListGroupsResponse(TypedDict):
+    throttle_time_ms: NotRequired[int]  # v1+
     error_code: int
     groups: list[ListGroupsResponseListedGroup]
 
 
-class ListGroupsResponseListedGroup(TypedDict, total=False):
+class ListGroupsResponseListedGroup(TypedDict):
     group_id: str
     protocol_type: str
-    group_state: str  # v4+
-    group_type: str  # v5+
+    group_state: NotRequired[str]  # v4+
+    group_type: NotRequired[str]  # v5+
 
 
-class SaslHandshakeRequest(TypedDict, total=False):
+class SaslHandshakeRequest(TypedDict):
     mechanism: str
 
 
-class SaslHandshakeResponse(TypedDict, total=False):
+class SaslHandshakeResponse(TypedDict):
     error_code: int
     mechanisms: list[str]
 
 
-class ApiVersionsRequest(TypedDict, total=False):
-    client_software_name: str  # v3+
-    client_software_version: str  # v3+
+class ApiVersionsRequest(TypedDict):
+    client_software_name: NotRequired[str]  # v3+
+    client_software_version: NotRequired[str]  # v3+
 
 
-class ApiVersionsResponse(TypedDict, total=False):
+class ApiVersionsResponse(TypedDict):
     error_code: int
     api_keys: list[ApiVersionsResponseApiVersion]
-    throttle_time_ms: int  # v1+
-    supported_features: list[ApiVersionsResponseSupportedFeatureKey]  # v3+, tag 0
-    finalized_features_epoch: int  # v3+, tag 1
-    finalized_features: list[ApiVersionsResponseFinalizedFeatureKey]  # v3+, tag 2
-    zk_migration_ready: bool  # v3+, tag 3
+    throttle_time_ms: NotRequired[int]  # v1+
+    supported_features: NotRequired[list[ApiVersionsResponseSupportedFeatureKey]]  # v3+, tag 0
+    finalized_features_epoch: NotRequired[int]  # v3+, tag 1
+    finalized_features: NotRequired[list[ApiVersionsResponseFinalizedFeatureKey]]  # v3+, tag 2
+    zk_migration_ready: NotRequired[bool]  # v3+, tag 3
 
 
-class ApiVersionsResponseApiVersion(TypedDict, total=False):
+class ApiVersionsResponseApiVersion(TypedDict):
     api_key: int
     min_version: int
     max_version: int
 
 
-class ApiVersionsResponseSupportedFeatureKey(TypedDict, total=False):
-    name: str  # v3+
-    min_version: int  # v3+
-    max_version: int  # v3+
+class ApiVersionsResponseSupportedFeatureKey(TypedDict):
+    name: NotRequired[str]  # v3+
+    min_version: NotRequired[int]  # v3+
+    max_version: NotRequired[int]  # v3+
 
 
-class ApiVersionsResponseFinalizedFeatureKey(TypedDict, total=False):
-    name: str  # v3+
-    max_version_level: int  # v3+
-    min_version_level: int  # v3+
+class ApiVersionsResponseFinalizedFeatureKey(TypedDict):
+    name: NotRequired[str]  # v3+
+    max_version_level: NotRequired[int]  # v3+
+    min_version_level: NotRequired[int]  # v3+
 
 
-class CreateTopicsRequest(TypedDict, total=False):
+class CreateTopicsRequest(TypedDict):
     topics: list[CreateTopicsRequestCreatableTopic]
-    timeout_ms: int
-    validate_only: bool  # v1+
+    timeout_ms: NotRequired[int]
+    validate_only: NotRequired[bool]  # v1+
 
 
-class CreateTopicsRequestCreatableTopic(TypedDict, total=False):
+class CreateTopicsRequestCreatableTopic(TypedDict):
     name: str
     num_partitions: int
     replication_factor: int
@@ -737,215 +738,215 @@ class CreateTopicsRequestCreatableTopic(TypedDict, total=False):
     configs: list[CreateTopicsRequestCreatableTopicConfig]
 
 
-class CreateTopicsRequestCreatableReplicaAssignment(TypedDict, total=False):
+class CreateTopicsRequestCreatableReplicaAssignment(TypedDict):
     partition_index: int
     broker_ids: list[int]
 
 
-class CreateTopicsRequestCreatableTopicConfig(TypedDict, total=False):
+class CreateTopicsRequestCreatableTopicConfig(TypedDict):
     name: str
     value: str | None
 
 
-class CreateTopicsResponse(TypedDict, total=False):
-    throttle_time_ms: int  # v2+
+class CreateTopicsResponse(TypedDict):
+    throttle_time_ms: NotRequired[int]  # v2+
     topics: list[CreateTopicsResponseCreatableTopicResult]
 
 
-class CreateTopicsResponseCreatableTopicResult(TypedDict, total=False):
+class CreateTopicsResponseCreatableTopicResult(TypedDict):
     name: str
-    topic_id: uuid.UUID  # v7+
+    topic_id: NotRequired[uuid.UUID]  # v7+
     error_code: int
-    error_message: str | None  # v1+
-    topic_config_error_code: int  # v5+, tag 0
-    num_partitions: int  # v5+
-    replication_factor: int  # v5+
-    configs: list[CreateTopicsResponseCreatableTopicConfigs] | None  # v5+
+    error_message: NotRequired[str | None]  # v1+
+    topic_config_error_code: NotRequired[int]  # v5+, tag 0
+    num_partitions: NotRequired[int]  # v5+
+    replication_factor: NotRequired[int]  # v5+
+    configs: NotRequired[list[CreateTopicsResponseCreatableTopicConfigs] | None]  # v5+
 
 
-class CreateTopicsResponseCreatableTopicConfigs(TypedDict, total=False):
-    name: str  # v5+
-    value: str | None  # v5+
-    read_only: bool  # v5+
-    config_source: int  # v5+
-    is_sensitive: bool  # v5+
+class CreateTopicsResponseCreatableTopicConfigs(TypedDict):
+    name: NotRequired[str]  # v5+
+    value: NotRequired[str | None]  # v5+
+    read_only: NotRequired[bool]  # v5+
+    config_source: NotRequired[int]  # v5+
+    is_sensitive: NotRequired[bool]  # v5+
 
 
-class DeleteTopicsRequest(TypedDict, total=False):
-    topics: list[DeleteTopicsRequestDeleteTopicState]  # v6+
-    topic_names: list[str]  # v0-5
+class DeleteTopicsRequest(TypedDict):
+    topics: NotRequired[list[DeleteTopicsRequestDeleteTopicState]]  # v6+
+    topic_names: NotRequired[list[str]]  # v0-5
     timeout_ms: int
 
 
-class DeleteTopicsRequestDeleteTopicState(TypedDict, total=False):
-    name: str | None  # v6+
-    topic_id: uuid.UUID  # v6+
+class DeleteTopicsRequestDeleteTopicState(TypedDict):
+    name: NotRequired[str | None]  # v6+
+    topic_id: NotRequired[uuid.UUID]  # v6+
 
 
-class DeleteTopicsResponse(TypedDict, total=False):
-    throttle_time_ms: int  # v1+
+class DeleteTopicsResponse(TypedDict):
+    throttle_time_ms: NotRequired[int]  # v1+
     responses: list[DeleteTopicsResponseDeletableTopicResult]
 
 
-class DeleteTopicsResponseDeletableTopicResult(TypedDict, total=False):
+class DeleteTopicsResponseDeletableTopicResult(TypedDict):
     name: str | None
-    topic_id: uuid.UUID  # v6+
+    topic_id: NotRequired[uuid.UUID]  # v6+
     error_code: int
-    error_message: str | None  # v5+
+    error_message: NotRequired[str | None]  # v5+
 
 
-class DeleteRecordsRequest(TypedDict, total=False):
+class DeleteRecordsRequest(TypedDict):
     topics: list[DeleteRecordsRequestTopic]
     timeout_ms: int
 
 
-class DeleteRecordsRequestTopic(TypedDict, total=False):
+class DeleteRecordsRequestTopic(TypedDict):
     name: str
     partitions: list[DeleteRecordsRequestPartition]
 
 
-class DeleteRecordsRequestPartition(TypedDict, total=False):
+class DeleteRecordsRequestPartition(TypedDict):
     partition_index: int
     offset: int
 
 
-class DeleteRecordsResponse(TypedDict, total=False):
+class DeleteRecordsResponse(TypedDict):
     throttle_time_ms: int
     topics: list[DeleteRecordsResponseTopicResult]
 
 
-class DeleteRecordsResponseTopicResult(TypedDict, total=False):
+class DeleteRecordsResponseTopicResult(TypedDict):
     name: str
     partitions: list[DeleteRecordsResponsePartitionResult]
 
 
-class DeleteRecordsResponsePartitionResult(TypedDict, total=False):
+class DeleteRecordsResponsePartitionResult(TypedDict):
     partition_index: int
     low_watermark: int
     error_code: int
 
 
-class InitProducerIdRequest(TypedDict, total=False):
+class InitProducerIdRequest(TypedDict):
     transactional_id: str | None
     transaction_timeout_ms: int
-    producer_id: int  # v3+
-    producer_epoch: int  # v3+
+    producer_id: NotRequired[int]  # v3+
+    producer_epoch: NotRequired[int]  # v3+
 
 
-class InitProducerIdResponse(TypedDict, total=False):
+class InitProducerIdResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
-    producer_id: int
+    producer_id: NotRequired[int]
     producer_epoch: int
 
 
-class OffsetForLeaderEpochRequest(TypedDict, total=False):
-    replica_id: int  # v3+
+class OffsetForLeaderEpochRequest(TypedDict):
+    replica_id: NotRequired[int]  # v3+
     topics: list[OffsetForLeaderEpochRequestOffsetForLeaderTopic]
 
 
-class OffsetForLeaderEpochRequestOffsetForLeaderTopic(TypedDict, total=False):
+class OffsetForLeaderEpochRequestOffsetForLeaderTopic(TypedDict):
     topic: str
     partitions: list[OffsetForLeaderEpochRequestOffsetForLeaderPartition]
 
 
-class OffsetForLeaderEpochRequestOffsetForLeaderPartition(TypedDict, total=False):
+class OffsetForLeaderEpochRequestOffsetForLeaderPartition(TypedDict):
     partition: int
-    current_leader_epoch: int  # v2+
+    current_leader_epoch: NotRequired[int]  # v2+
     leader_epoch: int
 
 
-class OffsetForLeaderEpochResponse(TypedDict, total=False):
-    throttle_time_ms: int  # v2+
+class OffsetForLeaderEpochResponse(TypedDict):
+    throttle_time_ms: NotRequired[int]  # v2+
     topics: list[OffsetForLeaderEpochResponseOffsetForLeaderTopicResult]
 
 
-class OffsetForLeaderEpochResponseOffsetForLeaderTopicResult(TypedDict, total=False):
+class OffsetForLeaderEpochResponseOffsetForLeaderTopicResult(TypedDict):
     topic: str
     partitions: list[OffsetForLeaderEpochResponseEpochEndOffset]
 
 
-class OffsetForLeaderEpochResponseEpochEndOffset(TypedDict, total=False):
+class OffsetForLeaderEpochResponseEpochEndOffset(TypedDict):
     error_code: int
     partition: int
-    leader_epoch: int  # v1+
-    end_offset: int
+    leader_epoch: NotRequired[int]  # v1+
+    end_offset: NotRequired[int]
 
 
-class AddPartitionsToTxnRequest(TypedDict, total=False):
-    transactions: list[AddPartitionsToTxnRequestTransaction]  # v4+
-    v3_and_below_transactional_id: str  # v0-3
-    v3_and_below_producer_id: int  # v0-3
-    v3_and_below_producer_epoch: int  # v0-3
-    v3_and_below_topics: list[AddPartitionsToTxnRequestTopic]  # v0-3
+class AddPartitionsToTxnRequest(TypedDict):
+    transactions: NotRequired[list[AddPartitionsToTxnRequestTransaction]]  # v4+
+    v3_and_below_transactional_id: NotRequired[str]  # v0-3
+    v3_and_below_producer_id: NotRequired[int]  # v0-3
+    v3_and_below_producer_epoch: NotRequired[int]  # v0-3
+    v3_and_below_topics: NotRequired[list[AddPartitionsToTxnRequestTopic]]  # v0-3
 
 
-class AddPartitionsToTxnRequestTransaction(TypedDict, total=False):
-    transactional_id: str  # v4+
-    producer_id: int  # v4+
-    producer_epoch: int  # v4+
-    verify_only: bool  # v4+
-    topics: list[AddPartitionsToTxnRequestTopic]  # v4+
+class AddPartitionsToTxnRequestTransaction(TypedDict):
+    transactional_id: NotRequired[str]  # v4+
+    producer_id: NotRequired[int]  # v4+
+    producer_epoch: NotRequired[int]  # v4+
+    verify_only: NotRequired[bool]  # v4+
+    topics: NotRequired[list[AddPartitionsToTxnRequestTopic]]  # v4+
 
 
-class AddPartitionsToTxnRequestTopic(TypedDict, total=False):
+class AddPartitionsToTxnRequestTopic(TypedDict):
     name: str
     partitions: list[int]
 
 
-class AddPartitionsToTxnResponse(TypedDict, total=False):
+class AddPartitionsToTxnResponse(TypedDict):
     throttle_time_ms: int
-    error_code: int  # v4+
-    results_by_transaction: list[AddPartitionsToTxnResponseResult]  # v4+
-    results_by_topic_v3_and_below: list[AddPartitionsToTxnResponseTopicResult]  # v0-3
+    error_code: NotRequired[int]  # v4+
+    results_by_transaction: NotRequired[list[AddPartitionsToTxnResponseResult]]  # v4+
+    results_by_topic_v3_and_below: NotRequired[list[AddPartitionsToTxnResponseTopicResult]]  # v0-3
 
 
-class AddPartitionsToTxnResponseResult(TypedDict, total=False):
-    transactional_id: str  # v4+
-    topic_results: list[AddPartitionsToTxnResponseTopicResult]  # v4+
+class AddPartitionsToTxnResponseResult(TypedDict):
+    transactional_id: NotRequired[str]  # v4+
+    topic_results: NotRequired[list[AddPartitionsToTxnResponseTopicResult]]  # v4+
 
 
-class AddPartitionsToTxnResponseTopicResult(TypedDict, total=False):
+class AddPartitionsToTxnResponseTopicResult(TypedDict):
     name: str
     results_by_partition: list[AddPartitionsToTxnResponsePartitionResult]
 
 
-class AddPartitionsToTxnResponsePartitionResult(TypedDict, total=False):
+class AddPartitionsToTxnResponsePartitionResult(TypedDict):
     partition_index: int
     partition_error_code: int
 
 
-class AddOffsetsToTxnRequest(TypedDict, total=False):
+class AddOffsetsToTxnRequest(TypedDict):
     transactional_id: str
     producer_id: int
     producer_epoch: int
     group_id: str
 
 
-class AddOffsetsToTxnResponse(TypedDict, total=False):
+class AddOffsetsToTxnResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
 
 
-class EndTxnRequest(TypedDict, total=False):
+class EndTxnRequest(TypedDict):
     transactional_id: str
     producer_id: int
     producer_epoch: int
     committed: bool
 
 
-class EndTxnResponse(TypedDict, total=False):
+class EndTxnResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
-    producer_id: int  # v5+
-    producer_epoch: int  # v5+
+    producer_id: NotRequired[int]  # v5+
+    producer_epoch: NotRequired[int]  # v5+
 
 
-class WriteTxnMarkersRequest(TypedDict, total=False):
+class WriteTxnMarkersRequest(TypedDict):
     markers: list[WriteTxnMarkersRequestWritableTxnMarker]
 
 
-class WriteTxnMarkersRequestWritableTxnMarker(TypedDict, total=False):
+class WriteTxnMarkersRequestWritableTxnMarker(TypedDict):
     producer_id: int
     producer_epoch: int
     transaction_result: bool
@@ -953,178 +954,178 @@ class WriteTxnMarkersRequestWritableTxnMarker(TypedDict, total=False):
     coordinator_epoch: int
 
 
-class WriteTxnMarkersRequestWritableTxnMarkerTopic(TypedDict, total=False):
+class WriteTxnMarkersRequestWritableTxnMarkerTopic(TypedDict):
     name: str
     partition_indexes: list[int]
 
 
-class WriteTxnMarkersResponse(TypedDict, total=False):
+class WriteTxnMarkersResponse(TypedDict):
     markers: list[WriteTxnMarkersResponseWritableTxnMarkerResult]
 
 
-class WriteTxnMarkersResponseWritableTxnMarkerResult(TypedDict, total=False):
+class WriteTxnMarkersResponseWritableTxnMarkerResult(TypedDict):
     producer_id: int
     topics: list[WriteTxnMarkersResponseWritableTxnMarkerTopicResult]
 
 
-class WriteTxnMarkersResponseWritableTxnMarkerTopicResult(TypedDict, total=False):
+class WriteTxnMarkersResponseWritableTxnMarkerTopicResult(TypedDict):
     name: str
     partitions: list[WriteTxnMarkersResponseWritableTxnMarkerPartitionResult]
 
 
-class WriteTxnMarkersResponseWritableTxnMarkerPartitionResult(TypedDict, total=False):
+class WriteTxnMarkersResponseWritableTxnMarkerPartitionResult(TypedDict):
     partition_index: int
     error_code: int
 
 
-class TxnOffsetCommitRequest(TypedDict, total=False):
+class TxnOffsetCommitRequest(TypedDict):
     transactional_id: str
     group_id: str
     producer_id: int
     producer_epoch: int
-    generation_id: int  # v3+
-    member_id: str  # v3+
-    group_instance_id: str | None  # v3+
+    generation_id: NotRequired[int]  # v3+
+    member_id: NotRequired[str]  # v3+
+    group_instance_id: NotRequired[str | None]  # v3+
     topics: list[TxnOffsetCommitRequestTopic]
 
 
-class TxnOffsetCommitRequestTopic(TypedDict, total=False):
+class TxnOffsetCommitRequestTopic(TypedDict):
     name: str
     partitions: list[TxnOffsetCommitRequestPartition]
 
 
-class TxnOffsetCommitRequestPartition(TypedDict, total=False):
+class TxnOffsetCommitRequestPartition(TypedDict):
     partition_index: int
     committed_offset: int
-    committed_leader_epoch: int  # v2+
+    committed_leader_epoch: NotRequired[int]  # v2+
     committed_metadata: str | None
 
 
-class TxnOffsetCommitResponse(TypedDict, total=False):
+class TxnOffsetCommitResponse(TypedDict):
     throttle_time_ms: int
     topics: list[TxnOffsetCommitResponseTopic]
 
 
-class TxnOffsetCommitResponseTopic(TypedDict, total=False):
+class TxnOffsetCommitResponseTopic(TypedDict):
     name: str
     partitions: list[TxnOffsetCommitResponsePartition]
 
 
-class TxnOffsetCommitResponsePartition(TypedDict, total=False):
+class TxnOffsetCommitResponsePartition(TypedDict):
     partition_index: int
     error_code: int
 
 
-class DescribeAclsRequest(TypedDict, total=False):
+class DescribeAclsRequest(TypedDict):
     resource_type_filter: int
     resource_name_filter: str | None
-    pattern_type_filter: int  # v1+
+    pattern_type_filter: NotRequired[int]  # v1+
     principal_filter: str | None
     host_filter: str | None
     operation: int
     permission_type: int
 
 
-class DescribeAclsResponse(TypedDict, total=False):
+class DescribeAclsResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
     resources: list[DescribeAclsResponseResource]
 
 
-class DescribeAclsResponseResource(TypedDict, total=False):
+class DescribeAclsResponseResource(TypedDict):
     resource_type: int
     resource_name: str
-    pattern_type: int  # v1+
+    pattern_type: NotRequired[int]  # v1+
     acls: list[DescribeAclsResponseAclDescription]
 
 
-class DescribeAclsResponseAclDescription(TypedDict, total=False):
+class DescribeAclsResponseAclDescription(TypedDict):
     principal: str
     host: str
     operation: int
     permission_type: int
 
 
-class CreateAclsRequest(TypedDict, total=False):
+class CreateAclsRequest(TypedDict):
     creations: list[CreateAclsRequestAclCreation]
 
 
-class CreateAclsRequestAclCreation(TypedDict, total=False):
+class CreateAclsRequestAclCreation(TypedDict):
     resource_type: int
     resource_name: str
-    resource_pattern_type: int  # v1+
+    resource_pattern_type: NotRequired[int]  # v1+
     principal: str
     host: str
     operation: int
     permission_type: int
 
 
-class CreateAclsResponse(TypedDict, total=False):
+class CreateAclsResponse(TypedDict):
     throttle_time_ms: int
     results: list[CreateAclsResponseAclCreationResult]
 
 
-class CreateAclsResponseAclCreationResult(TypedDict, total=False):
+class CreateAclsResponseAclCreationResult(TypedDict):
     error_code: int
     error_message: str | None
 
 
-class DeleteAclsRequest(TypedDict, total=False):
+class DeleteAclsRequest(TypedDict):
     filters: list[DeleteAclsRequestFilter]
 
 
-class DeleteAclsRequestFilter(TypedDict, total=False):
+class DeleteAclsRequestFilter(TypedDict):
     resource_type_filter: int
     resource_name_filter: str | None
-    pattern_type_filter: int  # v1+
+    pattern_type_filter: NotRequired[int]  # v1+
     principal_filter: str | None
     host_filter: str | None
     operation: int
     permission_type: int
 
 
-class DeleteAclsResponse(TypedDict, total=False):
+class DeleteAclsResponse(TypedDict):
     throttle_time_ms: int
     filter_results: list[DeleteAclsResponseFilterResult]
 
 
-class DeleteAclsResponseFilterResult(TypedDict, total=False):
+class DeleteAclsResponseFilterResult(TypedDict):
     error_code: int
     error_message: str | None
     matching_acls: list[DeleteAclsResponseMatchingAcl]
 
 
-class DeleteAclsResponseMatchingAcl(TypedDict, total=False):
+class DeleteAclsResponseMatchingAcl(TypedDict):
     error_code: int
     error_message: str | None
     resource_type: int
     resource_name: str
-    pattern_type: int  # v1+
+    pattern_type: NotRequired[int]  # v1+
     principal: str
     host: str
     operation: int
     permission_type: int
 
 
-class DescribeConfigsRequest(TypedDict, total=False):
+class DescribeConfigsRequest(TypedDict):
     resources: list[DescribeConfigsRequestResource]
-    include_synonyms: bool  # v1+
-    include_documentation: bool  # v3+
+    include_synonyms: NotRequired[bool]  # v1+
+    include_documentation: NotRequired[bool]  # v3+
 
 
-class DescribeConfigsRequestResource(TypedDict, total=False):
+class DescribeConfigsRequestResource(TypedDict):
     resource_type: int
     resource_name: str
     configuration_keys: list[str] | None
 
 
-class DescribeConfigsResponse(TypedDict, total=False):
+class DescribeConfigsResponse(TypedDict):
     throttle_time_ms: int
     results: list[DescribeConfigsResponseResult]
 
 
-class DescribeConfigsResponseResult(TypedDict, total=False):
+class DescribeConfigsResponseResult(TypedDict):
     error_code: int
     error_message: str | None
     resource_type: int
@@ -1132,172 +1133,172 @@ class DescribeConfigsResponseResult(TypedDict, total=False):
     configs: list[DescribeConfigsResponseResourceResult]
 
 
-class DescribeConfigsResponseResourceResult(TypedDict, total=False):
+class DescribeConfigsResponseResourceResult(TypedDict):
     name: str
     value: str | None
     read_only: bool
-    is_default: bool  # v0
-    config_source: int  # v1+
+    is_default: NotRequired[bool]  # v0
+    config_source: NotRequired[int]  # v1+
     is_sensitive: bool
-    synonyms: list[DescribeConfigsResponseSynonym]  # v1+
-    config_type: int  # v3+
-    documentation: str | None  # v3+
+    synonyms: NotRequired[list[DescribeConfigsResponseSynonym]]  # v1+
+    config_type: NotRequired[int]  # v3+
+    documentation: NotRequired[str | None]  # v3+
 
 
-class DescribeConfigsResponseSynonym(TypedDict, total=False):
-    name: str  # v1+
-    value: str | None  # v1+
-    source: int  # v1+
+class DescribeConfigsResponseSynonym(TypedDict):
+    name: NotRequired[str]  # v1+
+    value: NotRequired[str | None]  # v1+
+    source: NotRequired[int]  # v1+
 
 
-class AlterConfigsRequest(TypedDict, total=False):
+class AlterConfigsRequest(TypedDict):
     resources: list[AlterConfigsRequestResource]
     validate_only: bool
 
 
-class AlterConfigsRequestResource(TypedDict, total=False):
+class AlterConfigsRequestResource(TypedDict):
     resource_type: int
     resource_name: str
     configs: list[AlterConfigsRequestAlterableConfig]
 
 
-class AlterConfigsRequestAlterableConfig(TypedDict, total=False):
+class AlterConfigsRequestAlterableConfig(TypedDict):
     name: str
     value: str | None
 
 
-class AlterConfigsResponse(TypedDict, total=False):
+class AlterConfigsResponse(TypedDict):
     throttle_time_ms: int
     responses: list[AlterConfigsResponseResourceResponse]
 
 
-class AlterConfigsResponseResourceResponse(TypedDict, total=False):
+class AlterConfigsResponseResourceResponse(TypedDict):
     error_code: int
     error_message: str | None
     resource_type: int
     resource_name: str
 
 
-class AlterReplicaLogDirsRequest(TypedDict, total=False):
+class AlterReplicaLogDirsRequest(TypedDict):
     dirs: list[AlterReplicaLogDirsRequestAlterReplicaLogDir]
 
 
-class AlterReplicaLogDirsRequestAlterReplicaLogDir(TypedDict, total=False):
+class AlterReplicaLogDirsRequestAlterReplicaLogDir(TypedDict):
     path: str
     topics: list[AlterReplicaLogDirsRequestAlterReplicaLogDirTopic]
 
 
-class AlterReplicaLogDirsRequestAlterReplicaLogDirTopic(TypedDict, total=False):
+class AlterReplicaLogDirsRequestAlterReplicaLogDirTopic(TypedDict):
     name: str
     partitions: list[int]
 
 
-class AlterReplicaLogDirsResponse(TypedDict, total=False):
+class AlterReplicaLogDirsResponse(TypedDict):
     throttle_time_ms: int
     results: list[AlterReplicaLogDirsResponseAlterReplicaLogDirTopicResult]
 
 
-class AlterReplicaLogDirsResponseAlterReplicaLogDirTopicResult(TypedDict, total=False):
+class AlterReplicaLogDirsResponseAlterReplicaLogDirTopicResult(TypedDict):
     topic_name: str
     partitions: list[AlterReplicaLogDirsResponseAlterReplicaLogDirPartitionResult]
 
 
-class AlterReplicaLogDirsResponseAlterReplicaLogDirPartitionResult(TypedDict, total=False):
+class AlterReplicaLogDirsResponseAlterReplicaLogDirPartitionResult(TypedDict):
     partition_index: int
     error_code: int
 
 
-class DescribeLogDirsRequest(TypedDict, total=False):
+class DescribeLogDirsRequest(TypedDict):
     topics: list[DescribeLogDirsRequestDescribableLogDirTopic] | None
 
 
-class DescribeLogDirsRequestDescribableLogDirTopic(TypedDict, total=False):
+class DescribeLogDirsRequestDescribableLogDirTopic(TypedDict):
     topic: str
     partitions: list[int]
 
 
-class DescribeLogDirsResponse(TypedDict, total=False):
+class DescribeLogDirsResponse(TypedDict):
     throttle_time_ms: int
-    error_code: int  # v3+
+    error_code: NotRequired[int]  # v3+
     results: list[DescribeLogDirsResponseResult]
 
 
-class DescribeLogDirsResponseResult(TypedDict, total=False):
+class DescribeLogDirsResponseResult(TypedDict):
     error_code: int
     log_dir: str
     topics: list[DescribeLogDirsResponseTopic]
-    total_bytes: int  # v4+
-    usable_bytes: int  # v4+
+    total_bytes: NotRequired[int]  # v4+
+    usable_bytes: NotRequired[int]  # v4+
 
 
-class DescribeLogDirsResponseTopic(TypedDict, total=False):
+class DescribeLogDirsResponseTopic(TypedDict):
     name: str
     partitions: list[DescribeLogDirsResponsePartition]
 
 
-class DescribeLogDirsResponsePartition(TypedDict, total=False):
+class DescribeLogDirsResponsePartition(TypedDict):
     partition_index: int
     partition_size: int
     offset_lag: int
     is_future_key: bool
 
 
-class SaslAuthenticateRequest(TypedDict, total=False):
+class SaslAuthenticateRequest(TypedDict):
     auth_bytes: bytes
 
 
-class SaslAuthenticateResponse(TypedDict, total=False):
+class SaslAuthenticateResponse(TypedDict):
     error_code: int
     error_message: str | None
     auth_bytes: bytes
-    session_lifetime_ms: int  # v1+
+    session_lifetime_ms: NotRequired[int]  # v1+
 
 
-class CreatePartitionsRequest(TypedDict, total=False):
+class CreatePartitionsRequest(TypedDict):
     topics: list[CreatePartitionsRequestTopic]
     timeout_ms: int
     validate_only: bool
 
 
-class CreatePartitionsRequestTopic(TypedDict, total=False):
+class CreatePartitionsRequestTopic(TypedDict):
     name: str
     count: int
     assignments: list[CreatePartitionsRequestAssignment] | None
 
 
-class CreatePartitionsRequestAssignment(TypedDict, total=False):
+class CreatePartitionsRequestAssignment(TypedDict):
     broker_ids: list[int]
 
 
-class CreatePartitionsResponse(TypedDict, total=False):
+class CreatePartitionsResponse(TypedDict):
     throttle_time_ms: int
     results: list[CreatePartitionsResponseTopicResult]
 
 
-class CreatePartitionsResponseTopicResult(TypedDict, total=False):
+class CreatePartitionsResponseTopicResult(TypedDict):
     name: str
     error_code: int
-    error_message: str | None
+    error_message: NotRequired[str | None]
 
 
-class CreateDelegationTokenRequest(TypedDict, total=False):
-    owner_principal_type: str | None  # v3+
-    owner_principal_name: str | None  # v3+
+class CreateDelegationTokenRequest(TypedDict):
+    owner_principal_type: NotRequired[str | None]  # v3+
+    owner_principal_name: NotRequired[str | None]  # v3+
     renewers: list[CreateDelegationTokenRequestCreatableRenewers]
     max_lifetime_ms: int
 
 
-class CreateDelegationTokenRequestCreatableRenewers(TypedDict, total=False):
+class CreateDelegationTokenRequestCreatableRenewers(TypedDict):
     principal_type: str
     principal_name: str
 
 
-class CreateDelegationTokenResponse(TypedDict, total=False):
+class CreateDelegationTokenResponse(TypedDict):
     error_code: int
     principal_type: str
     principal_name: str
-    token_requester_principal_type: str  # v3+
-    token_requester_principal_name: str  # v3+
+    token_requester_principal_type: NotRequired[str]  # v3+
+    token_requester_principal_name: NotRequired[str]  # v3+
     issue_timestamp_ms: int
     expiry_timestamp_ms: int
     max_timestamp_ms: int
@@ -1306,48 +1307,48 @@ class CreateDelegationTokenResponse(TypedDict, total=False):
     throttle_time_ms: int
 
 
-class RenewDelegationTokenRequest(TypedDict, total=False):
+class RenewDelegationTokenRequest(TypedDict):
     hmac: bytes
     renew_period_ms: int
 
 
-class RenewDelegationTokenResponse(TypedDict, total=False):
+class RenewDelegationTokenResponse(TypedDict):
     error_code: int
     expiry_timestamp_ms: int
     throttle_time_ms: int
 
 
-class ExpireDelegationTokenRequest(TypedDict, total=False):
+class ExpireDelegationTokenRequest(TypedDict):
     hmac: bytes
     expiry_time_period_ms: int
 
 
-class ExpireDelegationTokenResponse(TypedDict, total=False):
+class ExpireDelegationTokenResponse(TypedDict):
     error_code: int
     expiry_timestamp_ms: int
     throttle_time_ms: int
 
 
-class DescribeDelegationTokenRequest(TypedDict, total=False):
+class DescribeDelegationTokenRequest(TypedDict):
     owners: list[DescribeDelegationTokenRequestOwner] | None
 
 
-class DescribeDelegationTokenRequestOwner(TypedDict, total=False):
+class DescribeDelegationTokenRequestOwner(TypedDict):
     principal_type: str
     principal_name: str
 
 
-class DescribeDelegationTokenResponse(TypedDict, total=False):
+class DescribeDelegationTokenResponse(TypedDict):
     error_code: int
     tokens: list[DescribeDelegationTokenResponseDescribedDelegationToken]
     throttle_time_ms: int
 
 
-class DescribeDelegationTokenResponseDescribedDelegationToken(TypedDict, total=False):
+class DescribeDelegationTokenResponseDescribedDelegationToken(TypedDict):
     principal_type: str
     principal_name: str
-    token_requester_principal_type: str  # v3+
-    token_requester_principal_name: str  # v3+
+    token_requester_principal_type: NotRequired[str]  # v3+
+    token_requester_principal_name: NotRequired[str]  # v3+
     issue_timestamp: int
     expiry_timestamp: int
     max_timestamp: int
@@ -1356,282 +1357,282 @@ class DescribeDelegationTokenResponseDescribedDelegationToken(TypedDict, total=F
     renewers: list[DescribeDelegationTokenResponseDescribedDelegationTokenRenewer]
 
 
-class DescribeDelegationTokenResponseDescribedDelegationTokenRenewer(TypedDict, total=False):
+class DescribeDelegationTokenResponseDescribedDelegationTokenRenewer(TypedDict):
     principal_type: str
     principal_name: str
 
 
-class DeleteGroupsRequest(TypedDict, total=False):
+class DeleteGroupsRequest(TypedDict):
     groups_names: list[str]
 
 
-class DeleteGroupsResponse(TypedDict, total=False):
+class DeleteGroupsResponse(TypedDict):
     throttle_time_ms: int
     results: list[DeleteGroupsResponseDeletableGroupResult]
 
 
-class DeleteGroupsResponseDeletableGroupResult(TypedDict, total=False):
+class DeleteGroupsResponseDeletableGroupResult(TypedDict):
     group_id: str
     error_code: int
 
 
-class ElectLeadersRequest(TypedDict, total=False):
-    election_type: int  # v1+
+class ElectLeadersRequest(TypedDict):
+    election_type: NotRequired[int]  # v1+
     topic_partitions: list[ElectLeadersRequestTopicPartitions] | None
-    timeout_ms: int
+    timeout_ms: NotRequired[int]
 
 
-class ElectLeadersRequestTopicPartitions(TypedDict, total=False):
+class ElectLeadersRequestTopicPartitions(TypedDict):
     topic: str
     partitions: list[int]
 
 
-class ElectLeadersResponse(TypedDict, total=False):
+class ElectLeadersResponse(TypedDict):
     throttle_time_ms: int
-    error_code: int  # v1+
+    error_code: NotRequired[int]  # v1+
     replica_election_results: list[ElectLeadersResponseReplicaElectionResult]
 
 
-class ElectLeadersResponseReplicaElectionResult(TypedDict, total=False):
+class ElectLeadersResponseReplicaElectionResult(TypedDict):
     topic: str
     partition_result: list[ElectLeadersResponsePartitionResult]
 
 
-class ElectLeadersResponsePartitionResult(TypedDict, total=False):
+class ElectLeadersResponsePartitionResult(TypedDict):
     partition_id: int
     error_code: int
     error_message: str | None
 
 
-class IncrementalAlterConfigsRequest(TypedDict, total=False):
+class IncrementalAlterConfigsRequest(TypedDict):
     resources: list[IncrementalAlterConfigsRequestAlterConfigsResource]
     validate_only: bool
 
 
-class IncrementalAlterConfigsRequestAlterConfigsResource(TypedDict, total=False):
+class IncrementalAlterConfigsRequestAlterConfigsResource(TypedDict):
     resource_type: int
     resource_name: str
     configs: list[IncrementalAlterConfigsRequestAlterableConfig]
 
 
-class IncrementalAlterConfigsRequestAlterableConfig(TypedDict, total=False):
+class IncrementalAlterConfigsRequestAlterableConfig(TypedDict):
     name: str
     config_operation: int
     value: str | None
 
 
-class IncrementalAlterConfigsResponse(TypedDict, total=False):
+class IncrementalAlterConfigsResponse(TypedDict):
     throttle_time_ms: int
     responses: list[IncrementalAlterConfigsResponseAlterConfigsResourceResponse]
 
 
-class IncrementalAlterConfigsResponseAlterConfigsResourceResponse(TypedDict, total=False):
+class IncrementalAlterConfigsResponseAlterConfigsResourceResponse(TypedDict):
     error_code: int
     error_message: str | None
     resource_type: int
     resource_name: str
 
 
-class AlterPartitionReassignmentsRequest(TypedDict, total=False):
-    timeout_ms: int
+class AlterPartitionReassignmentsRequest(TypedDict):
+    timeout_ms: NotRequired[int]
     topics: list[AlterPartitionReassignmentsRequestReassignableTopic]
 
 
-class AlterPartitionReassignmentsRequestReassignableTopic(TypedDict, total=False):
+class AlterPartitionReassignmentsRequestReassignableTopic(TypedDict):
     name: str
     partitions: list[AlterPartitionReassignmentsRequestReassignablePartition]
 
 
-class AlterPartitionReassignmentsRequestReassignablePartition(TypedDict, total=False):
+class AlterPartitionReassignmentsRequestReassignablePartition(TypedDict):
     partition_index: int
-    replicas: list[int] | None
+    replicas: NotRequired[list[int] | None]
 
 
-class AlterPartitionReassignmentsResponse(TypedDict, total=False):
+class AlterPartitionReassignmentsResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
     responses: list[AlterPartitionReassignmentsResponseReassignableTopicResponse]
 
 
-class AlterPartitionReassignmentsResponseReassignableTopicResponse(TypedDict, total=False):
+class AlterPartitionReassignmentsResponseReassignableTopicResponse(TypedDict):
     name: str
     partitions: list[AlterPartitionReassignmentsResponseReassignablePartitionResponse]
 
 
-class AlterPartitionReassignmentsResponseReassignablePartitionResponse(TypedDict, total=False):
+class AlterPartitionReassignmentsResponseReassignablePartitionResponse(TypedDict):
     partition_index: int
     error_code: int
     error_message: str | None
 
 
-class ListPartitionReassignmentsRequest(TypedDict, total=False):
-    timeout_ms: int
-    topics: list[ListPartitionReassignmentsRequestTopics] | None
+class ListPartitionReassignmentsRequest(TypedDict):
+    timeout_ms: NotRequired[int]
+    topics: NotRequired[list[ListPartitionReassignmentsRequestTopics] | None]
 
 
-class ListPartitionReassignmentsRequestTopics(TypedDict, total=False):
+class ListPartitionReassignmentsRequestTopics(TypedDict):
     name: str
     partition_indexes: list[int]
 
 
-class ListPartitionReassignmentsResponse(TypedDict, total=False):
+class ListPartitionReassignmentsResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
     topics: list[ListPartitionReassignmentsResponseOngoingTopicReassignment]
 
 
-class ListPartitionReassignmentsResponseOngoingTopicReassignment(TypedDict, total=False):
+class ListPartitionReassignmentsResponseOngoingTopicReassignment(TypedDict):
     name: str
     partitions: list[ListPartitionReassignmentsResponseOngoingPartitionReassignment]
 
 
-class ListPartitionReassignmentsResponseOngoingPartitionReassignment(TypedDict, total=False):
+class ListPartitionReassignmentsResponseOngoingPartitionReassignment(TypedDict):
     partition_index: int
     replicas: list[int]
     adding_replicas: list[int]
     removing_replicas: list[int]
 
 
-class OffsetDeleteRequest(TypedDict, total=False):
+class OffsetDeleteRequest(TypedDict):
     group_id: str
     topics: list[OffsetDeleteRequestTopic]
 
 
-class OffsetDeleteRequestTopic(TypedDict, total=False):
+class OffsetDeleteRequestTopic(TypedDict):
     name: str
     partitions: list[OffsetDeleteRequestPartition]
 
 
-class OffsetDeleteRequestPartition(TypedDict, total=False):
+class OffsetDeleteRequestPartition(TypedDict):
     partition_index: int
 
 
-class OffsetDeleteResponse(TypedDict, total=False):
+class OffsetDeleteResponse(TypedDict):
     error_code: int
     throttle_time_ms: int
     topics: list[OffsetDeleteResponseTopic]
 
 
-class OffsetDeleteResponseTopic(TypedDict, total=False):
+class OffsetDeleteResponseTopic(TypedDict):
     name: str
     partitions: list[OffsetDeleteResponsePartition]
 
 
-class OffsetDeleteResponsePartition(TypedDict, total=False):
+class OffsetDeleteResponsePartition(TypedDict):
     partition_index: int
     error_code: int
 
 
-class DescribeClientQuotasRequest(TypedDict, total=False):
+class DescribeClientQuotasRequest(TypedDict):
     components: list[DescribeClientQuotasRequestComponentData]
     strict: bool
 
 
-class DescribeClientQuotasRequestComponentData(TypedDict, total=False):
+class DescribeClientQuotasRequestComponentData(TypedDict):
     entity_type: str
     match_type: int
     match: str | None
 
 
-class DescribeClientQuotasResponse(TypedDict, total=False):
+class DescribeClientQuotasResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
     entries: list[DescribeClientQuotasResponseEntryData] | None
 
 
-class DescribeClientQuotasResponseEntryData(TypedDict, total=False):
+class DescribeClientQuotasResponseEntryData(TypedDict):
     entity: list[DescribeClientQuotasResponseEntityData]
     values: list[DescribeClientQuotasResponseValueData]
 
 
-class DescribeClientQuotasResponseEntityData(TypedDict, total=False):
+class DescribeClientQuotasResponseEntityData(TypedDict):
     entity_type: str
     entity_name: str | None
 
 
-class DescribeClientQuotasResponseValueData(TypedDict, total=False):
+class DescribeClientQuotasResponseValueData(TypedDict):
     key: str
     value: float
 
 
-class AlterClientQuotasRequest(TypedDict, total=False):
+class AlterClientQuotasRequest(TypedDict):
     entries: list[AlterClientQuotasRequestEntryData]
     validate_only: bool
 
 
-class AlterClientQuotasRequestEntryData(TypedDict, total=False):
+class AlterClientQuotasRequestEntryData(TypedDict):
     entity: list[AlterClientQuotasRequestEntityData]
     ops: list[AlterClientQuotasRequestOpData]
 
 
-class AlterClientQuotasRequestEntityData(TypedDict, total=False):
+class AlterClientQuotasRequestEntityData(TypedDict):
     entity_type: str
     entity_name: str | None
 
 
-class AlterClientQuotasRequestOpData(TypedDict, total=False):
+class AlterClientQuotasRequestOpData(TypedDict):
     key: str
     value: float
     remove: bool
 
 
-class AlterClientQuotasResponse(TypedDict, total=False):
+class AlterClientQuotasResponse(TypedDict):
     throttle_time_ms: int
     entries: list[AlterClientQuotasResponseEntryData]
 
 
-class AlterClientQuotasResponseEntryData(TypedDict, total=False):
+class AlterClientQuotasResponseEntryData(TypedDict):
     error_code: int
     error_message: str | None
     entity: list[AlterClientQuotasResponseEntityData]
 
 
-class AlterClientQuotasResponseEntityData(TypedDict, total=False):
+class AlterClientQuotasResponseEntityData(TypedDict):
     entity_type: str
     entity_name: str | None
 
 
-class DescribeUserScramCredentialsRequest(TypedDict, total=False):
+class DescribeUserScramCredentialsRequest(TypedDict):
     users: list[DescribeUserScramCredentialsRequestUserName] | None
 
 
-class DescribeUserScramCredentialsRequestUserName(TypedDict, total=False):
+class DescribeUserScramCredentialsRequestUserName(TypedDict):
     name: str
 
 
-class DescribeUserScramCredentialsResponse(TypedDict, total=False):
+class DescribeUserScramCredentialsResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
     results: list[DescribeUserScramCredentialsResponseResult]
 
 
-class DescribeUserScramCredentialsResponseResult(TypedDict, total=False):
+class DescribeUserScramCredentialsResponseResult(TypedDict):
     user: str
     error_code: int
     error_message: str | None
     credential_infos: list[DescribeUserScramCredentialsResponseCredentialInfo]
 
 
-class DescribeUserScramCredentialsResponseCredentialInfo(TypedDict, total=False):
+class DescribeUserScramCredentialsResponseCredentialInfo(TypedDict):
     mechanism: int
     iterations: int
 
 
-class AlterUserScramCredentialsRequest(TypedDict, total=False):
+class AlterUserScramCredentialsRequest(TypedDict):
     deletions: list[AlterUserScramCredentialsRequestScramCredentialDeletion]
     upsertions: list[AlterUserScramCredentialsRequestScramCredentialUpsertion]
 
 
-class AlterUserScramCredentialsRequestScramCredentialDeletion(TypedDict, total=False):
+class AlterUserScramCredentialsRequestScramCredentialDeletion(TypedDict):
     name: str
     mechanism: int
 
 
-class AlterUserScramCredentialsRequestScramCredentialUpsertion(TypedDict, total=False):
+class AlterUserScramCredentialsRequestScramCredentialUpsertion(TypedDict):
     name: str
     mechanism: int
     iterations: int
@@ -1639,50 +1640,50 @@ class AlterUserScramCredentialsRequestScramCredentialUpsertion(TypedDict, total=
     salted_password: bytes
 
 
-class AlterUserScramCredentialsResponse(TypedDict, total=False):
+class AlterUserScramCredentialsResponse(TypedDict):
     throttle_time_ms: int
     results: list[AlterUserScramCredentialsResponseResult]
 
 
-class AlterUserScramCredentialsResponseResult(TypedDict, total=False):
+class AlterUserScramCredentialsResponseResult(TypedDict):
     user: str
     error_code: int
     error_message: str | None
 
 
-class VoteRequest(TypedDict, total=False):
-    cluster_id: str | None
-    voter_id: int  # v1+
+class VoteRequest(TypedDict):
+    cluster_id: NotRequired[str | None]
+    voter_id: NotRequired[int]  # v1+
     topics: list[VoteRequestTopicData]
 
 
-class VoteRequestTopicData(TypedDict, total=False):
+class VoteRequestTopicData(TypedDict):
     topic_name: str
     partitions: list[VoteRequestPartitionData]
 
 
-class VoteRequestPartitionData(TypedDict, total=False):
+class VoteRequestPartitionData(TypedDict):
     partition_index: int
     candidate_epoch: int
     candidate_id: int
-    candidate_directory_id: uuid.UUID  # v1+
-    voter_directory_id: uuid.UUID  # v1+
+    candidate_directory_id: NotRequired[uuid.UUID]  # v1+
+    voter_directory_id: NotRequired[uuid.UUID]  # v1+
     last_offset_epoch: int
     last_offset: int
 
 
-class VoteResponse(TypedDict, total=False):
+class VoteResponse(TypedDict):
     error_code: int
     topics: list[VoteResponseTopicData]
-    node_endpoints: list[VoteResponseNodeEndpoint]  # v1+, tag 0
+    node_endpoints: NotRequired[list[VoteResponseNodeEndpoint]]  # v1+, tag 0
 
 
-class VoteResponseTopicData(TypedDict, total=False):
+class VoteResponseTopicData(TypedDict):
     topic_name: str
     partitions: list[VoteResponsePartitionData]
 
 
-class VoteResponsePartitionData(TypedDict, total=False):
+class VoteResponsePartitionData(TypedDict):
     partition_index: int
     error_code: int
     leader_id: int
@@ -1690,144 +1691,144 @@ class VoteResponsePartitionData(TypedDict, total=False):
     vote_granted: bool
 
 
-class VoteResponseNodeEndpoint(TypedDict, total=False):
-    node_id: int  # v1+
-    host: str  # v1+
-    port: int  # v1+
+class VoteResponseNodeEndpoint(TypedDict):
+    node_id: NotRequired[int]  # v1+
+    host: NotRequired[str]  # v1+
+    port: NotRequired[int]  # v1+
 
 
-class BeginQuorumEpochRequest(TypedDict, total=False):
-    cluster_id: str | None
-    voter_id: int  # v1+
+class BeginQuorumEpochRequest(TypedDict):
+    cluster_id: NotRequired[str | None]
+    voter_id: NotRequired[int]  # v1+
     topics: list[BeginQuorumEpochRequestTopicData]
-    leader_endpoints: list[BeginQuorumEpochRequestLeaderEndpoint]  # v1+
+    leader_endpoints: NotRequired[list[BeginQuorumEpochRequestLeaderEndpoint]]  # v1+
 
 
-class BeginQuorumEpochRequestTopicData(TypedDict, total=False):
+class BeginQuorumEpochRequestTopicData(TypedDict):
     topic_name: str
     partitions: list[BeginQuorumEpochRequestPartitionData]
 
 
-class BeginQuorumEpochRequestPartitionData(TypedDict, total=False):
+class BeginQuorumEpochRequestPartitionData(TypedDict):
     partition_index: int
-    voter_directory_id: uuid.UUID  # v1+
+    voter_directory_id: NotRequired[uuid.UUID]  # v1+
     leader_id: int
     leader_epoch: int
 
 
-class BeginQuorumEpochRequestLeaderEndpoint(TypedDict, total=False):
-    name: str  # v1+
-    host: str  # v1+
-    port: int  # v1+
+class BeginQuorumEpochRequestLeaderEndpoint(TypedDict):
+    name: NotRequired[str]  # v1+
+    host: NotRequired[str]  # v1+
+    port: NotRequired[int]  # v1+
 
 
-class BeginQuorumEpochResponse(TypedDict, total=False):
+class BeginQuorumEpochResponse(TypedDict):
     error_code: int
     topics: list[BeginQuorumEpochResponseTopicData]
-    node_endpoints: list[BeginQuorumEpochResponseNodeEndpoint]  # v1+, tag 0
+    node_endpoints: NotRequired[list[BeginQuorumEpochResponseNodeEndpoint]]  # v1+, tag 0
 
 
-class BeginQuorumEpochResponseTopicData(TypedDict, total=False):
+class BeginQuorumEpochResponseTopicData(TypedDict):
     topic_name: str
     partitions: list[BeginQuorumEpochResponsePartitionData]
 
 
-class BeginQuorumEpochResponsePartitionData(TypedDict, total=False):
+class BeginQuorumEpochResponsePartitionData(TypedDict):
     partition_index: int
     error_code: int
     leader_id: int
     leader_epoch: int
 
 
-class BeginQuorumEpochResponseNodeEndpoint(TypedDict, total=False):
-    node_id: int  # v1+
-    host: str  # v1+
-    port: int  # v1+
+class BeginQuorumEpochResponseNodeEndpoint(TypedDict):
+    node_id: NotRequired[int]  # v1+
+    host: NotRequired[str]  # v1+
+    port: NotRequired[int]  # v1+
 
 
-class EndQuorumEpochRequest(TypedDict, total=False):
-    cluster_id: str | None
+class EndQuorumEpochRequest(TypedDict):
+    cluster_id: NotRequired[str | None]
     topics: list[EndQuorumEpochRequestTopicData]
-    leader_endpoints: list[EndQuorumEpochRequestLeaderEndpoint]  # v1+
+    leader_endpoints: NotRequired[list[EndQuorumEpochRequestLeaderEndpoint]]  # v1+
 
 
-class EndQuorumEpochRequestTopicData(TypedDict, total=False):
+class EndQuorumEpochRequestTopicData(TypedDict):
     topic_name: str
     partitions: list[EndQuorumEpochRequestPartitionData]
 
 
-class EndQuorumEpochRequestPartitionData(TypedDict, total=False):
+class EndQuorumEpochRequestPartitionData(TypedDict):
     partition_index: int
     leader_id: int
     leader_epoch: int
-    preferred_successors: list[int]  # v0
-    preferred_candidates: list[EndQuorumEpochRequestReplicaInfo]  # v1+
+    preferred_successors: NotRequired[list[int]]  # v0
+    preferred_candidates: NotRequired[list[EndQuorumEpochRequestReplicaInfo]]  # v1+
 
 
-class EndQuorumEpochRequestReplicaInfo(TypedDict, total=False):
-    candidate_id: int  # v1+
-    candidate_directory_id: uuid.UUID  # v1+
+class EndQuorumEpochRequestReplicaInfo(TypedDict):
+    candidate_id: NotRequired[int]  # v1+
+    candidate_directory_id: NotRequired[uuid.UUID]  # v1+
 
 
-class EndQuorumEpochRequestLeaderEndpoint(TypedDict, total=False):
-    name: str  # v1+
-    host: str  # v1+
-    port: int  # v1+
+class EndQuorumEpochRequestLeaderEndpoint(TypedDict):
+    name: NotRequired[str]  # v1+
+    host: NotRequired[str]  # v1+
+    port: NotRequired[int]  # v1+
 
 
-class EndQuorumEpochResponse(TypedDict, total=False):
+class EndQuorumEpochResponse(TypedDict):
     error_code: int
     topics: list[EndQuorumEpochResponseTopicData]
-    node_endpoints: list[EndQuorumEpochResponseNodeEndpoint]  # v1+, tag 0
+    node_endpoints: NotRequired[list[EndQuorumEpochResponseNodeEndpoint]]  # v1+, tag 0
 
 
-class EndQuorumEpochResponseTopicData(TypedDict, total=False):
+class EndQuorumEpochResponseTopicData(TypedDict):
     topic_name: str
     partitions: list[EndQuorumEpochResponsePartitionData]
 
 
-class EndQuorumEpochResponsePartitionData(TypedDict, total=False):
+class EndQuorumEpochResponsePartitionData(TypedDict):
     partition_index: int
     error_code: int
     leader_id: int
     leader_epoch: int
 
 
-class EndQuorumEpochResponseNodeEndpoint(TypedDict, total=False):
-    node_id: int  # v1+
-    host: str  # v1+
-    port: int  # v1+
+class EndQuorumEpochResponseNodeEndpoint(TypedDict):
+    node_id: NotRequired[int]  # v1+
+    host: NotRequired[str]  # v1+
+    port: NotRequired[int]  # v1+
 
 
-class DescribeQuorumRequest(TypedDict, total=False):
+class DescribeQuorumRequest(TypedDict):
     topics: list[DescribeQuorumRequestTopicData]
 
 
-class DescribeQuorumRequestTopicData(TypedDict, total=False):
+class DescribeQuorumRequestTopicData(TypedDict):
     topic_name: str
     partitions: list[DescribeQuorumRequestPartitionData]
 
 
-class DescribeQuorumRequestPartitionData(TypedDict, total=False):
+class DescribeQuorumRequestPartitionData(TypedDict):
     partition_index: int
 
 
-class DescribeQuorumResponse(TypedDict, total=False):
+class DescribeQuorumResponse(TypedDict):
     error_code: int
-    error_message: str | None  # v2+
+    error_message: NotRequired[str | None]  # v2+
     topics: list[DescribeQuorumResponseTopicData]
-    nodes: list[DescribeQuorumResponseNode]  # v2+
+    nodes: NotRequired[list[DescribeQuorumResponseNode]]  # v2+
 
 
-class DescribeQuorumResponseTopicData(TypedDict, total=False):
+class DescribeQuorumResponseTopicData(TypedDict):
     topic_name: str
     partitions: list[DescribeQuorumResponsePartitionData]
 
 
-class DescribeQuorumResponsePartitionData(TypedDict, total=False):
+class DescribeQuorumResponsePartitionData(TypedDict):
     partition_index: int
     error_code: int
-    error_message: str | None  # v2+
+    error_message: NotRequired[str | None]  # v2+
     leader_id: int
     leader_epoch: int
     high_watermark: int
@@ -1835,299 +1836,299 @@ class DescribeQuorumResponsePartitionData(TypedDict, total=False):
     observers: list[DescribeQuorumResponseReplicaState]
 
 
-class DescribeQuorumResponseReplicaState(TypedDict, total=False):
+class DescribeQuorumResponseReplicaState(TypedDict):
     replica_id: int
-    replica_directory_id: uuid.UUID  # v2+
+    replica_directory_id: NotRequired[uuid.UUID]  # v2+
     log_end_offset: int
-    last_fetch_timestamp: int  # v1+
-    last_caught_up_timestamp: int  # v1+
+    last_fetch_timestamp: NotRequired[int]  # v1+
+    last_caught_up_timestamp: NotRequired[int]  # v1+
 
 
-class DescribeQuorumResponseNode(TypedDict, total=False):
-    node_id: int  # v2+
-    listeners: list[DescribeQuorumResponseListener]  # v2+
+class DescribeQuorumResponseNode(TypedDict):
+    node_id: NotRequired[int]  # v2+
+    listeners: NotRequired[list[DescribeQuorumResponseListener]]  # v2+
 
 
-class DescribeQuorumResponseListener(TypedDict, total=False):
-    name: str  # v2+
-    host: str  # v2+
-    port: int  # v2+
+class DescribeQuorumResponseListener(TypedDict):
+    name: NotRequired[str]  # v2+
+    host: NotRequired[str]  # v2+
+    port: NotRequired[int]  # v2+
 
 
-class AlterPartitionRequest(TypedDict, total=False):
+class AlterPartitionRequest(TypedDict):
     broker_id: int
-    broker_epoch: int
+    broker_epoch: NotRequired[int]
     topics: list[AlterPartitionRequestTopicData]
 
 
-class AlterPartitionRequestTopicData(TypedDict, total=False):
-    topic_name: str  # v0-1
-    topic_id: uuid.UUID  # v2+
+class AlterPartitionRequestTopicData(TypedDict):
+    topic_name: NotRequired[str]  # v0-1
+    topic_id: NotRequired[uuid.UUID]  # v2+
     partitions: list[AlterPartitionRequestPartitionData]
 
 
-class AlterPartitionRequestPartitionData(TypedDict, total=False):
+class AlterPartitionRequestPartitionData(TypedDict):
     partition_index: int
     leader_epoch: int
-    new_isr: list[int]  # v0-2
-    new_isr_with_epochs: list[AlterPartitionRequestBrokerState]  # v3+
-    leader_recovery_state: int  # v1+
+    new_isr: NotRequired[list[int]]  # v0-2
+    new_isr_with_epochs: NotRequired[list[AlterPartitionRequestBrokerState]]  # v3+
+    leader_recovery_state: NotRequired[int]  # v1+
     partition_epoch: int
 
 
-class AlterPartitionRequestBrokerState(TypedDict, total=False):
-    broker_id: int  # v3+
-    broker_epoch: int  # v3+
+class AlterPartitionRequestBrokerState(TypedDict):
+    broker_id: NotRequired[int]  # v3+
+    broker_epoch: NotRequired[int]  # v3+
 
 
-class AlterPartitionResponse(TypedDict, total=False):
+class AlterPartitionResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     topics: list[AlterPartitionResponseTopicData]
 
 
-class AlterPartitionResponseTopicData(TypedDict, total=False):
-    topic_name: str  # v0-1
-    topic_id: uuid.UUID  # v2+
+class AlterPartitionResponseTopicData(TypedDict):
+    topic_name: NotRequired[str]  # v0-1
+    topic_id: NotRequired[uuid.UUID]  # v2+
     partitions: list[AlterPartitionResponsePartitionData]
 
 
-class AlterPartitionResponsePartitionData(TypedDict, total=False):
+class AlterPartitionResponsePartitionData(TypedDict):
     partition_index: int
     error_code: int
     leader_id: int
     leader_epoch: int
     isr: list[int]
-    leader_recovery_state: int  # v1+
+    leader_recovery_state: NotRequired[int]  # v1+
     partition_epoch: int
 
 
-class UpdateFeaturesRequest(TypedDict, total=False):
-    timeout_ms: int
+class UpdateFeaturesRequest(TypedDict):
+    timeout_ms: NotRequired[int]
     feature_updates: list[UpdateFeaturesRequestFeatureUpdateKey]
-    validate_only: bool  # v1+
+    validate_only: NotRequired[bool]  # v1+
 
 
-class UpdateFeaturesRequestFeatureUpdateKey(TypedDict, total=False):
+class UpdateFeaturesRequestFeatureUpdateKey(TypedDict):
     feature: str
     max_version_level: int
-    allow_downgrade: bool  # v0
-    upgrade_type: int  # v1+
+    allow_downgrade: NotRequired[bool]  # v0
+    upgrade_type: NotRequired[int]  # v1+
 
 
-class UpdateFeaturesResponse(TypedDict, total=False):
+class UpdateFeaturesResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
-    results: list[UpdateFeaturesResponseUpdatableFeatureResult]  # v0-1
+    results: NotRequired[list[UpdateFeaturesResponseUpdatableFeatureResult]]  # v0-1
 
 
-class UpdateFeaturesResponseUpdatableFeatureResult(TypedDict, total=False):
+class UpdateFeaturesResponseUpdatableFeatureResult(TypedDict):
     feature: str
     error_code: int
     error_message: str | None
 
 
-class EnvelopeRequest(TypedDict, total=False):
+class EnvelopeRequest(TypedDict):
     request_data: bytes
     request_principal: bytes | None
     client_host_address: bytes
 
 
-class EnvelopeResponse(TypedDict, total=False):
-    response_data: bytes | None
+class EnvelopeResponse(TypedDict):
+    response_data: NotRequired[bytes | None]
     error_code: int
 
 
-class FetchSnapshotRequest(TypedDict, total=False):
-    cluster_id: str | None  # tag 0
-    replica_id: int
-    max_bytes: int
+class FetchSnapshotRequest(TypedDict):
+    cluster_id: NotRequired[str | None]  # tag 0
+    replica_id: NotRequired[int]
+    max_bytes: NotRequired[int]
     topics: list[FetchSnapshotRequestTopicSnapshot]
 
 
-class FetchSnapshotRequestTopicSnapshot(TypedDict, total=False):
+class FetchSnapshotRequestTopicSnapshot(TypedDict):
     name: str
     partitions: list[FetchSnapshotRequestPartitionSnapshot]
 
 
-class FetchSnapshotRequestPartitionSnapshot(TypedDict, total=False):
+class FetchSnapshotRequestPartitionSnapshot(TypedDict):
     partition: int
     current_leader_epoch: int
     snapshot_id: FetchSnapshotRequestSnapshotId
     position: int
-    replica_directory_id: uuid.UUID  # v1+, tag 0
+    replica_directory_id: NotRequired[uuid.UUID]  # v1+, tag 0
 
 
-class FetchSnapshotRequestSnapshotId(TypedDict, total=False):
+class FetchSnapshotRequestSnapshotId(TypedDict):
     end_offset: int
     epoch: int
 
 
-class FetchSnapshotResponse(TypedDict, total=False):
+class FetchSnapshotResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     topics: list[FetchSnapshotResponseTopicSnapshot]
-    node_endpoints: list[FetchSnapshotResponseNodeEndpoint]  # v1+, tag 0
+    node_endpoints: NotRequired[list[FetchSnapshotResponseNodeEndpoint]]  # v1+, tag 0
 
 
-class FetchSnapshotResponseTopicSnapshot(TypedDict, total=False):
+class FetchSnapshotResponseTopicSnapshot(TypedDict):
     name: str
     partitions: list[FetchSnapshotResponsePartitionSnapshot]
 
 
-class FetchSnapshotResponsePartitionSnapshot(TypedDict, total=False):
+class FetchSnapshotResponsePartitionSnapshot(TypedDict):
     index: int
     error_code: int
     snapshot_id: FetchSnapshotResponseSnapshotId
-    current_leader: FetchSnapshotResponseLeaderIdAndEpoch  # tag 0
+    current_leader: NotRequired[FetchSnapshotResponseLeaderIdAndEpoch]  # tag 0
     size: int
     position: int
     unaligned_records: Records
 
 
-class FetchSnapshotResponseSnapshotId(TypedDict, total=False):
+class FetchSnapshotResponseSnapshotId(TypedDict):
     end_offset: int
     epoch: int
 
 
-class FetchSnapshotResponseLeaderIdAndEpoch(TypedDict, total=False):
+class FetchSnapshotResponseLeaderIdAndEpoch(TypedDict):
     leader_id: int
     leader_epoch: int
 
 
-class FetchSnapshotResponseNodeEndpoint(TypedDict, total=False):
-    node_id: int  # v1+
-    host: str  # v1+
-    port: int  # v1+
+class FetchSnapshotResponseNodeEndpoint(TypedDict):
+    node_id: NotRequired[int]  # v1+
+    host: NotRequired[str]  # v1+
+    port: NotRequired[int]  # v1+
 
 
-class DescribeClusterRequest(TypedDict, total=False):
+class DescribeClusterRequest(TypedDict):
     include_cluster_authorized_operations: bool
-    endpoint_type: int  # v1+
+    endpoint_type: NotRequired[int]  # v1+
 
 
-class DescribeClusterResponse(TypedDict, total=False):
+class DescribeClusterResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
-    error_message: str | None
-    endpoint_type: int  # v1+
+    error_message: NotRequired[str | None]
+    endpoint_type: NotRequired[int]  # v1+
     cluster_id: str
-    controller_id: int
+    controller_id: NotRequired[int]
     brokers: list[DescribeClusterResponseBroker]
-    cluster_authorized_operations: int
+    cluster_authorized_operations: NotRequired[int]
 
 
-class DescribeClusterResponseBroker(TypedDict, total=False):
+class DescribeClusterResponseBroker(TypedDict):
     broker_id: int
     host: str
     port: int
-    rack: str | None
+    rack: NotRequired[str | None]
 
 
-class DescribeProducersRequest(TypedDict, total=False):
+class DescribeProducersRequest(TypedDict):
     topics: list[DescribeProducersRequestTopicRequest]
 
 
-class DescribeProducersRequestTopicRequest(TypedDict, total=False):
+class DescribeProducersRequestTopicRequest(TypedDict):
     name: str
     partition_indexes: list[int]
 
 
-class DescribeProducersResponse(TypedDict, total=False):
+class DescribeProducersResponse(TypedDict):
     throttle_time_ms: int
     topics: list[DescribeProducersResponseTopicResponse]
 
 
-class DescribeProducersResponseTopicResponse(TypedDict, total=False):
+class DescribeProducersResponseTopicResponse(TypedDict):
     name: str
     partitions: list[DescribeProducersResponsePartitionResponse]
 
 
-class DescribeProducersResponsePartitionResponse(TypedDict, total=False):
+class DescribeProducersResponsePartitionResponse(TypedDict):
     partition_index: int
     error_code: int
-    error_message: str | None
+    error_message: NotRequired[str | None]
     active_producers: list[DescribeProducersResponseProducerState]
 
 
-class DescribeProducersResponseProducerState(TypedDict, total=False):
+class DescribeProducersResponseProducerState(TypedDict):
     producer_id: int
     producer_epoch: int
-    last_sequence: int
-    last_timestamp: int
+    last_sequence: NotRequired[int]
+    last_timestamp: NotRequired[int]
     coordinator_epoch: int
-    current_txn_start_offset: int
+    current_txn_start_offset: NotRequired[int]
 
 
-class BrokerRegistrationRequest(TypedDict, total=False):
+class BrokerRegistrationRequest(TypedDict):
     broker_id: int
     cluster_id: str
     incarnation_id: uuid.UUID
     listeners: list[BrokerRegistrationRequestListener]
     features: list[BrokerRegistrationRequestFeature]
     rack: str | None
-    is_migrating_zk_broker: bool  # v1+
-    log_dirs: list[uuid.UUID]  # v2+
-    previous_broker_epoch: int  # v3+
+    is_migrating_zk_broker: NotRequired[bool]  # v1+
+    log_dirs: NotRequired[list[uuid.UUID]]  # v2+
+    previous_broker_epoch: NotRequired[int]  # v3+
 
 
-class BrokerRegistrationRequestListener(TypedDict, total=False):
+class BrokerRegistrationRequestListener(TypedDict):
     name: str
     host: str
     port: int
     security_protocol: int
 
 
-class BrokerRegistrationRequestFeature(TypedDict, total=False):
+class BrokerRegistrationRequestFeature(TypedDict):
     name: str
     min_supported_version: int
     max_supported_version: int
 
 
-class BrokerRegistrationResponse(TypedDict, total=False):
+class BrokerRegistrationResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
-    broker_epoch: int
+    broker_epoch: NotRequired[int]
 
 
-class BrokerHeartbeatRequest(TypedDict, total=False):
+class BrokerHeartbeatRequest(TypedDict):
     broker_id: int
-    broker_epoch: int
+    broker_epoch: NotRequired[int]
     current_metadata_offset: int
     want_fence: bool
     want_shut_down: bool
-    offline_log_dirs: list[uuid.UUID]  # v1+, tag 0
+    offline_log_dirs: NotRequired[list[uuid.UUID]]  # v1+, tag 0
 
 
-class BrokerHeartbeatResponse(TypedDict, total=False):
+class BrokerHeartbeatResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
-    is_caught_up: bool
-    is_fenced: bool
+    is_caught_up: NotRequired[bool]
+    is_fenced: NotRequired[bool]
     should_shut_down: bool
 
 
-class UnregisterBrokerRequest(TypedDict, total=False):
+class UnregisterBrokerRequest(TypedDict):
     broker_id: int
 
 
-class UnregisterBrokerResponse(TypedDict, total=False):
+class UnregisterBrokerResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
 
 
-class DescribeTransactionsRequest(TypedDict, total=False):
+class DescribeTransactionsRequest(TypedDict):
     transactional_ids: list[str]
 
 
-class DescribeTransactionsResponse(TypedDict, total=False):
+class DescribeTransactionsResponse(TypedDict):
     throttle_time_ms: int
     transaction_states: list[DescribeTransactionsResponseTransactionState]
 
 
-class DescribeTransactionsResponseTransactionState(TypedDict, total=False):
+class DescribeTransactionsResponseTransactionState(TypedDict):
     error_code: int
     transactional_id: str
     transaction_state: str
@@ -2138,125 +2139,125 @@ class DescribeTransactionsResponseTransactionState(TypedDict, total=False):
     topics: list[DescribeTransactionsResponseTopicData]
 
 
-class DescribeTransactionsResponseTopicData(TypedDict, total=False):
+class DescribeTransactionsResponseTopicData(TypedDict):
     topic: str
     partitions: list[int]
 
 
-class ListTransactionsRequest(TypedDict, total=False):
+class ListTransactionsRequest(TypedDict):
     state_filters: list[str]
     producer_id_filters: list[int]
-    duration_filter: int  # v1+
+    duration_filter: NotRequired[int]  # v1+
 
 
-class ListTransactionsResponse(TypedDict, total=False):
+class ListTransactionsResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     unknown_state_filters: list[str]
     transaction_states: list[ListTransactionsResponseTransactionState]
 
 
-class ListTransactionsResponseTransactionState(TypedDict, total=False):
+class ListTransactionsResponseTransactionState(TypedDict):
     transactional_id: str
     producer_id: int
     transaction_state: str
 
 
-class AllocateProducerIdsRequest(TypedDict, total=False):
+class AllocateProducerIdsRequest(TypedDict):
     broker_id: int
-    broker_epoch: int
+    broker_epoch: NotRequired[int]
 
 
-class AllocateProducerIdsResponse(TypedDict, total=False):
+class AllocateProducerIdsResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     producer_id_start: int
     producer_id_len: int
 
 
-class ConsumerGroupHeartbeatRequest(TypedDict, total=False):
+class ConsumerGroupHeartbeatRequest(TypedDict):
     group_id: str
     member_id: str
     member_epoch: int
-    instance_id: str | None
-    rack_id: str | None
-    rebalance_timeout_ms: int
-    subscribed_topic_names: list[str] | None
-    subscribed_topic_regex: str | None  # v1+
-    server_assignor: str | None
-    topic_partitions: list[ConsumerGroupHeartbeatRequestTopicPartitions] | None
+    instance_id: NotRequired[str | None]
+    rack_id: NotRequired[str | None]
+    rebalance_timeout_ms: NotRequired[int]
+    subscribed_topic_names: NotRequired[list[str] | None]
+    subscribed_topic_regex: NotRequired[str | None]  # v1+
+    server_assignor: NotRequired[str | None]
+    topic_partitions: NotRequired[list[ConsumerGroupHeartbeatRequestTopicPartitions] | None]
 
 
-class ConsumerGroupHeartbeatRequestTopicPartitions(TypedDict, total=False):
+class ConsumerGroupHeartbeatRequestTopicPartitions(TypedDict):
     topic_id: uuid.UUID
     partitions: list[int]
 
 
-class ConsumerGroupHeartbeatResponse(TypedDict, total=False):
+class ConsumerGroupHeartbeatResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
-    error_message: str | None
-    member_id: str | None
+    error_message: NotRequired[str | None]
+    member_id: NotRequired[str | None]
     member_epoch: int
     heartbeat_interval_ms: int
-    assignment: ConsumerGroupHeartbeatResponseAssignment | None
+    assignment: NotRequired[ConsumerGroupHeartbeatResponseAssignment | None]
 
 
-class ConsumerGroupHeartbeatResponseAssignment(TypedDict, total=False):
+class ConsumerGroupHeartbeatResponseAssignment(TypedDict):
     topic_partitions: list[ConsumerGroupHeartbeatResponseTopicPartitions]
 
 
-class ConsumerGroupHeartbeatResponseTopicPartitions(TypedDict, total=False):
+class ConsumerGroupHeartbeatResponseTopicPartitions(TypedDict):
     topic_id: uuid.UUID
     partitions: list[int]
 
 
-class ConsumerGroupDescribeRequest(TypedDict, total=False):
+class ConsumerGroupDescribeRequest(TypedDict):
     group_ids: list[str]
     include_authorized_operations: bool
 
 
-class ConsumerGroupDescribeResponse(TypedDict, total=False):
+class ConsumerGroupDescribeResponse(TypedDict):
     throttle_time_ms: int
     groups: list[ConsumerGroupDescribeResponseDescribedGroup]
 
 
-class ConsumerGroupDescribeResponseDescribedGroup(TypedDict, total=False):
+class ConsumerGroupDescribeResponseDescribedGroup(TypedDict):
     error_code: int
-    error_message: str | None
+    error_message: NotRequired[str | None]
     group_id: str
     group_state: str
     group_epoch: int
     assignment_epoch: int
     assignor_name: str
     members: list[ConsumerGroupDescribeResponseMember]
-    authorized_operations: int
+    authorized_operations: NotRequired[int]
 
 
-class ConsumerGroupDescribeResponseMember(TypedDict, total=False):
+class ConsumerGroupDescribeResponseMember(TypedDict):
     member_id: str
-    instance_id: str | None
-    rack_id: str | None
+    instance_id: NotRequired[str | None]
+    rack_id: NotRequired[str | None]
     member_epoch: int
     client_id: str
     client_host: str
     subscribed_topic_names: list[str]
-    subscribed_topic_regex: str | None
+    subscribed_topic_regex: NotRequired[str | None]
     assignment: ConsumerGroupDescribeResponseAssignment
     target_assignment: ConsumerGroupDescribeResponseAssignment
 
 
-class ConsumerGroupDescribeResponseAssignment(TypedDict, total=False):
+class ConsumerGroupDescribeResponseAssignment(TypedDict):
     topic_partitions: list[ConsumerGroupDescribeResponseTopicPartitions]
 
 
-class ConsumerGroupDescribeResponseTopicPartitions(TypedDict, total=False):
+class ConsumerGroupDescribeResponseTopicPartitions(TypedDict):
     topic_id: uuid.UUID
     topic_name: str
     partitions: list[int]
 
 
-class ControllerRegistrationRequest(TypedDict, total=False):
+class ControllerRegistrationRequest(TypedDict):
     controller_id: int
     incarnation_id: uuid.UUID
     zk_migration_ready: bool
@@ -2264,30 +2265,30 @@ class ControllerRegistrationRequest(TypedDict, total=False):
     features: list[ControllerRegistrationRequestFeature]
 
 
-class ControllerRegistrationRequestListener(TypedDict, total=False):
+class ControllerRegistrationRequestListener(TypedDict):
     name: str
     host: str
     port: int
     security_protocol: int
 
 
-class ControllerRegistrationRequestFeature(TypedDict, total=False):
+class ControllerRegistrationRequestFeature(TypedDict):
     name: str
     min_supported_version: int
     max_supported_version: int
 
 
-class ControllerRegistrationResponse(TypedDict, total=False):
+class ControllerRegistrationResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
 
 
-class GetTelemetrySubscriptionsRequest(TypedDict, total=False):
+class GetTelemetrySubscriptionsRequest(TypedDict):
     client_instance_id: uuid.UUID
 
 
-class GetTelemetrySubscriptionsResponse(TypedDict, total=False):
+class GetTelemetrySubscriptionsResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     client_instance_id: uuid.UUID
@@ -2299,7 +2300,7 @@ class GetTelemetrySubscriptionsResponse(TypedDict, total=False):
     requested_metrics: list[str]
 
 
-class PushTelemetryRequest(TypedDict, total=False):
+class PushTelemetryRequest(TypedDict):
     client_instance_id: uuid.UUID
     subscription_id: int
     terminating: bool
@@ -2307,165 +2308,165 @@ class PushTelemetryRequest(TypedDict, total=False):
     metrics: bytes
 
 
-class PushTelemetryResponse(TypedDict, total=False):
+class PushTelemetryResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
 
 
-class AssignReplicasToDirsRequest(TypedDict, total=False):
+class AssignReplicasToDirsRequest(TypedDict):
     broker_id: int
-    broker_epoch: int
+    broker_epoch: NotRequired[int]
     directories: list[AssignReplicasToDirsRequestDirectoryData]
 
 
-class AssignReplicasToDirsRequestDirectoryData(TypedDict, total=False):
+class AssignReplicasToDirsRequestDirectoryData(TypedDict):
     id: uuid.UUID
     topics: list[AssignReplicasToDirsRequestTopicData]
 
 
-class AssignReplicasToDirsRequestTopicData(TypedDict, total=False):
+class AssignReplicasToDirsRequestTopicData(TypedDict):
     topic_id: uuid.UUID
     partitions: list[AssignReplicasToDirsRequestPartitionData]
 
 
-class AssignReplicasToDirsRequestPartitionData(TypedDict, total=False):
+class AssignReplicasToDirsRequestPartitionData(TypedDict):
     partition_index: int
 
 
-class AssignReplicasToDirsResponse(TypedDict, total=False):
+class AssignReplicasToDirsResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     directories: list[AssignReplicasToDirsResponseDirectoryData]
 
 
-class AssignReplicasToDirsResponseDirectoryData(TypedDict, total=False):
+class AssignReplicasToDirsResponseDirectoryData(TypedDict):
     id: uuid.UUID
     topics: list[AssignReplicasToDirsResponseTopicData]
 
 
-class AssignReplicasToDirsResponseTopicData(TypedDict, total=False):
+class AssignReplicasToDirsResponseTopicData(TypedDict):
     topic_id: uuid.UUID
     partitions: list[AssignReplicasToDirsResponsePartitionData]
 
 
-class AssignReplicasToDirsResponsePartitionData(TypedDict, total=False):
+class AssignReplicasToDirsResponsePartitionData(TypedDict):
     partition_index: int
     error_code: int
 
 
-class ListClientMetricsResourcesRequest(TypedDict, total=False):
+class ListClientMetricsResourcesRequest(TypedDict):
     pass
 
 
-class ListClientMetricsResourcesResponse(TypedDict, total=False):
+class ListClientMetricsResourcesResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     client_metrics_resources: list[ListClientMetricsResourcesResponseClientMetricsResource]
 
 
-class ListClientMetricsResourcesResponseClientMetricsResource(TypedDict, total=False):
+class ListClientMetricsResourcesResponseClientMetricsResource(TypedDict):
     name: str
 
 
-class DescribeTopicPartitionsRequest(TypedDict, total=False):
+class DescribeTopicPartitionsRequest(TypedDict):
     topics: list[DescribeTopicPartitionsRequestTopicRequest]
-    response_partition_limit: int
-    cursor: DescribeTopicPartitionsRequestCursor | None
+    response_partition_limit: NotRequired[int]
+    cursor: NotRequired[DescribeTopicPartitionsRequestCursor | None]
 
 
-class DescribeTopicPartitionsRequestTopicRequest(TypedDict, total=False):
+class DescribeTopicPartitionsRequestTopicRequest(TypedDict):
     name: str
 
 
-class DescribeTopicPartitionsRequestCursor(TypedDict, total=False):
+class DescribeTopicPartitionsRequestCursor(TypedDict):
     topic_name: str
     partition_index: int
 
 
-class DescribeTopicPartitionsResponse(TypedDict, total=False):
+class DescribeTopicPartitionsResponse(TypedDict):
     throttle_time_ms: int
     topics: list[DescribeTopicPartitionsResponseTopic]
-    next_cursor: DescribeTopicPartitionsResponseCursor | None
+    next_cursor: NotRequired[DescribeTopicPartitionsResponseCursor | None]
 
 
-class DescribeTopicPartitionsResponseTopic(TypedDict, total=False):
+class DescribeTopicPartitionsResponseTopic(TypedDict):
     error_code: int
     name: str | None
     topic_id: uuid.UUID
-    is_internal: bool
+    is_internal: NotRequired[bool]
     partitions: list[DescribeTopicPartitionsResponsePartition]
-    topic_authorized_operations: int
+    topic_authorized_operations: NotRequired[int]
 
 
-class DescribeTopicPartitionsResponsePartition(TypedDict, total=False):
+class DescribeTopicPartitionsResponsePartition(TypedDict):
     error_code: int
     partition_index: int
     leader_id: int
-    leader_epoch: int
+    leader_epoch: NotRequired[int]
     replica_nodes: list[int]
     isr_nodes: list[int]
-    eligible_leader_replicas: list[int] | None
-    last_known_elr: list[int] | None
+    eligible_leader_replicas: NotRequired[list[int] | None]
+    last_known_elr: NotRequired[list[int] | None]
     offline_replicas: list[int]
 
 
-class DescribeTopicPartitionsResponseCursor(TypedDict, total=False):
+class DescribeTopicPartitionsResponseCursor(TypedDict):
     topic_name: str
     partition_index: int
 
 
-class ShareGroupHeartbeatRequest(TypedDict, total=False):
+class ShareGroupHeartbeatRequest(TypedDict):
     group_id: str
     member_id: str
     member_epoch: int
-    rack_id: str | None
-    subscribed_topic_names: list[str] | None
+    rack_id: NotRequired[str | None]
+    subscribed_topic_names: NotRequired[list[str] | None]
 
 
-class ShareGroupHeartbeatResponse(TypedDict, total=False):
+class ShareGroupHeartbeatResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
-    error_message: str | None
-    member_id: str | None
+    error_message: NotRequired[str | None]
+    member_id: NotRequired[str | None]
     member_epoch: int
     heartbeat_interval_ms: int
-    assignment: ShareGroupHeartbeatResponseAssignment | None
+    assignment: NotRequired[ShareGroupHeartbeatResponseAssignment | None]
 
 
-class ShareGroupHeartbeatResponseAssignment(TypedDict, total=False):
+class ShareGroupHeartbeatResponseAssignment(TypedDict):
     topic_partitions: list[ShareGroupHeartbeatResponseTopicPartitions]
 
 
-class ShareGroupHeartbeatResponseTopicPartitions(TypedDict, total=False):
+class ShareGroupHeartbeatResponseTopicPartitions(TypedDict):
     topic_id: uuid.UUID
     partitions: list[int]
 
 
-class ShareGroupDescribeRequest(TypedDict, total=False):
+class ShareGroupDescribeRequest(TypedDict):
     group_ids: list[str]
     include_authorized_operations: bool
 
 
-class ShareGroupDescribeResponse(TypedDict, total=False):
+class ShareGroupDescribeResponse(TypedDict):
     throttle_time_ms: int
     groups: list[ShareGroupDescribeResponseDescribedGroup]
 
 
-class ShareGroupDescribeResponseDescribedGroup(TypedDict, total=False):
+class ShareGroupDescribeResponseDescribedGroup(TypedDict):
     error_code: int
-    error_message: str | None
+    error_message: NotRequired[str | None]
     group_id: str
     group_state: str
     group_epoch: int
     assignment_epoch: int
     assignor_name: str
     members: list[ShareGroupDescribeResponseMember]
-    authorized_operations: int
+    authorized_operations: NotRequired[int]
 
 
-class ShareGroupDescribeResponseMember(TypedDict, total=False):
+class ShareGroupDescribeResponseMember(TypedDict):
     member_id: str
-    rack_id: str | None
+    rack_id: NotRequired[str | None]
     member_epoch: int
     client_id: str
     client_host: str
@@ -2473,147 +2474,147 @@ class ShareGroupDescribeResponseMember(TypedDict, total=False):
     assignment: ShareGroupDescribeResponseAssignment
 
 
-class ShareGroupDescribeResponseAssignment(TypedDict, total=False):
+class ShareGroupDescribeResponseAssignment(TypedDict):
     topic_partitions: list[ShareGroupDescribeResponseTopicPartitions]
 
 
-class ShareGroupDescribeResponseTopicPartitions(TypedDict, total=False):
+class ShareGroupDescribeResponseTopicPartitions(TypedDict):
     topic_id: uuid.UUID
     topic_name: str
     partitions: list[int]
 
 
-class ShareFetchRequest(TypedDict, total=False):
-    group_id: str | None
+class ShareFetchRequest(TypedDict):
+    group_id: NotRequired[str | None]
     member_id: str | None
     share_session_epoch: int
     max_wait_ms: int
     min_bytes: int
-    max_bytes: int
+    max_bytes: NotRequired[int]
     topics: list[ShareFetchRequestFetchTopic]
     forgotten_topics_data: list[ShareFetchRequestForgottenTopic]
 
 
-class ShareFetchRequestFetchTopic(TypedDict, total=False):
+class ShareFetchRequestFetchTopic(TypedDict):
     topic_id: uuid.UUID
     partitions: list[ShareFetchRequestFetchPartition]
 
 
-class ShareFetchRequestFetchPartition(TypedDict, total=False):
+class ShareFetchRequestFetchPartition(TypedDict):
     partition_index: int
     partition_max_bytes: int
     acknowledgement_batches: list[ShareFetchRequestAcknowledgementBatch]
 
 
-class ShareFetchRequestAcknowledgementBatch(TypedDict, total=False):
+class ShareFetchRequestAcknowledgementBatch(TypedDict):
     first_offset: int
     last_offset: int
     acknowledge_types: list[int]
 
 
-class ShareFetchRequestForgottenTopic(TypedDict, total=False):
+class ShareFetchRequestForgottenTopic(TypedDict):
     topic_id: uuid.UUID
     partitions: list[int]
 
 
-class ShareFetchResponse(TypedDict, total=False):
+class ShareFetchResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
-    error_message: str | None
+    error_message: NotRequired[str | None]
     responses: list[ShareFetchResponseShareFetchableTopicResponse]
     node_endpoints: list[ShareFetchResponseNodeEndpoint]
 
 
-class ShareFetchResponseShareFetchableTopicResponse(TypedDict, total=False):
+class ShareFetchResponseShareFetchableTopicResponse(TypedDict):
     topic_id: uuid.UUID
     partitions: list[ShareFetchResponsePartitionData]
 
 
-class ShareFetchResponsePartitionData(TypedDict, total=False):
+class ShareFetchResponsePartitionData(TypedDict):
     partition_index: int
     error_code: int
-    error_message: str | None
+    error_message: NotRequired[str | None]
     acknowledge_error_code: int
-    acknowledge_error_message: str | None
+    acknowledge_error_message: NotRequired[str | None]
     current_leader: ShareFetchResponseLeaderIdAndEpoch
     records: Records | None
     acquired_records: list[ShareFetchResponseAcquiredRecords]
 
 
-class ShareFetchResponseLeaderIdAndEpoch(TypedDict, total=False):
+class ShareFetchResponseLeaderIdAndEpoch(TypedDict):
     leader_id: int
     leader_epoch: int
 
 
-class ShareFetchResponseAcquiredRecords(TypedDict, total=False):
+class ShareFetchResponseAcquiredRecords(TypedDict):
     first_offset: int
     last_offset: int
     delivery_count: int
 
 
-class ShareFetchResponseNodeEndpoint(TypedDict, total=False):
+class ShareFetchResponseNodeEndpoint(TypedDict):
     node_id: int
     host: str
     port: int
-    rack: str | None
+    rack: NotRequired[str | None]
 
 
-class ShareAcknowledgeRequest(TypedDict, total=False):
-    group_id: str | None
+class ShareAcknowledgeRequest(TypedDict):
+    group_id: NotRequired[str | None]
     member_id: str | None
     share_session_epoch: int
     topics: list[ShareAcknowledgeRequestAcknowledgeTopic]
 
 
-class ShareAcknowledgeRequestAcknowledgeTopic(TypedDict, total=False):
+class ShareAcknowledgeRequestAcknowledgeTopic(TypedDict):
     topic_id: uuid.UUID
     partitions: list[ShareAcknowledgeRequestAcknowledgePartition]
 
 
-class ShareAcknowledgeRequestAcknowledgePartition(TypedDict, total=False):
+class ShareAcknowledgeRequestAcknowledgePartition(TypedDict):
     partition_index: int
     acknowledgement_batches: list[ShareAcknowledgeRequestAcknowledgementBatch]
 
 
-class ShareAcknowledgeRequestAcknowledgementBatch(TypedDict, total=False):
+class ShareAcknowledgeRequestAcknowledgementBatch(TypedDict):
     first_offset: int
     last_offset: int
     acknowledge_types: list[int]
 
 
-class ShareAcknowledgeResponse(TypedDict, total=False):
+class ShareAcknowledgeResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
-    error_message: str | None
+    error_message: NotRequired[str | None]
     responses: list[ShareAcknowledgeResponseTopicResponse]
     node_endpoints: list[ShareAcknowledgeResponseNodeEndpoint]
 
 
-class ShareAcknowledgeResponseTopicResponse(TypedDict, total=False):
+class ShareAcknowledgeResponseTopicResponse(TypedDict):
     topic_id: uuid.UUID
     partitions: list[ShareAcknowledgeResponsePartitionData]
 
 
-class ShareAcknowledgeResponsePartitionData(TypedDict, total=False):
+class ShareAcknowledgeResponsePartitionData(TypedDict):
     partition_index: int
     error_code: int
-    error_message: str | None
+    error_message: NotRequired[str | None]
     current_leader: ShareAcknowledgeResponseLeaderIdAndEpoch
 
 
-class ShareAcknowledgeResponseLeaderIdAndEpoch(TypedDict, total=False):
+class ShareAcknowledgeResponseLeaderIdAndEpoch(TypedDict):
     leader_id: int
     leader_epoch: int
 
 
-class ShareAcknowledgeResponseNodeEndpoint(TypedDict, total=False):
+class ShareAcknowledgeResponseNodeEndpoint(TypedDict):
     node_id: int
     host: str
     port: int
-    rack: str | None
+    rack: NotRequired[str | None]
 
 
-class AddRaftVoterRequest(TypedDict, total=False):
+class AddRaftVoterRequest(TypedDict):
     cluster_id: str | None
     timeout_ms: int
     voter_id: int
@@ -2621,31 +2622,31 @@ class AddRaftVoterRequest(TypedDict, total=False):
     listeners: list[AddRaftVoterRequestListener]
 
 
-class AddRaftVoterRequestListener(TypedDict, total=False):
+class AddRaftVoterRequestListener(TypedDict):
     name: str
     host: str
     port: int
 
 
-class AddRaftVoterResponse(TypedDict, total=False):
+class AddRaftVoterResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
 
 
-class RemoveRaftVoterRequest(TypedDict, total=False):
+class RemoveRaftVoterRequest(TypedDict):
     cluster_id: str | None
     voter_id: int
     voter_directory_id: uuid.UUID
 
 
-class RemoveRaftVoterResponse(TypedDict, total=False):
+class RemoveRaftVoterResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
     error_message: str | None
 
 
-class UpdateRaftVoterRequest(TypedDict, total=False):
+class UpdateRaftVoterRequest(TypedDict):
     cluster_id: str | None
     current_leader_epoch: int
     voter_id: int
@@ -2654,112 +2655,112 @@ class UpdateRaftVoterRequest(TypedDict, total=False):
     k_raft_version_feature: UpdateRaftVoterRequestKRaftVersionFeature
 
 
-class UpdateRaftVoterRequestListener(TypedDict, total=False):
+class UpdateRaftVoterRequestListener(TypedDict):
     name: str
     host: str
     port: int
 
 
-class UpdateRaftVoterRequestKRaftVersionFeature(TypedDict, total=False):
+class UpdateRaftVoterRequestKRaftVersionFeature(TypedDict):
     min_supported_version: int
     max_supported_version: int
 
 
-class UpdateRaftVoterResponse(TypedDict, total=False):
+class UpdateRaftVoterResponse(TypedDict):
     throttle_time_ms: int
     error_code: int
-    current_leader: UpdateRaftVoterResponseCurrentLeader  # tag 0
+    current_leader: NotRequired[UpdateRaftVoterResponseCurrentLeader]  # tag 0
 
 
-class UpdateRaftVoterResponseCurrentLeader(TypedDict, total=False):
-    leader_id: int
-    leader_epoch: int
+class UpdateRaftVoterResponseCurrentLeader(TypedDict):
+    leader_id: NotRequired[int]
+    leader_epoch: NotRequired[int]
     host: str
     port: int
 
 
-class InitializeShareGroupStateRequest(TypedDict, total=False):
+class InitializeShareGroupStateRequest(TypedDict):
     group_id: str
     topics: list[InitializeShareGroupStateRequestInitializeStateData]
 
 
-class InitializeShareGroupStateRequestInitializeStateData(TypedDict, total=False):
+class InitializeShareGroupStateRequestInitializeStateData(TypedDict):
     topic_id: uuid.UUID
     partitions: list[InitializeShareGroupStateRequestPartitionData]
 
 
-class InitializeShareGroupStateRequestPartitionData(TypedDict, total=False):
+class InitializeShareGroupStateRequestPartitionData(TypedDict):
     partition: int
     state_epoch: int
     start_offset: int
 
 
-class InitializeShareGroupStateResponse(TypedDict, total=False):
+class InitializeShareGroupStateResponse(TypedDict):
     results: list[InitializeShareGroupStateResponseInitializeStateResult]
 
 
-class InitializeShareGroupStateResponseInitializeStateResult(TypedDict, total=False):
+class InitializeShareGroupStateResponseInitializeStateResult(TypedDict):
     topic_id: uuid.UUID
     partitions: list[InitializeShareGroupStateResponsePartitionResult]
 
 
-class InitializeShareGroupStateResponsePartitionResult(TypedDict, total=False):
+class InitializeShareGroupStateResponsePartitionResult(TypedDict):
     partition: int
     error_code: int
-    error_message: str | None
+    error_message: NotRequired[str | None]
 
 
-class ReadShareGroupStateRequest(TypedDict, total=False):
+class ReadShareGroupStateRequest(TypedDict):
     group_id: str
     topics: list[ReadShareGroupStateRequestReadStateData]
 
 
-class ReadShareGroupStateRequestReadStateData(TypedDict, total=False):
+class ReadShareGroupStateRequestReadStateData(TypedDict):
     topic_id: uuid.UUID
     partitions: list[ReadShareGroupStateRequestPartitionData]
 
 
-class ReadShareGroupStateRequestPartitionData(TypedDict, total=False):
+class ReadShareGroupStateRequestPartitionData(TypedDict):
     partition: int
     leader_epoch: int
 
 
-class ReadShareGroupStateResponse(TypedDict, total=False):
+class ReadShareGroupStateResponse(TypedDict):
     results: list[ReadShareGroupStateResponseReadStateResult]
 
 
-class ReadShareGroupStateResponseReadStateResult(TypedDict, total=False):
+class ReadShareGroupStateResponseReadStateResult(TypedDict):
     topic_id: uuid.UUID
     partitions: list[ReadShareGroupStateResponsePartitionResult]
 
 
-class ReadShareGroupStateResponsePartitionResult(TypedDict, total=False):
+class ReadShareGroupStateResponsePartitionResult(TypedDict):
     partition: int
     error_code: int
-    error_message: str | None
+    error_message: NotRequired[str | None]
     state_epoch: int
     start_offset: int
     state_batches: list[ReadShareGroupStateResponseStateBatch]
 
 
-class ReadShareGroupStateResponseStateBatch(TypedDict, total=False):
+class ReadShareGroupStateResponseStateBatch(TypedDict):
     first_offset: int
     last_offset: int
     delivery_state: int
     delivery_count: int
 
 
-class WriteShareGroupStateRequest(TypedDict, total=False):
+class WriteShareGroupStateRequest(TypedDict):
     group_id: str
     topics: list[WriteShareGroupStateRequestWriteStateData]
 
 
-class WriteShareGroupStateRequestWriteStateData(TypedDict, total=False):
+class WriteShareGroupStateRequestWriteStateData(TypedDict):
     topic_id: uuid.UUID
     partitions: list[WriteShareGroupStateRequestPartitionData]
 
 
-class WriteShareGroupStateRequestPartitionData(TypedDict, total=False):
+class WriteShareGroupStateRequestPartitionData(TypedDict):
     partition: int
     state_epoch: int
     leader_epoch: int
@@ -2767,145 +2768,145 @@ class WriteShareGroupStateRequestPartitionData(TypedDict, total=False):
     state_batches: list[WriteShareGroupStateRequestStateBatch]
 
 
-class WriteShareGroupStateRequestStateBatch(TypedDict, total=False):
+class WriteShareGroupStateRequestStateBatch(TypedDict):
     first_offset: int
     last_offset: int
     delivery_state: int
     delivery_count: int
 
 
-class WriteShareGroupStateResponse(TypedDict, total=False):
+class WriteShareGroupStateResponse(TypedDict):
     results: list[WriteShareGroupStateResponseWriteStateResult]
 
 
-class WriteShareGroupStateResponseWriteStateResult(TypedDict, total=False):
+class WriteShareGroupStateResponseWriteStateResult(TypedDict):
     topic_id: uuid.UUID
     partitions: list[WriteShareGroupStateResponsePartitionResult]
 
 
-class WriteShareGroupStateResponsePartitionResult(TypedDict, total=False):
+class WriteShareGroupStateResponsePartitionResult(TypedDict):
     partition: int
     error_code: int
-    error_message: str | None
+    error_message: NotRequired[str | None]
 
 
-class DeleteShareGroupStateRequest(TypedDict, total=False):
+class DeleteShareGroupStateRequest(TypedDict):
     group_id: str
     topics: list[DeleteShareGroupStateRequestDeleteStateData]
 
 
-class DeleteShareGroupStateRequestDeleteStateData(TypedDict, total=False):
+class DeleteShareGroupStateRequestDeleteStateData(TypedDict):
     topic_id: uuid.UUID
     partitions: list[DeleteShareGroupStateRequestPartitionData]
 
 
-class DeleteShareGroupStateRequestPartitionData(TypedDict, total=False):
+class DeleteShareGroupStateRequestPartitionData(TypedDict):
     partition: int
 
 
-class DeleteShareGroupStateResponse(TypedDict, total=False):
+class DeleteShareGroupStateResponse(TypedDict):
     results: list[DeleteShareGroupStateResponseDeleteStateResult]
 
 
-class DeleteShareGroupStateResponseDeleteStateResult(TypedDict, total=False):
+class DeleteShareGroupStateResponseDeleteStateResult(TypedDict):
     topic_id: uuid.UUID
     partitions: list[DeleteShareGroupStateResponsePartitionResult]
 
 
-class DeleteShareGroupStateResponsePartitionResult(TypedDict, total=False):
+class DeleteShareGroupStateResponsePartitionResult(TypedDict):
     partition: int
     error_code: int
-    error_message: str | None
+    error_message: NotRequired[str | None]
 
 
-class ReadShareGroupStateSummaryRequest(TypedDict, total=False):
+class ReadShareGroupStateSummaryRequest(TypedDict):
     group_id: str
     topics: list[ReadShareGroupStateSummaryRequestReadStateSummaryData]
 
 
-class ReadShareGroupStateSummaryRequestReadStateSummaryData(TypedDict, total=False):
+class ReadShareGroupStateSummaryRequestReadStateSummaryData(TypedDict):
     topic_id: uuid.UUID
     partitions: list[ReadShareGroupStateSummaryRequestPartitionData]
 
 
-class ReadShareGroupStateSummaryRequestPartitionData(TypedDict, total=False):
+class ReadShareGroupStateSummaryRequestPartitionData(TypedDict):
     partition: int
     leader_epoch: int
 
 
-class ReadShareGroupStateSummaryResponse(TypedDict, total=False):
+class ReadShareGroupStateSummaryResponse(TypedDict):
     results: list[ReadShareGroupStateSummaryResponseReadStateSummaryResult]
 
 
-class ReadShareGroupStateSummaryResponseReadStateSummaryResult(TypedDict, total=False):
+class ReadShareGroupStateSummaryResponseReadStateSummaryResult(TypedDict):
     topic_id: uuid.UUID
     partitions: list[ReadShareGroupStateSummaryResponsePartitionResult]
 
 
-class ReadShareGroupStateSummaryResponsePartitionResult(TypedDict, total=False):
+class ReadShareGroupStateSummaryResponsePartitionResult(TypedDict):
     partition: int
     error_code: int
-    error_message: str | None
+    error_message: NotRequired[str | None]
     state_epoch: int
     start_offset: int
 
 
-class ConsumerProtocolSubscription(TypedDict, total=False):
+class ConsumerProtocolSubscription(TypedDict):
     topics: list[str]
-    user_data: bytes | None
-    owned_partitions: list[ConsumerProtocolSubscriptionTopicPartition]  # v1+
-    generation_id: int  # v2+
-    rack_id: str | None  # v3+
+    user_data: NotRequired[bytes | None]
+    owned_partitions: NotRequired[list[ConsumerProtocolSubscriptionTopicPartition]]  # v1+
+    generation_id: NotRequired[int]  # v2+
+    rack_id: NotRequired[str | None]  # v3+
 
 
-class ConsumerProtocolSubscriptionTopicPartition(TypedDict, total=False):
-    topic: str  # v1+
-    partitions: list[int]  # v1+
+class ConsumerProtocolSubscriptionTopicPartition(TypedDict):
+    topic: NotRequired[str]  # v1+
+    partitions: NotRequired[list[int]]  # v1+
 
 
-class ConsumerProtocolAssignment(TypedDict, total=False):
+class ConsumerProtocolAssignment(TypedDict):
     assigned_partitions: list[ConsumerProtocolAssignmentTopicPartition]
-    user_data: bytes | None
+    user_data: NotRequired[bytes | None]
 
 
-class ConsumerProtocolAssignmentTopicPartition(TypedDict, total=False):
+class ConsumerProtocolAssignmentTopicPartition(TypedDict):
     topic: str
     partitions: list[int]
 
 
-class OffsetCommitKey(TypedDict, total=False):
+class OffsetCommitKey(TypedDict):
     group: str
     topic: str
     partition: int
 
 
-class OffsetCommitValue(TypedDict, total=False):
+class OffsetCommitValue(TypedDict):
     offset: int
-    leader_epoch: int  # v3+
+    leader_epoch: NotRequired[int]  # v3+
     metadata: str
     commit_timestamp: int
-    expire_timestamp: int  # v1
+    expire_timestamp: NotRequired[int]  # v1
 
 
-class GroupMetadataKey(TypedDict, total=False):
+class GroupMetadataKey(TypedDict):
     group: str
 
 
-class GroupMetadataValue(TypedDict, total=False):
+class GroupMetadataValue(TypedDict):
     protocol_type: str
     generation: int
     protocol: str | None
     leader: str | None
-    current_state_timestamp: int  # v2+
+    current_state_timestamp: NotRequired[int]  # v2+
     members: list[GroupMetadataValueMemberMetadata]
 
 
-class GroupMetadataValueMemberMetadata(TypedDict, total=False):
+class GroupMetadataValueMemberMetadata(TypedDict):
     member_id: str
-    group_instance_id: str | None  # v3+
+    group_instance_id: NotRequired[str | None]  # v3+
     client_id: str
     client_host: str
-    rebalance_timeout: int  # v1+
+    rebalance_timeout: NotRequired[int]  # v1+
     session_timeout: int
     subscription: bytes
     assignment: bytes
