@@ -60,8 +60,9 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1,
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes], partition: int = 0,
-            **config: Any) -> list[Any]:
-    """Produce ``values`` in order (acks=all, idempotent); returns the delivered messages."""
+            key: bytes | None = None, **config: Any) -> list[Any]:
+    """Produce ``values`` in order (acks=all, idempotent), each with ``key``; returns the
+    delivered messages."""
     delivered: list[Any] = []
     errors: list[Any] = []
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **config})
@@ -70,7 +71,7 @@ def produce(bootstrap: str, topic: str, values: list[bytes], partition: int = 0,
         (errors if err is not None else delivered).append(err if err is not None else msg)
 
     for value in values:
-        producer.produce(topic, value, partition=partition, on_delivery=report)
+        producer.produce(topic, value, key=key, partition=partition, on_delivery=report)
     producer.flush(TIMEOUT)
     if errors:
         raise KafkaException(errors[0])

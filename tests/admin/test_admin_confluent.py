@@ -301,7 +301,7 @@ def test_delete_records_then_consume_from_the_new_start(module_broker):
 def test_delete_records_refused_on_compacted_topic(module_broker):
     name = unique("drc")
     create_topic(module_broker.bootstrap, name, 1, {"cleanup.policy": "compact"})
-    produce(module_broker.bootstrap, name, [b"k"])
+    produce(module_broker.bootstrap, name, [b"v"], key=b"k")  # a compacted topic needs keys
     (future,) = admin(module_broker.bootstrap).delete_records(
         [TopicPartition(name, 0, 1)]).values()
     assert error_of(future).code() == KafkaError.POLICY_VIOLATION
