@@ -183,6 +183,8 @@ InvalidReplicationFactorError = _error("InvalidReplicationFactorError",
                                        ErrorCode.INVALID_REPLICATION_FACTOR)
 InvalidConfigError = _error("InvalidConfigError", ErrorCode.INVALID_CONFIG)
 InvalidRequestError = _error("InvalidRequestError", ErrorCode.INVALID_REQUEST)
+TopicDeletionDisabledError = _error("TopicDeletionDisabledError",
+                                    ErrorCode.TOPIC_DELETION_DISABLED)
 InvalidReplicaAssignmentError = _error("InvalidReplicaAssignmentError",
                                        ErrorCode.INVALID_REPLICA_ASSIGNMENT)
 UnknownTopicIdError = _error("UnknownTopicIdError", ErrorCode.UNKNOWN_TOPIC_ID)

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple, Protocol, TypedDict
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from pybroker.net.protocol.typed import MetadataRequestTopic, MetadataResponseTopic
+from pybroker.net.protocol.typed import (
+    CreatePartitionsRequestAssignment,
+    MetadataRequestTopic,
+    MetadataResponseTopic,
+)
 
 if TYPE_CHECKING:
     from pybroker.broker.partition import Partition
@@ -31,10 +35,8 @@ RequestedTopic = MetadataRequestTopic
 OFFSETS_TOPIC_CREATE_WAIT_S = 5.0
 
 
-class PartitionAssignment(TypedDict, total=False):
-    """A CreatePartitions request's placement of one new partition."""
-
-    broker_ids: list[int] | None
+# A CreatePartitions request's placement of one new partition, as the client sent it.
+PartitionAssignment = CreatePartitionsRequestAssignment
 
 
 class Endpoint(NamedTuple):

@@ -31,13 +31,11 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from pybroker import config as broker_config
 from pybroker.broker import topic_config
 from pybroker.broker.handlers import handler
-from pybroker.broker.handlers.admin_topics import error_fields
 from pybroker.broker.request import RequestContext
 from pybroker.broker.topic_manager import Topic, validate_topic_name
 from pybroker.errors import (
@@ -47,6 +45,28 @@ from pybroker.errors import (
     KafkaError,
     UnknownTopicOrPartitionError,
 )
+from pybroker.net.protocol.typed import (
+    AlterConfigsRequest,
+    AlterConfigsRequestAlterableConfig,
+    AlterConfigsRequestResource,
+    AlterConfigsResponse,
+    AlterConfigsResponseResourceResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsRequestResource,
+    DescribeConfigsResponse,
+    DescribeConfigsResponseResourceResult,
+    DescribeConfigsResponseResult,
+    DescribeConfigsResponseSynonym,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsRequestAlterableConfig,
+    IncrementalAlterConfigsRequestAlterConfigsResource,
+    IncrementalAlterConfigsResponse,
+)
+
+# AlterConfigs and IncrementalAlterConfigs differ only in their configs' operation field.
+AlterRequest = AlterConfigsRequest | IncrementalAlterConfigsRequest
+AlterResource = AlterConfigsRequestResource | IncrementalAlterConfigsRequestAlterConfigsResource
+AlterableConfig = AlterConfigsRequestAlterableConfig | IncrementalAlterConfigsRequestAlterableConfig
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 
@@ -122,7 +142,7 @@ def _broker_key_is_set(ctx: RequestContext, key: str) -> bool:
     return bool(ctx.broker.config.is_set(key))
 
 
-def _default_synonym(key: str, broker_keys: tuple[str, ...]) -> dict[str, Any]:
+def _default_synonym(key: str, broker_keys: tuple[str, ...]) -> DescribeConfigsResponseSynonym:
     """Kafka names the default after the broker key that carries it (``log.retention.hours``
     168 for ``retention.ms``): the least specific one with a default of its own."""
     for broker_key in reversed(broker_keys):
@@ -134,15 +154,16 @@ def _default_synonym(key: str, broker_keys: tuple[str, ...]) -> dict[str, Any]:
             "source": SOURCE_DEFAULT}
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     """A config value as Kafka writes it: booleans in lower case, unset as null."""
     if value is None:
         return None
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _entry(name: str, value: Any, source: int, kind: int, doc: str | None,
-           synonyms: list[dict], read_only: bool = False) -> dict[str, Any]:
+def _entry(name: str, value: object, source: int, kind: int, doc: str | None,
+           synonyms: list[DescribeConfigsResponseSynonym],
+           read_only: bool = False) -> DescribeConfigsResponseResourceResult:
     return {"name": name, "value": _text(value),
             "read_only": read_only, "is_default": source == SOURCE_DEFAULT,
             "config_source": source, "is_sensitive": False, "synonyms": synonyms,
@@ -150,7 +171,8 @@ def _entry(name: str, value: Any, source: int, kind: int, doc: str | None,
 
 
 def _topic_entries(ctx: RequestContext, topic: Topic, keys: set[str] | None,
-                   with_synonyms: bool, with_docs: bool) -> list[dict[str, Any]]:
+                   with_synonyms: bool,
+                   with_docs: bool) -> list[DescribeConfigsResponseResourceResult]:
     overrides = topic.overrides
     values = ctx.broker.topics.effective_config(topic)
     entries = []
@@ -158,19 +180,19 @@ def _topic_entries(ctx: RequestContext, topic: Topic, keys: set[str] | None,
         if keys is not None and key not in keys:
             continue
         kind, broker_keys, doc = TOPIC_CONFIG_INFO.get(key, (STRING, (), ""))
-        chain: list[dict[str, Any]] = []
+        chain: list[DescribeConfigsResponseSynonym] = []
         if key in overrides:
             chain.append({"name": key, "value": overrides[key], "source": SOURCE_TOPIC})
         chain += [{"name": bk, "value": _text(ctx.broker.config.get(bk)), "source": SOURCE_STATIC}
                   for bk in broker_keys if _broker_key_is_set(ctx, bk)]
         chain.append(_default_synonym(key, broker_keys))
-        entries.append(_entry(key, values[key], chain[0]["source"], kind,
+        entries.append(_entry(key, values[key], chain[0].get("source", SOURCE_DEFAULT), kind,
                               doc if with_docs else None, chain if with_synonyms else []))
     return entries
 
 
 def _broker_entries(ctx: RequestContext, keys: set[str] | None, with_synonyms: bool,
-                    with_docs: bool) -> list[dict[str, Any]]:
+                    with_docs: bool) -> list[DescribeConfigsResponseResourceResult]:
     entries = []
     for key, (parser, default) in sorted(broker_config.SCHEMA.items()):
         if keys is not None and key not in keys:
@@ -179,7 +201,8 @@ def _broker_entries(ctx: RequestContext, keys: set[str] | None, with_synonyms: b
         source = SOURCE_STATIC if _broker_key_is_set(ctx, key) else SOURCE_DEFAULT
         kind = (BOOLEAN if parser is broker_config.parse_bool else
                 STRING if parser is str else LONG if key.endswith(".ms") else INT)
-        chain = [{"name": key, "value": _text(value), "source": source}]
+        chain: list[DescribeConfigsResponseSynonym] = [
+            {"name": key, "value": _text(value), "source": source}]
         if source != SOURCE_DEFAULT:
             chain.append({"name": key, "value": _text(default), "source": SOURCE_DEFAULT})
         entries.append(_entry(key, value, source, kind, None, chain if with_synonyms else [],
@@ -193,7 +216,7 @@ def _pybroker_loggers() -> list[logging.Logger]:
     return [logging.getLogger(n) for n in names]
 
 
-def _logger_entries(keys: set[str] | None) -> list[dict[str, Any]]:
+def _logger_entries(keys: set[str] | None) -> list[DescribeConfigsResponseResourceResult]:
     return [_entry(lg.name, logging.getLevelName(lg.getEffectiveLevel()), SOURCE_LOGGER, STRING,
                    None, []) for lg in _pybroker_loggers() if keys is None or lg.name in keys]
 
@@ -218,11 +241,12 @@ def _find_topic(ctx: RequestContext, name: str) -> Topic:
     return topic
 
 
-def _describe_one(ctx: RequestContext, resource: dict, with_synonyms: bool,
-                  with_docs: bool) -> list[dict[str, Any]]:
+def _describe_one(ctx: RequestContext, resource: DescribeConfigsRequestResource,
+                  with_synonyms: bool,
+                  with_docs: bool) -> list[DescribeConfigsResponseResourceResult]:
     kind, name = resource.get("resource_type"), resource.get("resource_name") or ""
-    keys = resource.get("configuration_keys")
-    keys = None if keys is None else set(keys)
+    named = resource.get("configuration_keys")
+    keys = None if named is None else set(named)
     if kind == TOPIC:
         return _topic_entries(ctx, _find_topic(ctx, name), keys, with_synonyms, with_docs)
     if kind == BROKER:
@@ -237,18 +261,20 @@ def _describe_one(ctx: RequestContext, resource: dict, with_synonyms: bool,
 
 
 @handler(api_key=32, versions=(0, 4))
-async def describe_configs(ctx: RequestContext, request: dict) -> dict:
+async def describe_configs(ctx: RequestContext,
+                           request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     with_synonyms = bool(request.get("include_synonyms")) and ctx.api_version >= 1
     with_docs = bool(request.get("include_documentation"))
-    results = []
+    results: list[DescribeConfigsResponseResult] = []
     for resource in request.get("resources") or []:
-        result = {"resource_type": resource.get("resource_type"),
-                  "resource_name": resource.get("resource_name"),
-                  "error_code": ErrorCode.NONE, "error_message": None, "configs": []}
+        result: DescribeConfigsResponseResult = {
+            "resource_type": resource["resource_type"],
+            "resource_name": resource["resource_name"],
+            "error_code": ErrorCode.NONE, "error_message": None, "configs": []}
         try:
             result["configs"] = _describe_one(ctx, resource, with_synonyms, with_docs)
         except KafkaError as exc:
-            result.update(error_fields(exc))
+            result["error_code"], result["error_message"] = int(exc.code), str(exc)
         results.append(result)
     return {"throttle_time_ms": 0, "results": results}
 
@@ -256,7 +282,7 @@ async def describe_configs(ctx: RequestContext, request: dict) -> dict:
 # altering -----------------------------------------------------------------------------------
 
 
-def _no_duplicate_keys(configs: Iterable[dict]) -> None:
+def _no_duplicate_keys(configs: Iterable[AlterableConfig]) -> None:
     counts = Counter(c.get("name") for c in configs)
     duplicated = sorted(str(k) for k, n in counts.items() if n > 1)
     if duplicated:
@@ -267,7 +293,8 @@ def _list_items(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
-def _incremental(ctx: RequestContext, topic: Topic, configs: list[dict]) -> dict[str, str]:
+def _incremental(ctx: RequestContext, topic: Topic,
+                 configs: Sequence[AlterableConfig]) -> dict[str, str]:
     """The topic's overrides after applying SET/DELETE/APPEND/SUBTRACT (not yet validated)."""
     overrides = dict(topic.overrides)
     current = ctx.broker.topics.effective_config(topic)
@@ -298,7 +325,7 @@ def _incremental(ctx: RequestContext, topic: Topic, configs: list[dict]) -> dict
     return overrides
 
 
-def _replaced(configs: list[dict]) -> dict[str, str]:
+def _replaced(configs: Sequence[AlterableConfig]) -> dict[str, str]:
     """AlterConfigs: the new override set is exactly the given configs."""
     out: dict[str, str] = {}
     for item in configs:
@@ -317,8 +344,8 @@ def _apply_topic(ctx: RequestContext, topic: Topic, overrides: dict[str, str],
         ctx.broker.metadata.alter_topic_configs(topic.name, checked)
 
 
-def _alter_logger(ctx: RequestContext, name: str, configs: list[dict], validate_only: bool,
-                  incremental: bool) -> None:
+def _alter_logger(ctx: RequestContext, name: str, configs: Sequence[AlterableConfig],
+                  validate_only: bool, incremental: bool) -> None:
     _check_broker_name(ctx, name, allow_default=False)
     levels: dict[str, int] = {}
     for item in configs:
@@ -329,9 +356,9 @@ def _alter_logger(ctx: RequestContext, name: str, configs: list[dict], validate_
         if op == DELETE:
             levels[key] = logging.NOTSET  # back to inheriting the parent's level
         elif op == SET and value is not None and value.upper() in _LOGGER_LEVELS:
-            level = {"TRACE": "DEBUG", "WARN": "WARNING", "FATAL": "CRITICAL"}.get(
+            name_in_python = {"TRACE": "DEBUG", "WARN": "WARNING", "FATAL": "CRITICAL"}.get(
                 value.upper(), value.upper())
-            levels[key] = logging.getLevelName(level)
+            levels[key] = logging.getLevelNamesMapping()[name_in_python]
         else:
             raise InvalidConfigError(f"Cannot set logger {key} to {value}: the level must be "
                                      f"one of {', '.join(_LOGGER_LEVELS)}")
@@ -340,7 +367,7 @@ def _alter_logger(ctx: RequestContext, name: str, configs: list[dict], validate_
             logging.getLogger(key).setLevel(level)
 
 
-def _alter_one(ctx: RequestContext, resource: dict, validate_only: bool,
+def _alter_one(ctx: RequestContext, resource: AlterResource, validate_only: bool,
                incremental: bool) -> None:
     kind, name = resource.get("resource_type"), resource.get("resource_name") or ""
     configs = resource.get("configs") or []
@@ -361,30 +388,36 @@ def _alter_one(ctx: RequestContext, resource: dict, validate_only: bool,
         raise InvalidRequestError(f"Unsupported resource type: {kind}")
 
 
-def _alter(ctx: RequestContext, request: dict, incremental: bool) -> dict:
+def _alter(ctx: RequestContext, request: AlterRequest,
+           incremental: bool) -> list[AlterConfigsResponseResourceResponse]:
     resources = request.get("resources") or []
     seen = Counter((r.get("resource_type"), r.get("resource_name")) for r in resources)
     validate_only = bool(request.get("validate_only"))
-    responses = []
+    responses: list[AlterConfigsResponseResourceResponse] = []
     for resource in resources:
-        kind, name = resource.get("resource_type"), resource.get("resource_name")
-        result = {"resource_type": kind, "resource_name": name,
-                  "error_code": ErrorCode.NONE, "error_message": None}
+        kind, name = resource["resource_type"], resource["resource_name"]
+        result: AlterConfigsResponseResourceResponse = {
+            "resource_type": kind, "resource_name": name,
+            "error_code": ErrorCode.NONE, "error_message": None}
         try:
             if seen[(kind, name)] > 1:
                 raise InvalidRequestError("Duplicate resource in request.")
             _alter_one(ctx, resource, validate_only, incremental)
         except KafkaError as exc:
-            result.update(error_fields(exc))
+            result["error_code"], result["error_message"] = int(exc.code), str(exc)
         responses.append(result)
-    return {"throttle_time_ms": 0, "responses": responses}
+    return responses
 
 
 @handler(api_key=33, versions=(0, 2))
-async def alter_configs(ctx: RequestContext, request: dict) -> dict:
-    return _alter(ctx, request, incremental=False)
+async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
+    return {"throttle_time_ms": 0, "responses": _alter(ctx, request, incremental=False)}
 
 
 @handler(api_key=44, versions=(0, 1))
-async def incremental_alter_configs(ctx: RequestContext, request: dict) -> dict:
-    return _alter(ctx, request, incremental=True)
+async def incremental_alter_configs(
+        ctx: RequestContext, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
+    # the two responses have the same fields
+    return {"throttle_time_ms": 0,
+            "responses": list(_alter(ctx, request, incremental=True))}

@@ -22,91 +22,99 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from typing import Any
 
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
-from pybroker.errors import ErrorCode, KafkaError
+from pybroker.errors import ErrorCode, InvalidRequestError, KafkaError, TopicDeletionDisabledError
 from pybroker.metadata import DeletedTopic
 from pybroker.net.protocol.codec import ZERO_UUID
-
-
-def error_fields(exc: KafkaError) -> dict[str, Any]:
-    return {"error_code": int(exc.code), "error_message": str(exc)}
-
-
-def _ok() -> dict[str, Any]:
-    return {"error_code": ErrorCode.NONE, "error_message": None}
-
+from pybroker.net.protocol.typed import (
+    CreatePartitionsRequest,
+    CreatePartitionsRequestTopic,
+    CreatePartitionsResponse,
+    CreatePartitionsResponseTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DeleteTopicsResponseDeletableTopicResult,
+)
 
 # DeleteTopics -----------------------------------------------------------------------------
 
 
-def _delete_targets(ctx: RequestContext, request: dict) -> list[tuple[str | None, uuid.UUID]]:
+def _delete_targets(ctx: RequestContext,
+                    request: DeleteTopicsRequest) -> list[tuple[str | None, uuid.UUID]]:
     """(name, id) per requested topic: v0-5 name them, v6 names or ids (one of the two)."""
     if ctx.api_version < 6:
         return [(name, ZERO_UUID) for name in request.get("topic_names") or []]
     return [(t.get("name"), t.get("topic_id") or ZERO_UUID) for t in request.get("topics") or []]
 
 
-def _refused(ctx: RequestContext, name: str | None, topic_id: uuid.UUID,
-             duplicated: bool) -> dict[str, Any] | None:
-    """The answer for a topic the request may not delete, or None."""
-    result = {"name": name, "topic_id": topic_id}
+def _deletion(name: str | None, topic_id: uuid.UUID,
+              error: KafkaError | None = None) -> DeleteTopicsResponseDeletableTopicResult:
+    return {"name": name, "topic_id": topic_id,
+            "error_code": ErrorCode.NONE if error is None else int(error.code),
+            "error_message": None if error is None else str(error)}
+
+
+def _refusal(ctx: RequestContext, name: str | None, topic_id: uuid.UUID,
+             duplicated: bool) -> KafkaError | None:
+    """Why the request may not delete this topic, or None."""
     if (name is None) == (topic_id == ZERO_UUID):
-        code, message = ErrorCode.INVALID_REQUEST, (
-            "Neither topic name nor id were specified." if name is None else
-            "You may not specify both topic name and topic id.")
-        return {**result, "error_code": code, "error_message": message}
+        return InvalidRequestError("Neither topic name nor id were specified." if name is None
+                                   else "You may not specify both topic name and topic id.")
     if duplicated:
-        return {**result, "error_code": ErrorCode.INVALID_REQUEST,
-                "error_message": "Duplicate topic name." if name else "Duplicate topic id."}
+        return InvalidRequestError("Duplicate topic name." if name else "Duplicate topic id.")
     if not ctx.broker.config["delete.topic.enable"]:
-        return {**result, "error_code": ErrorCode.TOPIC_DELETION_DISABLED,
-                "error_message": "Topic deletion is disabled."}
+        return TopicDeletionDisabledError("Topic deletion is disabled.")
     return None
 
 
 @handler(api_key=20, versions=(0, 6))
-async def delete_topics(ctx: RequestContext, request: dict) -> dict:
+async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     targets = _delete_targets(ctx, request)
     seen = Counter(name if name is not None else topic_id for name, topic_id in targets)
-    responses: list[dict[str, Any]] = []
+    responses: list[DeleteTopicsResponseDeletableTopicResult] = []
     deleting: list[tuple[int, str | None, uuid.UUID]] = []  # (slot in responses, target)
     for name, topic_id in targets:
-        refused = _refused(ctx, name, topic_id, seen[name if name is not None else topic_id] > 1)
-        if refused is None:
+        refusal = _refusal(ctx, name, topic_id, seen[name if name is not None else topic_id] > 1)
+        if refusal is None:
             deleting.append((len(responses), name, topic_id))
-        responses.append(refused or {})
+        responses.append(_deletion(name, topic_id, refusal))  # a deletion's is replaced below
     if deleting:
         deleted = await ctx.broker.metadata.delete_topics(
             [(name, topic_id) for _, name, topic_id in deleting])
         for (slot, name, topic_id), outcome in zip(deleting, deleted, strict=True):
-            responses[slot] = {"name": outcome.name, "topic_id": outcome.topic_id, **_ok()} \
-                if isinstance(outcome, DeletedTopic) \
-                else {"name": name, "topic_id": topic_id, **error_fields(outcome)}
+            responses[slot] = _deletion(outcome.name, outcome.topic_id) \
+                if isinstance(outcome, DeletedTopic) else _deletion(name, topic_id, outcome)
     return {"throttle_time_ms": 0, "responses": responses}
 
 
 # CreatePartitions --------------------------------------------------------------------------
 
 
-async def _create_partitions_one(ctx: RequestContext, item: dict, duplicated: bool,
-                                 validate_only: bool) -> dict[str, Any]:
+def _partitions_result(name: str,
+                       error: KafkaError | None = None) -> CreatePartitionsResponseTopicResult:
+    return {"name": name, "error_code": ErrorCode.NONE if error is None else int(error.code),
+            "error_message": None if error is None else str(error)}
+
+
+async def _create_partitions_one(ctx: RequestContext, item: CreatePartitionsRequestTopic,
+                                 duplicated: bool,
+                                 validate_only: bool) -> CreatePartitionsResponseTopicResult:
     name = item["name"]
     if duplicated:
-        return {"name": name, "error_code": ErrorCode.INVALID_REQUEST,
-                "error_message": "Duplicate topic name."}
+        return _partitions_result(name, InvalidRequestError("Duplicate topic name."))
     try:
         await ctx.broker.metadata.create_partitions(name, item["count"], item["assignments"],
                                                     validate_only)
     except KafkaError as exc:
-        return {"name": name, **error_fields(exc)}
-    return {"name": name, **_ok()}
+        return _partitions_result(name, exc)
+    return _partitions_result(name)
 
 
 @handler(api_key=37, versions=(0, 3))
-async def create_partitions(ctx: RequestContext, request: dict) -> dict:
+async def create_partitions(ctx: RequestContext,
+                            request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     items = request.get("topics") or []
     seen = Counter(item.get("name") for item in items)
     validate_only = bool(request.get("validate_only"))
