@@ -72,7 +72,18 @@ from pybroker.cluster.zk_store import (
 )
 from pybroker.config import parse_bool
 from pybroker.errors import ErrorCode, UnknownTopicOrPartitionError
+from pybroker.net.protocol.typed import (
+    LeaderAndIsrRequest,
+    LeaderAndIsrRequestPartitionState,
+    StopReplicaRequest,
+    UpdateMetadataRequest,
+    UpdateMetadataRequestBroker,
+    UpdateMetadataRequestPartitionState,
+    UpdateMetadataRequestTopicState,
+)
 
+# What the controller sends brokers over the control channel.
+ControlRequest = LeaderAndIsrRequest | UpdateMetadataRequest | StopReplicaRequest
 log = logging.getLogger("pybroker.controller")
 
 LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 4, 5, 6
@@ -101,10 +112,10 @@ class _Sender:
         self.info = info
         self.client = client
         self.timeout_s = timeout_s
-        self._queue: asyncio.Queue[tuple[int, dict]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[int, ControlRequest]] = asyncio.Queue()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def put(self, api_key: int, body: dict) -> None:
+    def put(self, api_key: int, body: ControlRequest) -> None:
         self._queue.put_nowait((api_key, body))
 
     def close(self) -> None:
@@ -485,10 +496,12 @@ class Controller:
                     for r in replicas:
                         per_broker[r].append(p)
                 for broker, partitions in per_broker.items():
-                    self._send(broker, STOP_REPLICA, {"topic_states": [
-                        {"topic_name": name, "partition_states": [
+                    stop: StopReplicaRequest = {
+                        "controller_id": self.broker_id, "controller_epoch": self._epoch,
+                        "topic_states": [{"topic_name": name, "partition_states": [
                             {"partition_index": p, "leader_epoch": EPOCH_DURING_DELETE,
-                             "delete_partition": True} for p in sorted(partitions)]}]})
+                             "delete_partition": True} for p in sorted(partitions)]}]}
+                    self._send(broker, STOP_REPLICA, stop)
             await asyncio.to_thread(self.store.delete_topic, name)
             log.info("topic %s deleted", name)
             if topic is not None:
@@ -668,20 +681,22 @@ class Controller:
                     targets[r].append(tp)
         return targets
 
-    def _send(self, broker: int, api_key: int, body: dict) -> None:
+    def _send(self, broker: int, api_key: int, body: ControlRequest) -> None:
+        """``body`` to ``broker`` if live, addressed to its current registration."""
         sender = self._senders.get(broker)
         if sender is None:
             return  # not live: it gets the whole state when it registers
-        sender.put(api_key, {"controller_id": self.broker_id,
-                             "controller_epoch": self._epoch,
-                             "broker_epoch": sender.info.epoch, **body})
+        request = body.copy()  # one body may go to several brokers
+        request["broker_epoch"] = sender.info.epoch
+        sender.put(api_key, request)
 
     def _send_leader_and_isr(self, targets: dict[int, list[TP]], new: set[TP],
                              kind: int = INCREMENTAL) -> None:
         for broker, partitions in targets.items():
             if not partitions and kind != FULL:
                 continue
-            by_topic: dict[str, list[dict]] = collections.defaultdict(list)
+            by_topic: dict[str, list[LeaderAndIsrRequestPartitionState]] = \
+                collections.defaultdict(list)
             leaders: set[int] = set()
             for tp in sorted(partitions):
                 state = self._states[tp]
@@ -692,20 +707,22 @@ class Controller:
                     "isr": state.isr, "partition_epoch": state.zk_version,
                     "replicas": self._replicas(tp), "adding_replicas": [],
                     "removing_replicas": [], "is_new": tp in new})
-            self._send(broker, LEADER_AND_ISR, {
-                "type": kind,
+            request: LeaderAndIsrRequest = {
+                "controller_id": self.broker_id, "controller_epoch": self._epoch, "type": kind,
                 "topic_states": [{"topic_name": name, "topic_id": self._topics[name].topic_id,
                                   "partition_states": states}
                                  for name, states in by_topic.items()],
                 "live_leaders": [{"broker_id": b, "host_name": self._live[b].host,
                                   "port": self._live[b].port}
-                                 for b in sorted(leaders) if b in self._live]})
+                                 for b in sorted(leaders) if b in self._live]}
+            self._send(broker, LEADER_AND_ISR, request)
 
     def _send_update_metadata(self, partitions: Iterable[TP] | None,
                               deleted: Iterable[TopicAssignment] = ()) -> None:
         """UpdateMetadata to every live broker: the live brokers and the partitions named
         (None: all), ``deleted`` topics' partitions marked with leader -2."""
-        by_topic: dict[str, list[dict]] = collections.defaultdict(list)
+        by_topic: dict[str, list[UpdateMetadataRequestPartitionState]] = \
+            collections.defaultdict(list)
         chosen = self._all_partitions() if partitions is None else partitions
         for tp in sorted(chosen):
             state = self._states.get(tp)
@@ -717,8 +734,9 @@ class Controller:
                 "leader": state.leader, "leader_epoch": state.leader_epoch, "isr": state.isr,
                 "zk_version": state.zk_version, "replicas": replicas,
                 "offline_replicas": [r for r in replicas if r not in self._live]})
-        topic_states = [{"topic_name": name, "topic_id": self._topics[name].topic_id,
-                         "partition_states": states} for name, states in by_topic.items()]
+        topic_states: list[UpdateMetadataRequestTopicState] = [
+            {"topic_name": name, "topic_id": self._topics[name].topic_id,
+             "partition_states": states} for name, states in by_topic.items()]
         for topic in deleted:
             topic_states.append({"topic_name": topic.name, "topic_id": topic.topic_id,
                                  "partition_states": [
@@ -726,10 +744,12 @@ class Controller:
                  "leader": DELETED_LEADER, "leader_epoch": EPOCH_DURING_DELETE, "isr": [],
                  "zk_version": 0, "replicas": replicas, "offline_replicas": []}
                 for p, replicas in sorted(topic.partitions.items())]})
-        live_brokers = [{"id": b, "endpoints": [{"port": info.port, "host": info.host,
+        live_brokers: list[UpdateMetadataRequestBroker] = [{"id": b, "endpoints": [{"port": info.port, "host": info.host,
                                                  "listener": "PLAINTEXT",
                                                  "security_protocol": 0}], "rack": None}
                         for b, info in sorted(self._live.items())]
+        request: UpdateMetadataRequest = {
+            "controller_id": self.broker_id, "controller_epoch": self._epoch,
+            "topic_states": topic_states, "live_brokers": live_brokers}
         for broker in list(self._senders):
-            self._send(broker, UPDATE_METADATA, {"topic_states": topic_states,
-                                                 "live_brokers": live_brokers})
+            self._send(broker, UPDATE_METADATA, request)

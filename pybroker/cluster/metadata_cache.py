@@ -11,9 +11,10 @@ Not thread-safe: used from the event loop thread only.
 from __future__ import annotations
 
 import uuid
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from pybroker.metadata.interface import Endpoint
+from pybroker.net.protocol.typed import UpdateMetadataRequest
 
 DELETED_LEADER = -2  # UpdateMetadata's mark of a partition of a deleted topic (Kafka's)
 
@@ -41,7 +42,7 @@ class MetadataCache:
         self._by_id: dict[uuid.UUID, str] = {}
         self.updates = 0  # UpdateMetadata requests applied
 
-    def update(self, body: dict[str, Any]) -> list[str]:
+    def update(self, body: UpdateMetadataRequest) -> list[str]:
         """Apply an UpdateMetadata (v7) body; returns the topics deleted by it."""
         self.controller_id = body["controller_id"]
         brokers = {}

@@ -30,12 +30,24 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pybroker.broker.partition import Partition
 from pybroker.cluster.metadata_cache import MetadataCache
 from pybroker.errors import ErrorCode
 from pybroker.net.protocol import codec
+from pybroker.net.protocol.typed import (
+    LeaderAndIsrRequest,
+    LeaderAndIsrRequestPartitionState,
+    LeaderAndIsrResponse,
+    LeaderAndIsrResponsePartitionError,
+    LeaderAndIsrResponseTopicError,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    StopReplicaResponsePartitionError,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
@@ -104,16 +116,19 @@ class ReplicaManager:
     # the control channel -------------------------------------------------------------
 
     async def handle(self, api_key: int, api_version: int, body: dict) -> dict:
+        """Serve one decoded control request (the channel's handler); the API key says
+        which message ``body`` is."""
         async with self._lock:
             stale = self._stale(body)
             if api_key == LEADER_AND_ISR:
-                return await self._leader_and_isr(body, stale)
+                return dict(await self._leader_and_isr(cast(LeaderAndIsrRequest, body), stale))
             if api_key == UPDATE_METADATA:
                 if not stale:
-                    self._update_metadata(body)
-                return {"error_code": stale}
+                    self._update_metadata(cast(UpdateMetadataRequest, body))
+                updated: UpdateMetadataResponse = {"error_code": stale}
+                return dict(updated)
             if api_key == STOP_REPLICA:
-                return await self._stop_replica(body, stale)
+                return dict(await self._stop_replica(cast(StopReplicaRequest, body), stale))
         log.warning("control request with api key %d ignored", api_key)
         answer = codec.response_defaults(api_key, api_version)
         answer["error_code"] = ErrorCode.INVALID_REQUEST
@@ -135,17 +150,18 @@ class ReplicaManager:
         self.controller_epoch = epoch
         return ErrorCode.NONE
 
-    def _update_metadata(self, body: dict) -> None:
+    def _update_metadata(self, body: UpdateMetadataRequest) -> None:
         deleted = self.cache.update(body)
         for name in deleted:
             if self.broker.topics.get(name) is not None:
                 self._delete_local(name)
 
-    async def _leader_and_isr(self, body: dict, stale: int) -> dict:
-        topics_out = []
+    async def _leader_and_isr(self, body: LeaderAndIsrRequest,
+                              stale: int) -> LeaderAndIsrResponse:
+        topics_out: list[LeaderAndIsrResponseTopicError] = []
         endpoints = {b["broker_id"]: (b["host_name"], b["port"]) for b in body["live_leaders"]}
-        for t in body["topic_states"]:
-            errors = []
+        for t in body.get("topic_states", []):
+            errors: list[LeaderAndIsrResponsePartitionError] = []
             configs: dict[str, str] = {}
             read_configs = False
             for p in t["partition_states"]:
@@ -166,7 +182,8 @@ class ReplicaManager:
             topics_out.append({"topic_id": t["topic_id"], "partition_errors": errors})
         return {"error_code": stale, "topics": topics_out}
 
-    async def _apply(self, topic: str, topic_id: uuid.UUID, state: dict, configs: dict[str, str],
+    async def _apply(self, topic: str, topic_id: uuid.UUID, state: LeaderAndIsrRequestPartitionState,
+                     configs: dict[str, str],
                      endpoints: dict[int, tuple[str, int]]) -> int:
         index = state["partition_index"]
         partition = self.broker.topics.ensure_replica(topic, topic_id, index, configs)
@@ -207,11 +224,11 @@ class ReplicaManager:
             self._tell(partition, False)
         return ErrorCode.NONE
 
-    async def _stop_replica(self, body: dict, stale: int) -> dict:
-        out = []
-        for t in body["topic_states"]:
+    async def _stop_replica(self, body: StopReplicaRequest, stale: int) -> StopReplicaResponse:
+        out: list[StopReplicaResponsePartitionError] = []
+        for t in body.get("topic_states", []):
             name = t["topic_name"]
-            partitions = []
+            partitions: list[StopReplicaResponsePartitionError] = []
             delete = False
             for p in t["partition_states"]:
                 code = stale
