@@ -5,8 +5,9 @@ A handler is ``async def handle(ctx: RequestContext, request: dict) -> dict | No
 returned dict is encoded as the response of the same version, ``None`` sends nothing
 (acks=0 produce). Annotate both with the generated types of ``pybroker.net.protocol.typed``
 so mypy checks their keys; at run time a response key its struct has in no version raises
-``UnknownFieldError`` (a bug: logged, the connection closed). Register it with the versions
-it serves::
+``UnknownFieldError``, and a field of the version that has no spec default left out
+``MissingFieldError`` (bugs: logged, the connection closed). Register it with the
+versions it serves::
 
     @handler(api_key=3, versions=(0, 12))
     async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse: ...
