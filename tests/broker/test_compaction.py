@@ -13,15 +13,17 @@ record, offsets increasing.
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from pybroker._native.records import HEADER_SIZE, read_batch_header
+from pybroker._native.records import HEADER_SIZE, encode_batch, read_batch_header
 from pybroker.log.checkpoints import read_offsets
 from pybroker.log.log_cleaner import CHECKPOINT_FILE, CRASH_ENV
 from tests.admin.clients import create_topic, unique
+from tests.broker.wire_client import WireClient, produce_body
 
 TIMEOUT = 60.0
 TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "4096", "segment.ms": "300",
@@ -195,3 +197,53 @@ def test_consumers_reading_during_cleaning_see_written_records_in_order(broker_f
         assert passes < 100, "not cleaned"
     assert consume(broker.bootstrap, topic, roll + 1) == \
         model(written, cleaned_up_to(broker.data_dir, topic))
+
+
+def idempotent_batches(data_dir: str, topic: str) -> list[tuple[int, bytes]]:
+    """(base offset, bytes as stored) of every batch with a producer id, all segments."""
+    directory = os.path.join(data_dir, f"{topic}-0")
+    found = []
+    for name in sorted(n for n in os.listdir(directory) if n.endswith(".log")):
+        with open(os.path.join(directory, name), "rb") as f:
+            data = f.read()
+        position = 0
+        while position + HEADER_SIZE <= len(data):
+            info = read_batch_header(data, position)
+            if info.producer_id >= 0:
+                found.append((info.base_offset, data[position:position + info.size]))
+            position += info.size
+    return found
+
+
+def test_an_idempotent_retry_is_recognised_after_cleaning_and_a_crash(broker_factory):
+    """An idempotent producer's updates are cleaned away (all but its last batch, which the
+    cleaner keeps for its producer state), the broker is SIGKILLed and restarted: a retry
+    of that last batch still gets its original offset, nothing is appended, and the
+    producer goes on in sequence."""
+    broker = broker_factory(log_cleaner_backoff_ms=100)
+    topic = unique("idem-clean")
+    create_topic(broker.bootstrap, topic, config=TOPIC_CONFIG)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
+                         "linger.ms": 5})
+    for i in range(400):
+        producer.produce(topic, b"v%03d" % i, key=b"k%d" % (i % 5), partition=0)
+        if i % 50 == 49:
+            assert producer.flush(TIMEOUT) == 0
+    last_offset, last_batch = idempotent_batches(broker.data_dir, topic)[-1]
+    time.sleep(0.4)  # past segment.ms: the roll record seals the producer's last segment
+    with WireClient(broker.bootstrap) as client:
+        rolled = client.request(0, 9, produce_body(topic, 0, encode_batch([b"r"], keys=[b"roll"])))
+        roll = rolled["responses"][0]["partition_responses"][0]["base_offset"]
+    wait_cleaned(broker.data_dir, topic, roll)
+    assert len(idempotent_batches(broker.data_dir, topic)) < 8  # cleaned: 400 records, 5 keys
+    broker.restart(signal.SIGKILL)
+    with WireClient(broker.bootstrap) as client:
+        retried = client.request(0, 9, produce_body(topic, 0, last_batch))
+        answer = retried["responses"][0]["partition_responses"][0]
+        assert (answer["error_code"], answer["base_offset"]) == (0, last_offset)
+        end = client.request(2, 1, {"replica_id": -1, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "timestamp": -1}]}]})
+    assert end["topics"][0]["partitions"][0]["offset"] == roll + 1  # not appended again
+    for i in range(400, 410):
+        producer.produce(topic, b"v%03d" % i, key=b"k%d" % (i % 5), partition=0)
+    assert producer.flush(TIMEOUT) == 0
