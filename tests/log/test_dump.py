@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+from pybroker._native.cleaner import OffsetMap
+from pybroker._native.records import encode_batch
 from pybroker.log.log import Log
 from pybroker.log.log_config import LogConfig
 from tests.log.helpers import append, make_batch
@@ -66,3 +68,28 @@ def test_dump_exits_non_zero_on_corruption_and_torn_tail(tmp_path):
     assert done.returncode == 1 and "CORRUPT at position" in done.stdout
     assert done.stdout.count("valid\n") == 4
     assert run("-m", "pybroker.log.dump", str(tmp_path / "missing.log")).returncode == 2
+
+
+def test_dump_shows_what_the_cleaner_leaves(tmp_path):
+    # producer 7's batch: both records superseded, kept empty as its last batch; then an
+    # update of "a" and a tombstone of "b", which gets its delete horizon (now + retention)
+    data = encode_batch([b"a1", b"b1"], [b"a", b"b"], [10, 11], producer_id=7,
+                        producer_epoch=0, base_sequence=0)
+    data += encode_batch([b"a\x1b2", None], [b"a", b"b"], [20, 21], base_offset=2)
+    offsets = OffsetMap(1 << 20)
+    offsets.add_batches(data, 0)
+    cleaned = offsets.clean_batches(data, 1_000, 500, {7: 1}, 4).data
+    segment = tmp_path / ("0" * 20 + ".log")
+    segment.write_bytes(cleaned)
+    done = run("-m", "pybroker", "log", "dump", "-r", str(segment))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()[1:]
+    assert "baseOffset: 0 lastOffset: 1 count: 0 firstTimestamp: 11 " in lines[0]
+    assert "producerId: 7 " in lines[0] and " empty crc:" in lines[0]
+    assert "baseOffset: 2 lastOffset: 3 count: 2 deleteHorizonMs: 1500 maxTimestamp: 21 " \
+        in lines[1] and " empty " not in lines[1]
+    assert lines[2:4] == ["| offset: 2 timestamp: 20 key: a value: a\\x1b2",
+                          "| offset: 3 timestamp: 21 key: b tombstone"]
+    assert lines[4].startswith("OK: 2 batches")
+    plain = run("-m", "pybroker.log.dump", str(segment))
+    assert "| offset" not in plain.stdout and plain.stdout.count("position:") == 2
