@@ -30,7 +30,9 @@ supported list (KIP-511). Handler bugs are logged and answered UNKNOWN_SERVER_ER
 Observability of the data plane: the native zero-copy counters (bytes sent with
 sendfile/splice vs bytes sent from memory) and request counts are written as JSON to
 ``stats.file`` (default ``<data_dir>/broker-stats.json``) every ``stats.interval.ms`` when
-they changed, on SIGUSR1 at once, and at shutdown.
+they changed, on SIGUSR1 at once, and at shutdown; with them the log cleaner's state of
+each compacted partition (``LogCleaner.states``: checkpoint, dirty ratio), which
+``pybroker topic describe --data-dir`` reads (Kafka's protocol carries no cleaner state).
 
 Not thread-safe: everything runs on the event loop thread.
 """
@@ -38,6 +40,7 @@ Not thread-safe: everything runs on the event loop thread.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -49,7 +52,7 @@ from typing import Any
 
 from pybroker.broker import collector
 from pybroker.broker import handlers as handler_registry
-from pybroker.broker.files import read_json, write_json
+from pybroker.broker.files import STATS_FILE, read_json, write_json
 from pybroker.broker.producer_ids import ProducerIdManager
 from pybroker.broker.request import Encoded, RequestContext
 from pybroker.broker.topic_manager import TopicManager
@@ -80,7 +83,6 @@ DECODE_OFF_LOOP_BYTES = 16 * 1024
 # Earlier versions kept every partition's producer state in this one file; read once on
 # upgrade (``_adopt_legacy_producer_state``), then removed.
 LEGACY_PRODUCER_STATE_FILE = "producer-state.json"
-STATS_FILE = "broker-stats.json"
 SHUTDOWN_DRAIN_SECONDS = 10.0
 
 
@@ -256,9 +258,9 @@ class Broker:
         self._writer.shutdown(wait=True)
         if self.cleaner is not None:
             self.cleaner.stop()
+        self.write_stats(force=True)  # (while the logs are open: the cleaner's state)
         if self._logs_open:
             self.logs.close(clean=True)
-        self.write_stats(force=True)
         stats = self.stats()
         log.info("served %d requests; sent %d bytes zero-copy and %d from memory (%.2f%% "
                  "zero-copy)", stats["requests"], stats["zero_copy_bytes"],
@@ -327,6 +329,7 @@ class Broker:
         zero, copied = counters["zero_copy_bytes"], counters["copied_bytes"]
         return {
             "pid": os.getpid(),
+            "broker_id": self.broker_id,
             "time": time.time(),
             "zero_copy_bytes": zero,
             "copied_bytes": copied,
@@ -342,13 +345,17 @@ class Broker:
     def write_stats(self, force: bool = False) -> None:
         """Write the stats file if anything changed, or ``force`` (SIGUSR1, shutdown)."""
         stats = self.stats()
+        cleaner = self.cleaner
         key = (stats["zero_copy_bytes"], stats["copied_bytes"], stats["requests"],
-               stats["connections"])
+               stats["connections"], cleaner.cleanings if cleaner else 0)
         self._stats_seq += 1
         if key == self._stats_last and not force:
             return
         self._stats_last = key
         stats["seq"] = self._stats_seq
+        # (only when written: it walks the segments of every compacted log)
+        stats["cleaner"] = [dataclasses.asdict(state) for state in cleaner.states()] \
+            if cleaner else []
         write_json(self._stats_path, stats, durable=False)
 
     # dispatch ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Small metadata files of the broker (topics, producer ids, snapshots): atomic JSON."""
+"""Small files of the broker (topics, producer ids, snapshots, stats): atomic JSON."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ import threading
 from typing import Any
 
 from pybroker.log.checkpoints import replace_file
+
+# The broker's counters and cleaner state (``Broker.write_stats``), in its data directory
+# unless ``stats.file`` says otherwise; ``pybroker topic describe --data-dir`` reads it.
+STATS_FILE = "broker-stats.json"
 
 
 def write_json(path: str, data: Any, durable: bool = True) -> None:

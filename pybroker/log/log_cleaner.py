@@ -22,6 +22,9 @@ Kafka's design (``LogCleaner``, ``Cleaner``, ``LogCleanerManager``), on
    log was truncated or lost those segments meanwhile).
 4. Record the end of the round in ``cleaner-offset-checkpoint``.
 
+``states`` gives each compacted log's checkpoint and dirty ratio (step 1's figures); the
+broker writes them to its stats file, for ``pybroker topic describe``.
+
 The threads never touch a ``Log`` or ``LogManager``: everything they need is taken on the
 event loop (``_take_job``) and the swap is done there (``_swap``), so the loop stalls only
 for renames and one directory fsync per group (the one that makes ``.swap`` durable before
@@ -166,6 +169,16 @@ class _Job:
     now_ms: int
 
 
+@dataclasses.dataclass(frozen=True)
+class CleanerState:
+    """The cleaner's view of one compacted partition (``LogCleaner.states``)."""
+
+    topic: str
+    partition: int
+    cleaned_up_to: int | None  # the checkpoint: offsets below it were cleaned (None: never)
+    dirty_ratio: float         # what is compared with min.cleanable.dirty.ratio
+
+
 class _Aborted(Exception):
     """The log changed under the cleaning, or the cleaner is stopping."""
 
@@ -188,6 +201,7 @@ class LogCleaner:
         self._truncations: dict[Key, int] = {}    # Log.truncations at each checkpoint
         self._in_progress: set[Key] = set()
         self.uncleanable: set[Key] = set()
+        self.cleanings = 0  # rounds completed: the stats file is written again after one
         self._stopping = threading.Event()
         # (a stop ends a throttled wait at once)
         self._throttler = Throttler(self.config.io_max_bytes_per_second, self._stopping.wait)
@@ -215,6 +229,15 @@ class LogCleaner:
     def checkpoint(self, topic: str, partition: int) -> int | None:
         """The offset up to which ``topic``/``partition`` was cleaned, if it ever was."""
         return self._checkpoints.get((topic, partition))
+
+    def states(self) -> list[CleanerState]:
+        """Every compacted log's checkpoint and dirty ratio (event loop). Kafka reports
+        these only as metrics and log lines; the broker writes them to its stats file,
+        where ``pybroker topic describe`` reads them."""
+        now = int(self._clock() * 1000)
+        return [CleanerState(*key, self._checkpoints.get(key),
+                             self._dirty_section(key, partition_log, now)[1])
+                for key, partition_log in self._logs.logs() if partition_log.config.compacts]
 
     def clean_once(self) -> bool:
         """Clean the dirtiest log now, on this thread; False if none was cleanable (tests
@@ -311,9 +334,18 @@ class LogCleaner:
 
     def _cleanable(self, key: Key, partition_log: Log, now: int
                    ) -> tuple[bool, float, int, int] | None:
-        """(must clean now, dirty ratio, first dirty offset, first uncleanable offset) when
-        the log qualifies. A few attribute reads per segment: this runs on the event loop
-        for every compacted log."""
+        """``_dirty_section`` of the log when it qualifies for cleaning now."""
+        found = self._dirty_section(key, partition_log, now)
+        must_clean, ratio = found[:2]
+        if must_clean or ratio > partition_log.config.min_cleanable_dirty_ratio:
+            return found
+        return None
+
+    def _dirty_section(self, key: Key, partition_log: Log, now: int
+                       ) -> tuple[bool, float, int, int]:
+        """(must clean now, dirty ratio, first dirty offset, first uncleanable offset); the
+        ratio is 0 when nothing is cleanable. A few attribute reads per segment: this runs
+        on the event loop for every compacted log."""
         config = partition_log.config
         segments = partition_log.segments
         start = partition_log.log_start_offset
@@ -346,11 +378,8 @@ class LogCleaner:
                     now - first_ts > config.max_compaction_lag_ms
             dirty_bytes += segment.size
         if upper <= first_dirty or not dirty_bytes:
-            return None
-        ratio = dirty_bytes / (clean_bytes + dirty_bytes)
-        if not must_clean and ratio <= config.min_cleanable_dirty_ratio:
-            return None
-        return must_clean, ratio, first_dirty, upper
+            return False, 0.0, first_dirty, upper
+        return must_clean, dirty_bytes / (clean_bytes + dirty_bytes), first_dirty, upper
 
     def _sources(self, partition_log: Log, upper: int) -> list[_Source]:
         """The sealed segments below ``upper``, as the cleaner thread reads them."""
@@ -374,6 +403,7 @@ class LogCleaner:
         if end is not None and self._logs.get(*job.key) is job.log:
             self._checkpoints[job.key] = end
             self._truncations[job.key] = job.truncations
+            self.cleanings += 1
         self._checkpoints = {key: offset for key, offset in self._checkpoints.items()
                              if self._logs.get(*key) is not None}
         return dict(self._checkpoints)
