@@ -5,14 +5,21 @@ works against any Kafka broker (``--bootstrap HOST:PORT``). ``describe`` prints 
 partition's leader, replicas and ISR as Metadata gives them (a single node is all three;
 a cluster member answers its metadata cache, which the controller keeps current) with its
 low and high watermark, and the partition's error: KAFKA_STORAGE_ERROR while pybroker's
-writes there fail (``pybroker.metadata.single_node``). Errors the broker answers are printed one line per topic to
-stderr and make the exit status 1.
+writes there fail (``pybroker.metadata.single_node``). For a compacted topic it also
+prints the log cleaner's state of each partition (the offset cleaned up to, the dirty
+ratio) on each broker whose data directory is given (``--data-dir``, repeatable): Kafka
+reports these only as metrics and log lines, no protocol API carries them, so they come
+from the stats file the broker writes (``Broker.write_stats``), not over the network.
+Errors the broker answers are printed one line per topic to stderr and make the exit
+status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -43,10 +50,17 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=list_main)
 
     p = sub.add_parser("describe", help="partitions (leader, replicas, in-sync replicas, "
-                       "watermarks) and configs of topics")
+                       "watermarks), configs and log cleaner state of topics")
     p.add_argument("names", nargs="+", metavar="TOPIC")
     p.add_argument("--all-configs", "-a", action="store_true",
                    help="every config, not only the ones set on the topic or broker")
+    p.add_argument("--data-dir", dest="data_dirs", action="append", default=[],
+                   metavar="DIR", help="a pybroker broker's data directory (or its "
+                   "stats.file), repeatable: one per broker of a cluster. The log cleaner's "
+                   "state of each partition of a compacted topic (last cleaned offset, "
+                   "dirty ratio) is read from the stats file the broker writes there every "
+                   "stats.interval.ms: Kafka's protocol does not carry it, so it is shown "
+                   "only where the broker's files can be read")
     p.set_defaults(func=describe_main)
 
     p = sub.add_parser("delete", help="delete topics")
@@ -146,6 +160,7 @@ def describe_main(args: argparse.Namespace) -> int:
     admin = _admin(args)
     metadata = admin.list_topics(timeout=_TIMEOUT)
     status = 0
+    brokers_stats = _read_stats(args.data_dirs) if args.data_dirs else None
     resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in args.names]
     config_futures = admin.describe_configs(resources, request_timeout=_TIMEOUT)
     for resource, future in config_futures.items():
@@ -176,6 +191,14 @@ def describe_main(args: argparse.Namespace) -> int:
         if any(row[-1] == "KAFKA_STORAGE_ERROR" for row in rows):
             print("\nKAFKA_STORAGE_ERROR: the broker refused writes to the partition in the "
                   "last minute (disk full or failing: see the broker's log)")
+        policy = configs.get("cleanup.policy")
+        if policy is not None and "compact" in (policy.value or ""):
+            print()
+            if brokers_stats is None:
+                print("CLEANER  (with --data-dir: read from the broker's stats file)")
+            else:
+                _table(["PARTITION", "BROKER", "CLEANED-UP-TO", "DIRTY-RATIO", "AS-OF"],
+                       _cleaner_rows(name, sorted(topic.partitions), brokers_stats))
         print("\nKEY  VALUE  SOURCE")
         for entry in sorted(configs.values(), key=lambda e: e.name):
             default = entry.source == ConfigSource.DEFAULT_CONFIG.value
@@ -185,6 +208,45 @@ def describe_main(args: argparse.Namespace) -> int:
             print(f"{entry.name}  {entry.value}  {source}")
         print()
     return status
+
+
+def _read_stats(paths: list[str]) -> list[dict[str, Any]]:
+    """The stats file of each broker given by its data directory (or the file itself)."""
+    from pybroker.broker.files import STATS_FILE, read_json
+
+    found = []
+    for path in paths:
+        file = os.path.join(path, STATS_FILE) if os.path.isdir(path) else path
+        try:
+            stats = read_json(file)
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"{file}: cannot read the broker's stats: {exc}") from None
+        if not isinstance(stats, dict):
+            raise SystemExit(f"{file}: no stats file (is a broker running on this data "
+                             "directory?)")
+        found.append(stats)
+    return found
+
+
+def _cleaner_rows(topic: str, partitions: list[int],
+                  brokers_stats: list[dict[str, Any]]) -> list[list[Any]]:
+    """A row per partition and broker holding it: the checkpoint (``-``: never cleaned),
+    the dirty ratio, and when the broker wrote them."""
+    rows = []
+    for index in partitions:
+        held = False
+        for stats in brokers_stats:
+            for state in stats.get("cleaner", []):
+                if (state["topic"], state["partition"]) == (topic, index):
+                    held = True
+                    cleaned = state["cleaned_up_to"]
+                    rows.append([index, stats.get("broker_id", "-"),
+                                 "-" if cleaned is None else cleaned,
+                                 f"{state['dirty_ratio']:.3f}",
+                                 time.strftime("%H:%M:%S", time.localtime(stats["time"]))])
+        if not held:
+            rows.append([index, "-", "-", "-", "-"])
+    return rows
 
 
 def _ids(broker_ids: list[int]) -> str:
