@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 READY = re.compile(r"ready: listening on (\S+):(\d+)")
@@ -29,10 +29,12 @@ def fd_limit_setter(nofile: int) -> Callable[[], None]:
 
 
 class LocalBroker:
-    """``python3 -m pybroker serve`` on a free loopback port with a temporary data dir."""
+    """``python3 -m pybroker serve`` on a free loopback port with a temporary data dir;
+    ``settings`` are passed as ``--set key=value``."""
 
-    def __init__(self, workdir: str) -> None:
+    def __init__(self, workdir: str, settings: Mapping[str, object] | None = None) -> None:
         self.data_dir = os.path.join(workdir, "data")
+        self.settings = dict(settings or {})
         self.log_path = os.path.join(workdir, "broker.log")
         self.proc: subprocess.Popen[bytes] | None = None
         self.bootstrap = ""
@@ -43,7 +45,8 @@ class LocalBroker:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pybroker", "serve", "--data-dir", self.data_dir,
-                 "--listen", "127.0.0.1:0"],
+                 "--listen", "127.0.0.1:0",
+                 *(arg for k, v in self.settings.items() for arg in ("--set", f"{k}={v}"))],
                 stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=ROOT,
                 preexec_fn=fd_limit_setter(fd_limit) if fd_limit else None)
         deadline = time.monotonic() + timeout

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 from bench.driver.local_broker import LocalBroker, fd_limit_setter
@@ -51,17 +52,22 @@ def free_port_pair() -> int:
 
 
 class Kafka:
+    """``kafka.sh`` of the reference folder, fresh in a work dir of its own (data in
+    ``work/data``, logs in ``work/logs``); ``settings`` go to its server.properties."""
+
     label = "kafka-4.1"
 
-    def __init__(self, reference: str) -> None:
+    def __init__(self, reference: str, settings: Mapping[str, object] | None = None) -> None:
         self.script = os.path.join(reference, "kafka.sh")
+        self.settings = dict(settings or {})
         self.env: dict[str, str] = {}
         self.work = ""
 
     def start(self, nofile: int) -> tuple[str, int, str]:
         port = free_port_pair()
         self.work = tempfile.mkdtemp(prefix="hostile-kafka-")
-        self.env = dict(os.environ, KAFKA_PORT=str(port), KAFKA_WORK=self.work, KAFKA_FRESH="1")
+        self.env = dict(os.environ, KAFKA_PORT=str(port), KAFKA_WORK=self.work, KAFKA_FRESH="1",
+                        KAFKA_SET=" ".join(f"{k}={v}" for k, v in self.settings.items()))
         done = subprocess.run([self.script, "start"], env=self.env, capture_output=True,
                               text=True, timeout=START_TIMEOUT,
                               preexec_fn=fd_limit_setter(nofile))
@@ -80,15 +86,19 @@ class Kafka:
 
 
 class PyBroker:
+    """``python3 -m pybroker serve`` of this checkout (LocalBroker), fresh in a work dir of
+    its own (data in ``work/data``, its log in ``work/broker.log``)."""
+
     label = "pybroker"
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Mapping[str, object] | None = None) -> None:
+        self.settings = dict(settings or {})
         self.work = ""
         self.broker: LocalBroker | None = None
 
     def start(self, nofile: int) -> tuple[str, int, str]:
         self.work = tempfile.mkdtemp(prefix="hostile-pybroker-")
-        self.broker = LocalBroker(self.work)
+        self.broker = LocalBroker(self.work, self.settings)
         self.broker.start(START_TIMEOUT, fd_limit=nofile)
         return self.broker.bootstrap, self.broker.pid, self.broker.log_path
 
