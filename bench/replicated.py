@@ -266,6 +266,19 @@ def table(rounds: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def write_report(result: dict, out: str | None) -> None:
+    """Prints ``result`` (JSON, then its ``table``); with ``out``, writes them there as
+    result.json and result.md."""
+    print(json.dumps({k: v for k, v in result.items() if k != "table"}, indent=2))
+    print(result["table"])
+    if out:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "result.json"), "w") as fh:
+            json.dump(result, fh, indent=2)
+        with open(os.path.join(out, "result.md"), "w") as fh:
+            fh.write(result["table"] + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="per figure")
@@ -295,14 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     result["loadavg_1m_end"] = os.getloadavg()[0]
     result["table"] = table(result["rounds"])
-    print(json.dumps({k: v for k, v in result.items() if k != "table"}, indent=2))
-    print(result["table"])
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "result.json"), "w") as fh:
-            json.dump(result, fh, indent=2)
-        with open(os.path.join(args.out, "result.md"), "w") as fh:
-            fh.write(result["table"] + "\n")
+    write_report(result, args.out)
     return 0
 
 
