@@ -44,7 +44,8 @@ thread, a 128 MiB dedupe buffer, no I/O throttle). Two figures per broker and ro
    ``cleanup.policy=compact`` and ``segment.bytes`` of ``--segment-mib``, so segments roll
    and the cleaner works while the producer runs, and the same against a topic with
    ``cleanup.policy=delete`` (nothing to clean), on the same broker, in alternating
-   order per round. A compacted topic refuses records without a key, so every record
+   order per round, after run-workloads.sh's unmeasured warm-up (500k x 100 B, fewer if
+   W2 is shorter). A compacted topic refuses records without a key, so every record
    carries the key ``w2`` and ``-X partitioner=random`` spreads them over the 4
    partitions as W2's unkeyed records are: the cleaner reads every byte and keeps one
    record per partition. The figure is the producer's MB/s as rdkafka_performance prints
@@ -93,6 +94,7 @@ from bench.single_node import machine, process_cpu_seconds
 BROKER_SETTINGS = {"log.cleaner.backoff.ms": 200}
 HOLD_MS = 86_400_000          # min.compaction.lag.ms while the data set is written
 W2_PARTITIONS, W2_RECORD_BYTES, W2_KEY = 4, 1024, "w2"
+WARM_UP_MESSAGES = 500_000
 SEGMENT_FILE = re.compile(r"(\d{20})\.log")
 POLL_S = 0.1
 
@@ -305,8 +307,35 @@ def measure_cleaner(broker: Broker, admin: AdminClient, bootstrap: str, topic: s
             "wall_s": round(done - opened, 3)}
 
 
-_W2_SUMMARY = re.compile(r"^% (\d+) messages produced \((\d+) bytes\), (\d+) delivered .* in "
-                         r"(\d+)ms: (\d+) msgs/s and ([\d.]+) MB/s", re.M)
+_PERF_SUMMARY = re.compile(r"^% (\d+) messages produced \((\d+) bytes\), (\d+) delivered .* "
+                           r"in (\d+)ms: (\d+) msgs/s and ([\d.]+) MB/s", re.M)
+
+
+def rdkafka_produce(broker: Broker, bootstrap: str, topic: str, record_bytes: int,
+                    count: int, args: argparse.Namespace, *extra: str) -> dict[str, Any]:
+    """rdkafka_performance as run-workloads.sh runs it (acks=1, linger.ms=5): its summary."""
+    command = [os.path.join(args.reference, "rdkafka_performance"), "-P", "-t", topic,
+               "-s", str(record_bytes), "-c", str(count), "-b", bootstrap,
+               "-X", "linger.ms=5", "-a", "1", *extra]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+    found = _PERF_SUMMARY.findall(done.stdout + done.stderr)
+    if done.returncode or not found:
+        raise RuntimeError(f"{broker.label}: rdkafka_performance failed ({done.returncode}):"
+                           f" {(done.stdout + done.stderr)[-2000:]}")
+    produced, nbytes, delivered, elapsed_ms, msgs_s, mb_s = found[-1]
+    return {"messages": int(produced), "delivered": int(delivered), "bytes": int(nbytes),
+            "elapsed_ms": int(elapsed_ms), "msgs_s": int(msgs_s), "mb_s": float(mb_s)}
+
+
+def warm_up(broker: Broker, admin: AdminClient, bootstrap: str, round_no: int,
+            args: argparse.Namespace) -> None:
+    """run-workloads.sh's warm-up (500k x 100 B, unmeasured) before the W2 figures, never
+    longer than they are."""
+    topic = f"warm-up-r{round_no}"
+    create_topic(admin, topic, W2_PARTITIONS, {})
+    rdkafka_produce(broker, bootstrap, topic, 100, min(WARM_UP_MESSAGES, args.w2_messages),
+                    args)
+    os.sync()
 
 
 def measure_w2(broker: Broker, admin: AdminClient, bootstrap: str, pid: int, topic: str,
@@ -315,24 +344,13 @@ def measure_w2(broker: Broker, admin: AdminClient, bootstrap: str, pid: int, top
         "cleanup.policy": policy, "segment.bytes": str(args.segment_mib << 20)})
     time.sleep(1)  # as run-workloads.sh: the new partitions settled
     cpu = process_cpu_seconds(pid)
-    command = [os.path.join(args.reference, "rdkafka_performance"), "-P", "-t", topic,
-               "-s", str(W2_RECORD_BYTES), "-c", str(args.w2_messages), "-b", bootstrap,
-               "-X", "linger.ms=5", "-a", "1", "-k", W2_KEY, "-X", "partitioner=random"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+    result = rdkafka_produce(broker, bootstrap, topic, W2_RECORD_BYTES, args.w2_messages, args,
+                             "-k", W2_KEY, "-X", "partitioner=random")
     ended = time.monotonic()
-    cpu = process_cpu_seconds(pid) - cpu
-    found = _W2_SUMMARY.findall(done.stdout + done.stderr)
-    if done.returncode or not found:
-        raise RuntimeError(f"{broker.label}: rdkafka_performance failed ({done.returncode}):"
-                           f" {(done.stdout + done.stderr)[-2000:]}")
-    produced, nbytes, delivered, elapsed_ms, msgs_s, mb_s = found[-1]
+    result["broker_cpu_s"] = round(process_cpu_seconds(pid) - cpu, 2)
     during = cleaner_rounds(broker, topic)
-    result: dict[str, Any] = {
-        "messages": int(produced), "delivered": int(delivered), "bytes": int(nbytes),
-        "elapsed_ms": int(elapsed_ms), "msgs_s": int(msgs_s), "mb_s": float(mb_s),
-        "broker_cpu_s": round(cpu, 2),
-        "cleaned_mb_during": sum(r.bytes_read for r in during) / 1e6,
-        "cleaner_rounds_during": len(during)}
+    result["cleaned_mb_during"] = sum(r.bytes_read for r in during) / 1e6
+    result["cleaner_rounds_during"] = len(during)
     if policy == "compact":
         caught_up = wait_cleaned(broker, topic, W2_PARTITIONS, args.timeout)
         result["catch_up_s"] = None if caught_up is None else round(caught_up - ended, 3)
@@ -360,6 +378,7 @@ def measure_broker(broker: Broker, bootstrap: str, pid: int, round_no: int,
         "w2": {}}
     print(f"{label} cleaner {figures['cleaner']}", file=sys.stderr)
     if args.w2_messages:
+        warm_up(broker, admin, bootstrap, round_no, args)
         for policy in ["compact", "delete"] if round_no % 2 else ["delete", "compact"]:
             figures["w2"][policy] = measure_w2(broker, admin, bootstrap, pid,
                                                f"w2-{policy}-r{round_no}", policy, args)
