@@ -108,6 +108,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "offsets.topic.num.partitions": (int, 50),
     "offsets.retention.minutes": (int, 7 * 24 * 60),
     "offsets.retention.check.interval.ms": (int, 600_000),
+    "offsets.topic.segment.bytes": (int, 100 * _MIB),
     # Kafka waits 3000 ms to gather a new group's first members; pybroker answers the first
     # member at once (see CoordinatorConfig.initial_rebalance_delay_ms).
     "group.initial.rebalance.delay.ms": (int, 0),

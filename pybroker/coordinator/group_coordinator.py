@@ -37,6 +37,11 @@ committed offsets enter the in-memory state only then, so OffsetFetch never show
 offset a failover could lose. Tombstones (deletions, expiry) are not waited for: a lost
 one is written again by the next expiry pass, as Kafka does.
 
+The topic is compacted by the log cleaner (``cleanup.policy=compact``, segments of
+``offsets.topic.segment.bytes``), on every replica, like any compacted topic: the
+tombstones written where Kafka writes them (DeleteOffsets, expired offsets, a deleted or
+emptied group's metadata) are what let it drop a key's older records.
+
 The semantics follow Kafka's classic ``GroupCoordinator``; departures are noted inline.
 Not thread-safe: every method runs on the broker's event loop thread.
 """
@@ -73,8 +78,6 @@ TICK_S = 0.1  # timer resolution; session timeouts are seconds, so 100 ms is ple
 # this broker already coordinates wait at most this long behind a big partition's replay.
 LOAD_SLICE_S = 0.005
 _INSTALL_STEP = 256  # keys parsed (groups built) between looks at the slice's clock
-COMPACT_RATIO = 4
-COMPACT_CHECK_MS = 60_000
 # a JoinGroup's member fields: client id, client host, rebalance and session timeouts (ms),
 # protocol type, (protocol name, metadata) in the member's order of preference
 _JoinSpec = tuple[str, str, int, int, str, list[tuple[str, bytes]]]
@@ -95,10 +98,9 @@ class CoordinatorConfig:
     max_session_timeout_ms: int = 1_800_000
     max_group_size: int = 2**31 - 1
     offset_metadata_max_bytes: int = 4096
-    # No log cleaner compacts __consumer_offsets, so the coordinator bounds it itself
-    # (see ``compact``): a partition is rewritten once its log holds this many records
-    # and COMPACT_RATIO times more than it has live keys.
-    offsets_compact_min_records: int = 10_000
+    # the offsets topic's segments: the log cleaner compacts every segment but the
+    # active one, so this bounds what a partition keeps beyond its live keys
+    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
     # how long a write waits for the ISR, and the offsets topic's replication factor
     # (at most the live brokers when it is created)
     offsets_commit_timeout_ms: int = 5000
@@ -108,6 +110,7 @@ class CoordinatorConfig:
         "offsets.topic.num.partitions": "offsets_topic_num_partitions",
         "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
         "offsets.topic.replication.factor": "offsets_topic_replication_factor",
+        "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
         "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
         "group.initial.rebalance.delay.ms": "initial_rebalance_delay_ms",
         "group.min.session.timeout.ms": "min_session_timeout_ms",
@@ -224,10 +227,7 @@ class GroupCoordinator:
         self._timers: list[tuple[int, int, str]] = []
         self._seq = itertools.count()
         self._next_expiry = 0
-        self._next_compaction = 0
         self._task: asyncio.Task[None] | None = None
-        # the GroupMetadataValue last written per group, rewritten as is by ``compact``
-        self._group_values: dict[str, bytes] = {}
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -238,7 +238,6 @@ class GroupCoordinator:
         """Start the timers (the groups are loaded by then, or load as leadership comes:
         module docstring)."""
         self._next_expiry = self.now_ms() + self.config.offsets_retention_check_interval_ms
-        self._next_compaction = self.now_ms() + COMPACT_CHECK_MS
         self._task = asyncio.get_running_loop().create_task(self._run(), name="groups")
 
     async def stop(self) -> None:
@@ -308,7 +307,6 @@ class GroupCoordinator:
                         records.parse_offset_value(raw_value)
                 elif isinstance(key, records.GroupKey):
                     metadata[key.group] = records.parse_group_value(raw_value)
-                    self._group_values[key.group] = raw_value
             except (KafkaError, UnicodeDecodeError) as exc:
                 log.warning("%s: skipping unreadable record: %s", records.OFFSETS_TOPIC, exc)
         loaded = 0
@@ -450,7 +448,6 @@ class GroupCoordinator:
                 member.complete_sync(SyncResult(ErrorCode.NOT_COORDINATOR))
             group.transition_to(GroupState.DEAD, now)  # writes in flight see it is gone
             del self.groups[group.group_id]
-            self._group_values.pop(group.group_id, None)
         log.info("%s-%d: not the leader any more, %d groups unloaded", records.OFFSETS_TOPIC,
                  index, len(gone))
 
@@ -498,9 +495,6 @@ class GroupCoordinator:
         if self._next_expiry and now >= self._next_expiry:
             self._next_expiry = now + self.config.offsets_retention_check_interval_ms
             self.expire_offsets(now)
-        if self._next_compaction and now >= self._next_compaction:
-            self._next_compaction = now + COMPACT_CHECK_MS
-            self.compact(now)
 
     def _check_group(self, group: Group, now: int) -> None:
         for member_id, deadline in list(group.pending_members.items()):
@@ -1115,7 +1109,6 @@ class GroupCoordinator:
             if empty_now:
                 group.transition_to(GroupState.DEAD, now)
                 del self.groups[group.group_id]
-                self._group_values.pop(group.group_id, None)
         if expired_total:
             log.info("expired %d committed offsets", expired_total)
         return expired_total
@@ -1175,67 +1168,10 @@ class GroupCoordinator:
                     continue
                 group.transition_to(GroupState.DEAD, now)
                 del self.groups[group_id]
-                self._group_values.pop(group_id, None)
                 results[group_id] = ErrorCode.NONE
         return results
 
     # persistence -----------------------------------------------------------------------
-
-    def compact(self, now: int | None = None) -> int:
-        """Bound ``__consumer_offsets`` without a log cleaner: a partition whose log holds
-        many more records than live keys gets its live state appended once more, and its
-        log start moved to that copy (segments wholly before it are deleted by the log).
-
-        Safe at any crash point: the copy holds the last value of every live key, so a
-        replay from the old start or the new one ends in the same state, and a key deleted
-        earlier has its tombstone and its values on the same side of the new start.
-        Only partitions this broker leads and has loaded; the log start moves once the
-        copy is committed (it never passes the high watermark). Returns the number of
-        partitions rewritten."""
-        if self._store is None:
-            return 0
-        now = self.now_ms() if now is None else now
-        by_partition: dict[int, list[Group]] = {}
-        for group in self.groups.values():
-            by_partition.setdefault(self._store.partition_for(group.group_id), []).append(group)
-        rewritten = 0
-        for partition, (start, end) in self._store.extents().items():
-            if self.coordinator_error_of(partition):
-                continue  # led elsewhere or loading: its groups are not all here
-            groups = by_partition.get(partition, [])
-            live = sum(len(g.offsets) + (g.group_id in self._group_values) for g in groups)
-            if end - start < max(self.config.offsets_compact_min_records, COMPACT_RATIO * live):
-                continue
-            batch: list[tuple[bytes, bytes | None]] = []
-            for g in groups:
-                batch += [(records.offset_key(g.group_id, t, p), records.offset_value(o))
-                          for (t, p), o in g.offsets.items()]
-                if g.group_id in self._group_values:
-                    batch.append((records.group_key(g.group_id), self._group_values[g.group_id]))
-            try:
-                written, new_start = self._store.copy_live(partition, batch, now)
-                if written.committed():
-                    new_start = int(written.partition.log.delete_records_before(new_start))
-                else:
-                    self._spawn(self._move_log_start(written, new_start))
-            except KafkaError as exc:
-                log.warning("%s-%d: compaction failed: %s", records.OFFSETS_TOPIC, partition, exc)
-                continue
-            log.info("%s-%d: rewrote %d live records, log start %d -> %d (end was %d)",
-                     records.OFFSETS_TOPIC, partition, len(batch), start, new_start, end)
-            rewritten += 1
-        return rewritten
-
-    async def _move_log_start(self, written: records.Written, new_start: int) -> None:
-        partition = written.partition
-        code = await partition.wait_for_high_watermark(
-            written.end_offset, self.config.offsets_commit_timeout_ms / 1000)
-        if code in (ErrorCode.NONE, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND) \
-                and partition.is_leader:
-            partition.log.delete_records_before(new_start)
-        else:  # the copy stays; the next check copies again
-            log.warning("%s: compacted copy not committed (%s); log start kept", partition,
-                        ErrorCode(code).name)
 
     def _append(self, group_id: str, batch: list[tuple[bytes, bytes | None]],
                 now: int) -> records.Written | None:
@@ -1261,11 +1197,8 @@ class GroupCoordinator:
                                   m.client_host, m.rebalance_timeout_ms, m.session_timeout_ms,
                                   m.metadata(protocol or ""), m.assignment)
              for m in group.members.values()])
-        value = records.group_value(record)
-        written = self._append(group.group_id, [(records.group_key(group.group_id), value)],
-                               now)
-        self._group_values[group.group_id] = value
-        return written
+        return self._append(group.group_id, [(records.group_key(group.group_id),
+                                              records.group_value(record))], now)
 
     def _store_group_or_log(self, group: Group, now: int) -> None:
         try:

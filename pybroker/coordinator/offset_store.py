@@ -54,11 +54,14 @@ OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_COMMIT_KEY = 1
 GROUP_METADATA_KEY = 2
 
-# Kafka's defaults for the offsets topic (offsets.topic.segment.bytes, cleanup policy)
-OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 100 * 1024 * 1024}
-
 _LOAD_READ_BYTES = 1 << 20
-_REWRITE_BATCH = 1000  # records per batch when rewriting: well under max.message.bytes
+
+
+def offsets_topic_config(segment_bytes: int) -> dict[str, str]:
+    """The offsets topic's config, as Kafka creates it: compacted by the log cleaner (the
+    tombstones the coordinator writes let it drop what was deleted or expired), in
+    segments of ``offsets.topic.segment.bytes``."""
+    return {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
 
 
 def java_string_hash(text: str) -> int:
@@ -283,22 +286,6 @@ class OffsetStore:
         buf = bytearray(encode_batch(values, keys, [now_ms] * len(records)))
         info = validate_batch(buf)
         partition.append(memoryview(buf), info)
-
-    def extents(self) -> dict[int, tuple[int, int]]:
-        """``partition -> (log start offset, log end offset)`` of the partitions this
-        broker leads."""
-        return {p.index: (p.log.log_start_offset, p.log.log_end_offset) for p in self._led()}
-
-    def copy_live(self, index: int, records: list[tuple[bytes, bytes | None]],
-                  now_ms: int) -> tuple[Written, int]:
-        """Append ``records`` (the partition's whole live state): where they went, and the
-        offset of the first, the log start once they are committed (the coordinator's
-        ``compact``)."""
-        partition = self._offsets_topic.writable(index)
-        first = partition.log.log_end_offset
-        for i in range(0, len(records), _REWRITE_BATCH):
-            self._append_to(partition, records[i:i + _REWRITE_BATCH], now_ms)
-        return Written(partition, partition.log.log_end_offset), first
 
     def read_all(self) -> Iterator[list[Record]]:
         """The data records of the partitions this broker leads, a batch at a time

@@ -58,7 +58,7 @@ from pybroker.broker.topic_manager import (
     validate_topic_name,
 )
 from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
-from pybroker.coordinator.offset_store import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
+from pybroker.coordinator.offset_store import OFFSETS_TOPIC, offsets_topic_config
 from pybroker.errors import (
     CoordinatorNotAvailableError,
     ErrorCode,
@@ -108,8 +108,7 @@ class SingleNodeMetadata:
         return None
 
     def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:
-        self._offsets_topic = SingleNodeOffsetsTopic(self._broker.topics,
-                                                     config.offsets_topic_num_partitions)
+        self._offsets_topic = SingleNodeOffsetsTopic(self._broker.topics, config)
         coordinator = GroupCoordinator(self._offsets_topic, config,
                                        partition_exists=self.partition_exists)
         coordinator.load()  # every offsets partition is led here, from now on
@@ -329,16 +328,16 @@ class SingleNodeMetadata:
 class SingleNodeOffsetsTopic:
     """``__consumer_offsets`` on one node (the coordinator's ``OffsetsTopic``): every
     partition led here; created on first use, its partition count the existing topic's,
-    else ``num_partitions``."""
+    else ``offsets.topic.num.partitions``."""
 
-    def __init__(self, topics: TopicManager, num_partitions: int) -> None:
+    def __init__(self, topics: TopicManager, config: CoordinatorConfig) -> None:
         self._topics = topics
         existing = topics.get(OFFSETS_TOPIC)
-        self._count = len(existing.partitions) \
-            if existing is not None and existing.partitions else num_partitions
+        self._count = len(existing.partitions) if existing is not None and existing.partitions \
+            else config.offsets_topic_num_partitions
         self._creation: asyncio.Future[None] | None = None  # ``create``'s, while it runs
         self._config: dict[str, str | None] = {
-            k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items()}
+            **offsets_topic_config(config.offsets_topic_segment_bytes)}
 
     def partition_count(self) -> int:
         return self._count

@@ -48,7 +48,7 @@ from pybroker.cluster import admin
 from pybroker.cluster.metadata_cache import TopicInfo
 from pybroker.cluster.node import ClusterNode
 from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
-from pybroker.coordinator.offset_store import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
+from pybroker.coordinator.offset_store import OFFSETS_TOPIC, offsets_topic_config
 from pybroker.errors import (
     ErrorCode,
     InvalidReplicaAssignmentError,
@@ -174,18 +174,19 @@ class ZkClusterMetadata:
             replication = max(1, min(config.offsets_topic_replication_factor,
                                      len(self._cache.live_brokers())))
             task = asyncio.get_running_loop().create_task(self._create_offsets_topic_now(
-                config.offsets_topic_num_partitions, replication))
+                config.offsets_topic_num_partitions, replication,
+                offsets_topic_config(config.offsets_topic_segment_bytes)))
             self._offsets_topic_creation = task
         # asyncio.wait: no task needed (a handler's first step runs outside one), the
         # creation is not cancelled at the time limit, and a cancellation of ours is never
         # lost
         await asyncio.wait((task,), timeout=OFFSETS_TOPIC_CREATE_WAIT_S)
 
-    async def _create_offsets_topic_now(self, partitions: int, replication: int) -> None:
+    async def _create_offsets_topic_now(self, partitions: int, replication: int,
+                                        topic_config: dict[str, str]) -> None:
         try:
-            await self._create_topic(NewTopic(
-                OFFSETS_TOPIC, partitions, replication,
-                {k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items()}))
+            await self._create_topic(NewTopic(OFFSETS_TOPIC, partitions, replication,
+                                              dict(topic_config)))
             log.info("created %s: %d partitions, replication factor %d", OFFSETS_TOPIC,
                      partitions, replication)
         except TopicAlreadyExistsError:

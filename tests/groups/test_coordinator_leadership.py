@@ -17,7 +17,7 @@ import pytest
 
 from pybroker.coordinator import CoordinatorConfig, GroupCoordinator, GroupState, OffsetCommit
 from pybroker.coordinator import group_coordinator as coordinator_module
-from pybroker.coordinator.offset_store import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, partition_for
+from pybroker.coordinator.offset_store import OFFSETS_TOPIC, offsets_topic_config, partition_for
 from pybroker.errors import ErrorCode
 from pybroker.log.log_config import LogConfig
 from pybroker.metadata.zk_cluster import ClusterOffsetsTopic
@@ -32,8 +32,7 @@ GROUP = "g"
 def topics(tmp_path: Any) -> Iterator[Any]:
     logs, topics = open_topics(str(tmp_path / "data"))
     topics.create("t", 3, 1, {})
-    topics.create(OFFSETS_TOPIC, PARTITIONS, 1,
-                  {k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items()})
+    topics.create(OFFSETS_TOPIC, PARTITIONS, 1, dict(offsets_topic_config(1 << 20)))
     yield topics
     logs.close(clean=True)
 
@@ -223,7 +222,7 @@ def test_a_commit_below_min_insync_replicas_is_refused(topics: Any) -> None:
     c = cluster_member(topics)
     partition = offsets_partition(topics)
     partition.log.update_config(LogConfig.from_properties(
-        {**{k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items()}, "min.insync.replicas": "2"}))
+        {**offsets_topic_config(1 << 20), "min.insync.replicas": "2"}))
 
     async def scenario() -> None:
         lead(c, partition, 1)  # an ISR of one
@@ -264,35 +263,5 @@ def test_a_big_partition_loads_in_slices(topics: Any, monkeypatch: Any) -> None:
         await settle()
         assert GROUP not in c.groups and not c.loading()
         assert c.coordinator_error(GROUP) == ErrorCode.NOT_COORDINATOR
-
-    asyncio.run(scenario())
-
-
-def test_compaction_moves_the_log_start_once_the_copy_is_replicated(topics: Any) -> None:
-    c = cluster_member(topics, offsets_compact_min_records=10)
-    partition = offsets_partition(topics)
-    log = partition.log
-
-    async def scenario() -> None:
-        lead(c, partition, 1)
-        await until(lambda: not c.loading(), "the partition loaded")
-        for i in range(30):
-            assert await commit(c, i) == {("t", 0): ErrorCode.NONE}
-        lead(c, partition, 2, followers=(FOLLOWER,))  # now with a follower
-        partition.follower_fetched(FOLLOWER, log.log_end_offset)
-        start, end = log.log_start_offset, log.log_end_offset
-        assert c.compact() == 1
-        await settle()
-        assert log.log_start_offset == start  # the copy is not replicated yet
-        partition.follower_fetched(FOLLOWER, log.log_end_offset)
-        await until(lambda: log.log_start_offset == end, "the log start moved to the copy")
-
-        # loading: nothing is compacted (its groups are not all in memory)
-        follow(c, partition, 3)
-        lead(c, partition, 4)
-        assert c.loading()
-        assert c.compact() == 0
-        await until(lambda: not c.loading(), "the partition loaded")
-        assert committed(c) == 29
 
     asyncio.run(scenario())

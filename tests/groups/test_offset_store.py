@@ -32,8 +32,7 @@ def one_node(topics: TopicManager, config: CoordinatorConfig | None = None,
     """The coordinator as a single node wires it: over the node's offsets topic, every
     group loaded."""
     config = config or CoordinatorConfig()
-    coordinator = GroupCoordinator(
-        SingleNodeOffsetsTopic(topics, config.offsets_topic_num_partitions), config, **kwargs)
+    coordinator = GroupCoordinator(SingleNodeOffsetsTopic(topics, config), config, **kwargs)
     coordinator.load()
     return coordinator
 
@@ -82,46 +81,6 @@ def test_state_survives_reopen_from_disk(tmp_path: Any) -> None:
     for group in ("active", "standalone", "gone"):
         partition = topics.partition(OFFSETS_TOPIC, partition_for(group, 50))
         assert partition.log.log_end_offset > 0
-    logs.close(clean=True)
-
-
-def test_compaction_bounds_the_log_and_keeps_the_state(tmp_path: Any) -> None:
-    data_dir = str(tmp_path / "data")
-    logs, topics = open_topics(data_dir)
-    topics.create("t", 4, 1, {})
-    config = CoordinatorConfig(offsets_compact_min_records=100)
-    coordinator = one_node(topics, config)
-
-    async def build() -> None:
-        joined = await coordinator.join_group("busy", "", None, "cid", "/h", 10000, 20000,
-                                              "consumer", [("range", b"sub")], False)
-        await coordinator.sync_group("busy", joined.generation, joined.member_id, None, None,
-                                     None, {joined.member_id: b"assigned"})
-        for i in range(200):  # 200 commits of the same 4 partitions: 800 records, 5 live
-            coordinator.commit_offsets("busy", joined.member_id, None, joined.generation,
-                                       [OffsetCommit("t", p, i * 10 + p) for p in range(4)])
-        coordinator.commit_offsets("removed", "", None, -1, [OffsetCommit("t", 0, 1)])
-        coordinator.delete_groups(["removed"])
-
-    asyncio.run(build())
-    before = {g: dict(coordinator.groups[g].offsets) for g in coordinator.groups}
-    busy = topics.partition(OFFSETS_TOPIC, partition_for("busy", 50)).log
-    end_before = busy.log_end_offset
-    assert coordinator.compact() >= 1
-    assert busy.log_start_offset == end_before  # the copy starts where the log ended
-    assert busy.log_end_offset - busy.log_start_offset == 5  # 4 offsets + group metadata
-    assert coordinator.compact() == 0  # nothing more to gain
-    logs.close(clean=True)
-
-    logs, topics = open_topics(data_dir)
-    reopened = topics.partition(OFFSETS_TOPIC, partition_for("busy", 50)).log
-    assert reopened.log_start_offset == end_before  # the load reads the copy only
-    loaded = one_node(topics, config)
-    assert {g: dict(loaded.groups[g].offsets) for g in loaded.groups} == before
-    assert "removed" not in loaded.groups
-    assert loaded.groups["busy"].state == GroupState.STABLE
-    member = next(iter(loaded.groups["busy"].members.values()))
-    assert member.assignment == b"assigned"
     logs.close(clean=True)
 
 
