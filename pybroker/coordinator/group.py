@@ -10,7 +10,7 @@ States and the transitions allowed between them (Kafka's classic group protocol)
 
 The generation id goes up by one each time a rebalance completes; requests carrying another
 generation are fenced with ILLEGAL_GENERATION. The protocol decisions (who is leader, which
-assignor wins) live here; the timing and the replies live in ``GroupCoordinator``.
+assignor wins) live here; the timing and the replies live in ``Membership``.
 
 Not thread-safe: owned by the coordinator, used only on the event loop thread.
 """

@@ -14,7 +14,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pybroker.coordinator.group_coordinator import JoinResult, SyncResult
+    from pybroker.coordinator.membership import JoinResult, SyncResult
 
 # A member that joined and has not yet been answered is kept for this long even without
 # heartbeats, so a client that disappears in the middle of its first join does not hold

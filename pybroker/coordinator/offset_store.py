@@ -23,8 +23,11 @@ codec reads every version of them (v4 is Kafka's flexible encoding, which pybrok
 writes) and writes the group records; offset commits, the hot write, are packed here and
 a test holds them to the codec's bytes.
 Writes are one record batch per request through the native encoder onto the native log;
-reading back happens once per partition (at broker start on one node, or when this broker
-becomes the partition's leader in a cluster) and is the only Python loop over records here.
+reading back (``data_records``) happens once per partition, when this broker becomes its
+leader (on one node: of every partition, at start), and is the only Python loop over
+records here. The topic is compacted by the log cleaner like any topic whose
+``cleanup.policy`` is ``compact``: a key's older records go once a later one (a tombstone
+for a deletion) is in a cleaned segment.
 
 Where the topic is, how many partitions it has and which of them may be written are the
 control plane's answers (:class:`OffsetsTopic`, supplied by the metadata implementation,
@@ -35,26 +38,24 @@ leads, with enough of an ISR, are.
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from pybroker.coordinator.group import OffsetAndMetadata
-from pybroker.errors import CorruptRecordError, KafkaError
+from pybroker.errors import CorruptRecordError, ErrorCode, KafkaError
 from pybroker.net.protocol.codec import decode_data, encode_data
 
 if TYPE_CHECKING:
     from pybroker._native.records import BatchInfo, Record
     from pybroker.broker.partition import Partition
     from pybroker.broker.topic_manager import Topic
-    from pybroker.log.log import Log
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
 OFFSET_COMMIT_KEY = 1
 GROUP_METADATA_KEY = 2
 
-_LOAD_READ_BYTES = 1 << 20
 
 
 def offsets_topic_config(segment_bytes: int) -> dict[str, str]:
@@ -73,6 +74,7 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def partition_for(group_id: str, num_partitions: int) -> int:
     """Kafka's ``Utils.abs(groupId.hashCode) % partitions`` (abs(MIN_VALUE) is 0 there)."""
     h = java_string_hash(group_id)
@@ -237,22 +239,25 @@ class OffsetsTopic(Protocol):
 
 
 class OffsetStore:
-    """Appends coordinator records to ``__consumer_offsets`` and replays them.
+    """Appends coordinator records to ``__consumer_offsets`` and says when they are
+    committed.
 
-    The topic is an ordinary (internal) topic to the broker, so Metadata, Fetch and the
-    dump tool see it like any other; ``offsets_topic`` says where it is. The partition
-    count is the topic's as the control plane knows it, else ``num_partitions``; once
-    known it is kept, so every group keeps its partition. Not thread-safe (event loop
-    only).
+    The topic is an ordinary (internal) topic to the broker, so Metadata, Fetch, the log
+    cleaner and the dump tool see it like any other; ``offsets_topic`` says where it is
+    (None: nothing is written, for tests of the protocol alone). The partition count is
+    the topic's as the control plane knows it, else ``num_partitions``; once known it is
+    kept, so every group keeps its partition. Not thread-safe (event loop only).
     """
 
-    def __init__(self, offsets_topic: OffsetsTopic, num_partitions: int = 50) -> None:
+    def __init__(self, offsets_topic: OffsetsTopic | None, num_partitions: int = 50,
+                 commit_timeout_ms: int = 5000) -> None:
         self._offsets_topic = offsets_topic
         self._num_partitions = num_partitions
+        self._commit_timeout_s = commit_timeout_ms / 1000
 
     @property
     def num_partitions(self) -> int:
-        count = self._offsets_topic.partition_count()
+        count = self._offsets_topic.partition_count() if self._offsets_topic else None
         if count:
             self._num_partitions = count  # kept: the topic's count never shrinks
         return self._num_partitions
@@ -260,47 +265,49 @@ class OffsetStore:
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
-    def _led(self) -> list[Partition]:
+    def led_partitions(self) -> list[Partition]:
         """The partitions of the topic this broker leads and has a log of."""
-        topic = self._offsets_topic.local()
+        topic = self._offsets_topic.local() if self._offsets_topic else None
         return [p for p in (topic.partitions if topic is not None else ())
                 if p.log is not None and p.is_leader]
 
     def append(self, group_id: str, records: list[tuple[bytes, bytes | None]],
-               now_ms: int) -> Written:
+               now_ms: int) -> Written | None:
         """Write ``(key, value)`` records of one group as one batch (``value`` None =
-        tombstone). Raises ``KafkaError`` if the log refuses it."""
-        partition = self._offsets_topic.writable(self.partition_for(group_id))
-        self._append_to(partition, records, now_ms)
-        return Written(partition, partition.log.log_end_offset)
-
-    @staticmethod
-    def _append_to(partition: Partition, records: list[tuple[bytes, bytes | None]],
-                   now_ms: int) -> None:
-        if not records:
-            return
+        tombstone); where they went, None when nothing was written. Raises
+        ``KafkaError`` if the log refuses them."""
+        if self._offsets_topic is None or not records:
+            return None
         from pybroker._native.records import encode_batch, validate_batch
 
+        partition = self._offsets_topic.writable(self.partition_for(group_id))
         keys: list[bytes | None] = [k for k, _ in records]
         values = [v for _, v in records]
         buf = bytearray(encode_batch(values, keys, [now_ms] * len(records)))
-        info = validate_batch(buf)
-        partition.append(memoryview(buf), info)
+        partition.append(memoryview(buf), validate_batch(buf))
+        return Written(partition, partition.log.log_end_offset)
 
-    def read_all(self) -> Iterator[list[Record]]:
-        """The data records of the partitions this broker leads, a batch at a time
-        (``Record`` lists with ``key``/``value``), in log order within each partition."""
-        for partition in self._led():
-            yield from read_log(partition.log)
+    async def replicated(self, written: Written) -> ErrorCode:
+        """Wait (at most ``offsets.commit.timeout.ms``) until the ISR has a write; what
+        the client is told if it did not get it (Kafka's mapping: the coordinator is
+        unavailable for now, or is not this broker any more)."""
+        code = await written.partition.wait_for_high_watermark(written.end_offset,
+                                                               self._commit_timeout_s)
+        if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+            return ErrorCode.NOT_COORDINATOR
+        if code == ErrorCode.NONE:
+            return ErrorCode.NONE
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE  # NOT_ENOUGH_REPLICAS*, REQUEST_TIMED_OUT
 
 
-def read_log(partition_log: Log) -> Iterator[list[Record]]:
-    """The records of every data batch of a log, from its start to its end."""
-    start = partition_log.log_start_offset
-    for info, data in partition_log.batches(start, _LOAD_READ_BYTES):
-        batch = data_records(info, data, start)
-        if batch is not None:
-            yield batch
+def store_error(exc: KafkaError) -> ErrorCode:
+    """What a client is told when ``__consumer_offsets`` refused a write (Kafka's mapping)."""
+    if exc.code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
+                    ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:  # leadership moved
+        return ErrorCode.NOT_COORDINATOR
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 def data_records(info: BatchInfo, data: memoryview, start: int) -> list[Record] | None:

@@ -104,8 +104,9 @@ class Metadata(Protocol):
 
     def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:
         """The group coordinator of this broker, wired to this control plane (which
-        offsets partitions it leads, where its writes go) and, where it leads every one
-        from the start, with every group loaded; not started."""
+        offsets partitions it leads, where its writes go); where it leads every one from
+        the start, their loads begun (they run in slices on the loop); not started.
+        Called on the event loop."""
         ...
 
     async def start(self) -> None:

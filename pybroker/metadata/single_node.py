@@ -29,11 +29,13 @@ INVALID_CONFIG. The topics of one request are recorded together (one write of
 ``topics.json``) and their logs created a slice at a time
 (``TopicManager.create_all_async``), so other clients are served meanwhile.
 
-Groups: this broker coordinates every group; the group coordinator loads them all before
-the broker serves. ``__consumer_offsets`` is created on first use, as Kafka creates it:
-by the first FindCoordinator (its logs a slice at a time off the loop), or on the loop by
-the first write of a client that skipped FindCoordinator; an existing topic's partition
-count wins over ``offsets.topic.num.partitions`` (:class:`SingleNodeOffsetsTopic`).
+Groups: this broker coordinates every group; the existing ``__consumer_offsets``
+partitions load a slice at a time while the broker serves (their groups' requests are
+answered COORDINATOR_LOAD_IN_PROGRESS meanwhile, as Kafka answers after it becomes a
+leader). ``__consumer_offsets`` is created on first use, as Kafka creates it: by the first
+FindCoordinator (its logs a slice at a time off the loop), or on the loop by the first
+write of a client that skipped FindCoordinator; an existing topic's partition count wins
+over ``offsets.topic.num.partitions`` (:class:`SingleNodeOffsetsTopic`).
 
 Deletion: all the topics of a request together (``TopicManager.delete_async``: one write
 of ``topics.json``, durable before the answer, the logs closed a slice at a time and their
@@ -111,7 +113,7 @@ class SingleNodeMetadata:
         self._offsets_topic = SingleNodeOffsetsTopic(self._broker.topics, config)
         coordinator = GroupCoordinator(self._offsets_topic, config,
                                        partition_exists=self.partition_exists)
-        coordinator.load()  # every offsets partition is led here, from now on
+        coordinator.lead_every_partition()  # the existing ones load while the broker serves
         return coordinator
 
     async def start(self) -> None:

@@ -15,8 +15,13 @@ from typing import Any
 
 import pytest
 
-from pybroker.coordinator import CoordinatorConfig, GroupCoordinator, GroupState, OffsetCommit
-from pybroker.coordinator import group_coordinator as coordinator_module
+from pybroker.coordinator import (
+    CoordinatorConfig,
+    GroupCoordinator,
+    GroupState,
+    OffsetCommit,
+    offsets_partitions,
+)
 from pybroker.coordinator.offset_store import OFFSETS_TOPIC, offsets_topic_config, partition_for
 from pybroker.errors import ErrorCode
 from pybroker.log.log_config import LogConfig
@@ -237,11 +242,11 @@ def test_a_commit_below_min_insync_replicas_is_refused(topics: Any) -> None:
 
 def test_a_big_partition_loads_in_slices(topics: Any, monkeypatch: Any) -> None:
     earlier = one_node(topics, CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS))
-    keys = 3 * coordinator_module._INSTALL_STEP  # parsed in 3 steps
+    keys = 3 * offsets_partitions._INSTALL_STEP  # parsed in 3 steps
     earlier.commit_offsets(GROUP, "", None, -1, [OffsetCommit("t", p, p) for p in range(keys)])
     for i in range(50):  # 50 more batches
         earlier.commit_offsets(GROUP, "", None, -1, [OffsetCommit("t", 0, i)])
-    monkeypatch.setattr(coordinator_module, "LOAD_SLICE_S", 0.0)  # a pause at each step
+    monkeypatch.setattr(offsets_partitions, "LOAD_SLICE_S", 0.0)  # a pause at each step
     c = cluster_member(topics)
     partition = offsets_partition(topics)
 

@@ -10,7 +10,13 @@ import pytest
 
 from pybroker.broker.topic_manager import TopicManager
 from pybroker.config import BrokerConfig
-from pybroker.coordinator import CoordinatorConfig, GroupCoordinator, GroupState, OffsetCommit
+from pybroker.coordinator import (
+    CoordinatorConfig,
+    GroupCoordinator,
+    GroupState,
+    OffsetCommit,
+    offsets_partitions,
+)
 from pybroker.coordinator.offset_store import OFFSETS_TOPIC, partition_for
 from pybroker.errors import ErrorCode
 from pybroker.log.log_manager import LogManager
@@ -29,11 +35,17 @@ def open_topics(data_dir: str) -> tuple[Any, TopicManager]:
 
 def one_node(topics: TopicManager, config: CoordinatorConfig | None = None,
              **kwargs: Any) -> GroupCoordinator:
-    """The coordinator as a single node wires it: over the node's offsets topic, every
-    group loaded."""
+    """The coordinator as a single node wires it: over the node's offsets topic, leading
+    every partition; returned once every group is loaded."""
     config = config or CoordinatorConfig()
     coordinator = GroupCoordinator(SingleNodeOffsetsTopic(topics, config), config, **kwargs)
-    coordinator.load()
+
+    async def load() -> None:
+        coordinator.lead_every_partition()
+        while coordinator.loading():
+            await asyncio.sleep(0)
+
+    asyncio.run(load())
     return coordinator
 
 
@@ -95,4 +107,30 @@ def test_one_node_answers_a_commit_without_suspending(tmp_path: Any) -> None:
         step.send(None)
     assert done.value.value == {("t", 0): ErrorCode.NONE}
     assert coordinator.fetch_offsets("g", [("t", 0)])[("t", 0)].offset == 5
+    logs.close(clean=True)
+
+
+def test_one_node_loads_its_groups_in_slices_while_serving(tmp_path: Any,
+                                                           monkeypatch: Any) -> None:
+    logs, topics = open_topics(str(tmp_path / "data"))
+    earlier = one_node(topics)
+    for i in range(50):  # 50 batches in the group's partition
+        earlier.commit_offsets("g", "", None, -1, [OffsetCommit("t", 0, i)])
+    monkeypatch.setattr(offsets_partitions, "LOAD_SLICE_S", 0.0)  # a pause at each batch
+    config = CoordinatorConfig()
+    restarted = GroupCoordinator(SingleNodeOffsetsTopic(topics, config), config)
+
+    async def scenario() -> None:
+        restarted.lead_every_partition()
+        # the loads run on the loop; meanwhile the group's requests get Kafka's answer
+        assert restarted.coordinator_error("g") == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        turns = 0
+        while restarted.loading():
+            turns += 1  # the loop ran something else while the partitions loaded
+            await asyncio.sleep(0)
+        assert turns >= 50
+        assert restarted.coordinator_error("g") == ErrorCode.NONE
+        assert restarted.fetch_offsets("g", [("t", 0)])[("t", 0)].offset == 49
+
+    asyncio.run(scenario())
     logs.close(clean=True)
