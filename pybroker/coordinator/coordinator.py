@@ -276,6 +276,11 @@ class GroupCoordinator:
         """Drop offsets past ``offsets.retention`` (``CommittedOffsets.expire``)."""
         return self.offsets.expire(self.now_ms() if now is None else now)
 
+    def topics_deleted(self, names: list[str]) -> None:
+        """Topics were deleted: their committed offsets go, with tombstones, from the groups
+        coordinated here (Kafka's ``onPartitionsDeleted``; the control plane calls it)."""
+        self.offsets.topics_deleted(set(names), self.now_ms())
+
     # admin -----------------------------------------------------------------------------
 
     def list_groups(self, states: Iterable[str] | None = None,

@@ -10,9 +10,10 @@ without suspending (``Written.committed``); otherwise it waits for the ISR
 (``OffsetStore.replicated``), so OffsetFetch never shows an offset a failover could lose.
 
 Removal writes a tombstone (a null value) for each key, where Kafka writes one: the
-offsets DeleteOffsets names, offsets past ``offsets.retention``, and every offset and the
-metadata of a group deleted (DeleteGroups) or emptied and expired; the log cleaner then
-drops the key's older records. Tombstones are not waited for: a lost one is written
+offsets DeleteOffsets names, offsets past ``offsets.retention``, the offsets of deleted
+topics (``topics_deleted``, told by the control plane as Kafka's ``onPartitionsDeleted``
+is), and every offset and the metadata of a group deleted (DeleteGroups) or emptied and
+expired; the log cleaner then drops the key's older records. Tombstones are not waited for: a lost one is written
 again by the next expiry pass, as Kafka does.
 
 Whether the member may commit at all (its generation, its id) is membership's decision
@@ -155,12 +156,9 @@ class CommittedOffsets:
                    else ErrorCode.NONE for tp in partitions}
         doomed = [tp for tp, err in results.items() if not err and tp in group.offsets]
         try:
-            self._store.append(group_id, [(records.offset_key(group_id, t, p), None)
-                                          for t, p in doomed], now)
+            self._drop(group, doomed, now)
         except KafkaError as exc:
             return records.store_error(exc), {}
-        for tp in doomed:
-            del group.offsets[tp]
         return ErrorCode.NONE, results
 
     # removal ---------------------------------------------------------------------------
@@ -193,11 +191,7 @@ class CommittedOffsets:
                         and not group.pending_members:
                     self.remove_group(group, now)
                 else:
-                    self._store.append(group.group_id, [
-                        (records.offset_key(group.group_id, t, p), None) for t, p in expired],
-                        now)
-                    for tp in expired:
-                        del group.offsets[tp]
+                    self._drop(group, expired, now)
             except KafkaError as exc:
                 log.warning("group %s: expiring offsets failed: %s", group.group_id, exc)
                 continue
@@ -205,6 +199,32 @@ class CommittedOffsets:
         if expired_total:
             log.info("expired %d committed offsets", expired_total)
         return expired_total
+
+    def topics_deleted(self, names: set[str], now: int) -> int:
+        """Drop every group's offsets of the topics ``names`` (deleted); how many."""
+        removed = 0
+        for group in list(self.groups.values()):
+            gone = [tp for tp in group.offsets if tp[0] in names]
+            if not gone or group.is_in(GroupState.DEAD):
+                continue
+            try:
+                self._drop(group, gone, now)
+            except KafkaError as exc:
+                log.warning("group %s: dropping the offsets of deleted topics failed: %s",
+                            group.group_id, exc)
+                continue
+            removed += len(gone)
+        if removed:
+            log.info("dropped %d committed offsets of deleted topics", removed)
+        return removed
+
+    def _drop(self, group: Group, partitions: list[TopicPartition], now: int) -> None:
+        """Write a tombstone for each of the group's ``partitions``, then forget their
+        offsets. Raises ``KafkaError`` (and keeps them) if the tombstones were refused."""
+        self._store.append(group.group_id, [(records.offset_key(group.group_id, t, p), None)
+                                            for t, p in partitions], now)
+        for tp in partitions:
+            del group.offsets[tp]
 
     def remove_group(self, group: Group, now: int) -> None:
         """Delete an Empty group: tombstones for its offsets and its metadata, then it is

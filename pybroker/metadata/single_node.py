@@ -39,8 +39,9 @@ over ``offsets.topic.num.partitions`` (:class:`SingleNodeOffsetsTopic`).
 
 Deletion: all the topics of a request together (``TopicManager.delete_async``: one write
 of ``topics.json``, durable before the answer, the logs closed a slice at a time and their
-files removed off the event loop). CreatePartitions: manual assignments must name one
-replica per new partition, this broker (there is nothing else to place them on).
+files removed off the event loop); the group coordinator then drops the topics' committed
+offsets. CreatePartitions: manual assignments must name one replica per new partition,
+this broker (there is nothing else to place them on).
 
 Not thread-safe: the event loop thread only.
 """
@@ -97,6 +98,8 @@ class SingleNodeMetadata:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._offsets_topic: SingleNodeOffsetsTopic | None = None  # the coordinator's
+        # the coordinator's ``topics_deleted``, told of each deletion
+        self._topics_deleted: Callable[[list[str]], None] = lambda names: None
 
     # lifecycle -------------------------------------------------------------------------
 
@@ -114,6 +117,7 @@ class SingleNodeMetadata:
         coordinator = GroupCoordinator(self._offsets_topic, config,
                                        partition_exists=self.partition_exists)
         coordinator.lead_every_partition()  # the existing ones load while the broker serves
+        self._topics_deleted = coordinator.topics_deleted
         return coordinator
 
     async def start(self) -> None:
@@ -284,6 +288,7 @@ class SingleNodeMetadata:
             results.append(DeletedTopic(topic.name, topic.topic_id))
         if deleting:
             await topics.delete_async(list(deleting))
+            self._topics_deleted(list(deleting))
         return results
 
     async def create_partitions(self, name: str, count: int,

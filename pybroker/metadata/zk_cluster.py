@@ -24,8 +24,10 @@ compacted; until the group's partition has a leader the answer is
 COORDINATOR_NOT_AVAILABLE. The coordinator follows the leadership of those partitions,
 writes only to those this broker leads with at least min.insync.replicas in the ISR
 (acks=all, as Kafka's coordinator writes: :class:`ClusterOffsetsTopic`), and answers a
-write once the ISR has it. Transactional ids name the broker asked (there is no
-transaction coordinator).
+write once the ISR has it. Every broker hears of a topic's deletion (UpdateMetadata) and
+tells its coordinator, which drops the topic's committed offsets in the groups it
+coordinates (Kafka's ``onPartitionsDeleted``). Transactional ids name the broker asked
+(there is no transaction coordinator).
 
 Not thread-safe: the event loop thread only.
 """
@@ -109,6 +111,7 @@ class ZkClusterMetadata:
         # Built before start() joins the cluster: no partition is led yet, every leadership
         # this broker gets comes through the listener.
         coordinator.follow_leadership(self.on_leadership_change)
+        self.node.replicas.add_deletion_listener(coordinator.topics_deleted)
         return coordinator
 
     async def start(self) -> None:

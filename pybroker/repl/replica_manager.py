@@ -7,7 +7,8 @@ with Kafka's own requests; :meth:`ReplicaManager.handle` serves them:
   (leader epoch), become its leader (the fetcher lets go of it first) or a follower of
   the named leader (appends in progress finish, then the fetcher takes it, truncating by
   leader epoch before fetching). The partition's log is created if this broker has none.
-- UpdateMetadata: the MetadataCache (what Metadata and FindCoordinator answer).
+- UpdateMetadata: the MetadataCache (what Metadata and FindCoordinator answer); the topics
+  it deletes go to the deletion listeners (the group coordinator drops their offsets).
 - StopReplica: stop fetching; with delete_partition, delete the topic's local logs.
 
 A request whose controller epoch is below the highest seen is refused with
@@ -74,6 +75,7 @@ class ReplicaManager:
         self.broker_epoch = NO_BROKER_EPOCH  # this registration's (set by the broker)
         self.controller_epoch = 0  # the highest seen
         self._listeners: list[LeadershipListener] = []
+        self._deletion_listeners: list[Callable[[list[str]], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._isr_writes: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()  # controller requests apply one at a time, in order
@@ -105,6 +107,11 @@ class ReplicaManager:
 
     def add_leadership_listener(self, fn: LeadershipListener) -> None:
         self._listeners.append(fn)
+
+    def add_deletion_listener(self, fn: Callable[[list[str]], None]) -> None:
+        """``fn(names)`` with the topics each UpdateMetadata deletes, on every broker
+        (Kafka's ``onPartitionsDeleted``: the group coordinator drops their offsets)."""
+        self._deletion_listeners.append(fn)
 
     def _tell(self, partition: Partition, leader: bool) -> None:
         for fn in self._listeners:
@@ -155,6 +162,11 @@ class ReplicaManager:
         for name in deleted:
             if self.broker.topics.get(name) is not None:
                 self._delete_local(name)
+        for fn in self._deletion_listeners if deleted else ():
+            try:
+                fn(deleted)
+            except Exception:
+                log.exception("deletion listener failed for %s", deleted)
 
     async def _leader_and_isr(self, body: LeaderAndIsrRequest,
                               stale: int) -> LeaderAndIsrResponse:

@@ -7,6 +7,9 @@ lost, since a commit is answered only once the offsets partition's ISR has it.
 Twice: first with the group empty at the kill (a new member resumes where the last one
 committed), then with a member in the group that committed up to the kill and goes on
 committing through the next coordinator to the end of the topic.
+
+And a deleted topic's committed offsets are dropped by the group's coordinator, whichever
+brokers held the topic: every broker hears of the deletion (UpdateMetadata).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from tests.cluster.harness import LocalCluster
 
@@ -74,11 +78,11 @@ def _poll_and_commit(c: Any, done: set[int]) -> bool:
     return len(done) == PARTITIONS
 
 
-def committed(cluster: LocalCluster) -> dict[int, int]:
+def committed(cluster: LocalCluster, topic: str = TOPIC) -> dict[int, int]:
     """The group's committed offsets, asked by a client that is no member."""
     c = consumer(cluster.bootstrap)
     try:
-        found = c.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)],
+        found = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)],
                             timeout=WAIT)
     finally:
         c.close()
@@ -165,3 +169,22 @@ def kill_coordinator(cluster: LocalCluster, old: int) -> int:
         WAIT, what="a new coordinator")
     assert {coordinator_of(cluster, b) for b in cluster.running()} == {new}
     return new
+
+
+def test_a_deleted_topics_offsets_are_dropped(zk_connect: str, tmp_path: Any) -> None:
+    with LocalCluster(zk_connect, tmp_path) as cluster:
+        cluster.create_topic("doomed", PARTITIONS, 1)  # on some brokers only
+        cluster.create_topic(TOPIC, PARTITIONS, 3)
+        cluster.wait_for(lambda: coordinator_of(cluster), WAIT, what="a coordinator")
+        c = consumer(cluster.bootstrap)
+        try:
+            c.commit(offsets=[TopicPartition(topic, p, 5) for topic in ("doomed", TOPIC)
+                              for p in range(PARTITIONS)], asynchronous=False)
+        finally:
+            c.close()
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        for future in admin.delete_topics(["doomed"], operation_timeout=WAIT).values():
+            future.result(timeout=WAIT)
+        cluster.wait_for(lambda: committed(cluster, "doomed") == dict.fromkeys(
+            range(PARTITIONS), -1001), WAIT, what="the deleted topic's offsets dropped")
+        assert committed(cluster) == dict.fromkeys(range(PARTITIONS), 5)

@@ -81,3 +81,25 @@ def test_cleaning_bounds_the_offsets_topic_and_a_restart_loads_the_latest(
     latest = [(COMMITS - 1) * 10 + p for p in range(PARTITIONS)]
     assert committed(broker.bootstrap, "busy", "t") == latest
     assert committed(broker.bootstrap, "gone", "t") == [-1001] * PARTITIONS  # none
+
+
+def test_a_deleted_topics_offsets_go_with_tombstones(broker_factory: Any) -> None:
+    broker = broker_factory()
+    create_topic(broker.bootstrap, "doomed", PARTITIONS)
+    create_topic(broker.bootstrap, "t", PARTITIONS)
+    consumer = committer(broker.bootstrap, "g")
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, p, 5) for topic in ("doomed", "t")
+                                 for p in range(PARTITIONS)], asynchronous=False)
+    finally:
+        consumer.close()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.delete_topics(["doomed"], operation_timeout=WAIT).values():
+        future.result(timeout=WAIT)
+    assert committed(broker.bootstrap, "g", "doomed") == [-1001] * PARTITIONS
+    assert committed(broker.bootstrap, "g", "t") == [5] * PARTITIONS
+    # the tombstones are in the log: a restart (the topic recreated) finds no offsets
+    broker.restart()
+    create_topic(broker.bootstrap, "doomed", PARTITIONS)
+    assert committed(broker.bootstrap, "g", "doomed") == [-1001] * PARTITIONS
+    assert committed(broker.bootstrap, "g", "t") == [5] * PARTITIONS
