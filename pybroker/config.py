@@ -116,6 +116,12 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "group.max.session.timeout.ms": (int, 1_800_000),
     "group.max.size": (int, 2**31 - 1),
     "offset.metadata.max.bytes": (int, 4096),
+    # transactions (pybroker.txn): the topic __transaction_state and its coordinator
+    "transaction.state.log.num.partitions": (int, 50),
+    "transaction.state.log.segment.bytes": (int, 100 * _MIB),
+    "transaction.state.log.replication.factor": (int, 3),
+    "transaction.state.log.min.isr": (int, 2),
+    "transaction.max.timeout.ms": (int, 900_000),
     # cluster mode (issue 7): unset zookeeper.connect keeps the single-node embedded mode
     "zookeeper.connect": (str, None),
     "zookeeper.session.timeout.ms": (int, 18_000),

@@ -250,6 +250,18 @@ def _init_pid(client: WireClient) -> tuple[int, int]:
     return response["producer_id"], response["producer_epoch"]
 
 
+@pytest.mark.parametrize("timeout_ms", [900_001, 2**31 - 1, 0, -1])
+def test_init_producer_id_refuses_a_transaction_timeout_out_of_bounds(client, timeout_ms):
+    body = {"transactional_id": unique("txn"), "transaction_timeout_ms": timeout_ms,
+            "producer_id": -1, "producer_epoch": -1}
+    response = client.request(INIT_PRODUCER_ID, 4, body)
+    assert (response["error_code"], response["producer_id"], response["producer_epoch"]) == (
+        ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1)
+    body["transaction_timeout_ms"] = 900_000  # transaction.max.timeout.ms itself is fine
+    response = client.request(INIT_PRODUCER_ID, 4, body)
+    assert response["error_code"] == ErrorCode.NONE and response["producer_id"] >= 0
+
+
 def test_idempotent_duplicates_and_sequence_errors(client):
     name = unique("idem")
     create(client, name)
