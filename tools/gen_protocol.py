@@ -44,10 +44,13 @@ HEADER_OUT = os.path.join("csrc", "pb_protocol.h")
 NATIVE_APIS = (0, 1)
 
 # Record formats ("type": "data") the broker reads and writes: the consumer protocol's
-# subscription and assignment, and the records of ``__consumer_offsets``.
+# subscription and assignment, the records of ``__consumer_offsets`` and those of
+# ``__transaction_state``.
 DATA_SPECS = ("ConsumerProtocolSubscription.json", "ConsumerProtocolAssignment.json",
               "group-coordinator/OffsetCommitKey.json", "group-coordinator/OffsetCommitValue.json",
-              "group-coordinator/GroupMetadataKey.json", "group-coordinator/GroupMetadataValue.json")
+              "group-coordinator/GroupMetadataKey.json", "group-coordinator/GroupMetadataValue.json",
+              "transaction-coordinator/TransactionLogKey.json",
+              "transaction-coordinator/TransactionLogValue.json")
 
 # "N+" has no upper bound; the codec treats this as "every version".
 UNBOUNDED = 0x7FFF
@@ -80,6 +83,13 @@ def parse_versions(text: str | None) -> tuple[int, int] | None:
         lo, hi = text.split("-")
         return (int(lo), int(hi))
     return (int(text), int(text))
+
+
+def field_versions(f: dict) -> tuple[int, int] | None:
+    """The versions a field exists in. A field that exists only as a tagged field may give
+    only its tagged versions (``__transaction_state``'s value); Kafka's generator reads
+    those as its versions too."""
+    return parse_versions(f.get("versions", f.get("taggedVersions")))
 
 
 def parse_default(ftype: str, raw):
@@ -162,7 +172,7 @@ class Generator:
         if base not in PRIMITIVES:
             children = f.get("fields") or self.structs[base]
             ftype = "[]struct" if ftype.startswith("[]") else "struct"
-        args = [repr(snake(f["name"])), repr(ftype), repr(parse_versions(f["versions"]))]
+        args = [repr(snake(f["name"])), repr(ftype), repr(field_versions(f))]
         nullable = parse_versions(f.get("nullableVersions"))
         if nullable is not None:
             args.append(f"nullable={nullable!r}")
@@ -354,7 +364,7 @@ class TypedDicts:
                 py = f"list[{py}]"
             if parse_versions(f.get("nullableVersions")) is not None:
                 py += " | None"
-            notes = [versions_note(parse_versions(f["versions"]), valid)]
+            notes = [versions_note(field_versions(f), valid)]
             if "tag" in f:
                 notes.append(f"tag {f['tag']}")
             if notes[0] or "tag" in f or "default" in f:
@@ -410,7 +420,7 @@ def c_field_defines(prefix: str, fields: list, structs: dict[str, list]) -> list
     out = []
     for f in fields:
         name = f"{prefix}_{snake(f['name']).upper()}"
-        rng = parse_versions(f["versions"])
+        rng = field_versions(f)
         if rng is not None:
             out.append(f"#define {name}_FIRST {rng[0]}")
             if rng[1] != UNBOUNDED:

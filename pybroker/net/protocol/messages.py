@@ -2388,4 +2388,28 @@ DATA = {
             )),
         ),
     ),
+    'TransactionLogKey': Data(
+        (0, 0), None,
+        fields=(
+            F('transactional_id', 'string', (0, 0)),
+        ),
+    ),
+    'TransactionLogValue': Data(
+        (0, 1), 1,
+        fields=(
+            F('producer_id', 'int64', (0, 32767)),
+            F('previous_producer_id', 'int64', (1, 32767), tag=0, tagged=(1, 32767), default=-1),
+            F('next_producer_id', 'int64', (1, 32767), tag=1, tagged=(1, 32767), default=-1),
+            F('producer_epoch', 'int16', (0, 32767)),
+            F('transaction_timeout_ms', 'int32', (0, 32767)),
+            F('transaction_status', 'int8', (0, 32767)),
+            F('transaction_partitions', '[]struct', (0, 32767), nullable=(0, 32767), fields=(
+                F('topic', 'string', (0, 32767)),
+                F('partition_ids', '[]int32', (0, 32767)),
+            )),
+            F('transaction_last_update_timestamp_ms', 'int64', (0, 32767)),
+            F('transaction_start_timestamp_ms', 'int64', (0, 32767)),
+            F('client_transaction_version', 'int16', (1, 32767), tag=2, tagged=(1, 32767), default=0),
+        ),
+    ),
 }

@@ -2910,3 +2910,25 @@ class GroupMetadataValueMemberMetadata(TypedDict):
     session_timeout: int
     subscription: bytes
     assignment: bytes
+
+
+class TransactionLogKey(TypedDict):
+    transactional_id: str
+
+
+class TransactionLogValue(TypedDict):
+    producer_id: int
+    previous_producer_id: NotRequired[int]  # v1+, tag 0
+    next_producer_id: NotRequired[int]  # v1+, tag 1
+    producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_status: int
+    transaction_partitions: list[TransactionLogValuePartitionsSchema] | None
+    transaction_last_update_timestamp_ms: int
+    transaction_start_timestamp_ms: int
+    client_transaction_version: NotRequired[int]  # v1+, tag 2
+
+
+class TransactionLogValuePartitionsSchema(TypedDict):
+    topic: str
+    partition_ids: list[int]
