@@ -163,8 +163,9 @@ def group_value(g: GroupRecord) -> bytes:
                                                         GROUP_VALUE_VERSION, value)
 
 
-def _decode(name: str, data: bytes) -> dict:
-    """A key or value: its int16 version, then the spec's layout of that version."""
+def decode_versioned(name: str, data: bytes) -> dict:
+    """A key or value of a coordinator topic: its int16 version, then the spec's layout
+    of that version (``messages.DATA[name]``)."""
     if len(data) < _I16.size:
         raise CorruptRecordError(f"{name}: {len(data)} bytes, no version")
     version = _I16.unpack_from(data)[0]
@@ -178,21 +179,21 @@ def parse_key(data: bytes) -> OffsetKey | GroupKey | None:
     """The key of a record; None for record types pybroker does not use."""
     kind = _I16.unpack_from(data)[0] if len(data) >= _I16.size else -1
     if kind in (0, OFFSET_COMMIT_KEY):
-        key = _decode("OffsetCommitKey", data)
+        key = decode_versioned("OffsetCommitKey", data)
         return OffsetKey(key["group"], key["topic"], key["partition"])
     if kind == GROUP_METADATA_KEY:
-        return GroupKey(_decode("GroupMetadataKey", data)["group"])
+        return GroupKey(decode_versioned("GroupMetadataKey", data)["group"])
     return None
 
 
 def parse_offset_value(data: bytes) -> OffsetAndMetadata:
-    v = _decode("OffsetCommitValue", data)
+    v = decode_versioned("OffsetCommitValue", data)
     return OffsetAndMetadata(v["offset"], v["leader_epoch"], v["metadata"],
                              v["commit_timestamp"], v["expire_timestamp"])
 
 
 def parse_group_value(data: bytes) -> GroupRecord:
-    v = _decode("GroupMetadataValue", data)
+    v = decode_versioned("GroupMetadataValue", data)
     members = [MemberRecord(
         m["member_id"], m["group_instance_id"], m["client_id"], m["client_host"],
         # none (before v1: -1) means the session timeout, as Kafka reads it
@@ -321,3 +322,12 @@ def data_records(info: BatchInfo, data: memoryview, start: int) -> list[Record] 
     if info.base_offset < start:  # the log starts inside this batch
         batch = [r for r in batch if r.offset >= start]
     return batch
+
+
+def latest_values(latest: dict[bytes, bytes | None], batch: list[Record]) -> int:
+    """Keep the last value of each key of a batch of records (None: a tombstone); returns
+    the record count. A coordinator record always has a key: one without is skipped."""
+    for record in batch:
+        if record.key is not None:
+            latest[record.key] = record.value
+    return len(batch)

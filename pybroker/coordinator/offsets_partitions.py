@@ -39,7 +39,7 @@ from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log.state_machine import replay_in_slices
 
 if TYPE_CHECKING:
-    from pybroker._native.records import BatchInfo, Record
+    from pybroker._native.records import BatchInfo
     from pybroker.broker.partition import Partition
 
 log = logging.getLogger("pybroker.coordinator")
@@ -163,7 +163,7 @@ class OffsetsPartitions:
             nonlocal count
             batch = records.data_records(info, data, start)
             if batch is not None:
-                count += _latest_values(latest, batch)
+                count += records.latest_values(latest, batch)
 
         reached = await replay_in_slices(led.partition.log, start, consume,
                                          lambda: self._still_led(index, led), LOAD_SLICE_S)
@@ -239,11 +239,3 @@ class OffsetsPartitions:
             if loaded % _INSTALL_STEP == 0:
                 yield loaded
         yield loaded
-
-
-def _latest_values(latest: dict[bytes, bytes | None], batch: list[Record]) -> int:
-    """Keep the last value of each key of a batch of records; returns the record count."""
-    for record in batch:
-        if record.key is not None:  # not ours: a coordinator record always has a key
-            latest[record.key] = record.value
-    return len(batch)
