@@ -1,0 +1,8 @@
+"""Kafka transactions: the transaction coordinator's state (issue 14).
+
+``state``: a transactional id's transaction (``TxnMetadata``) and Kafka's allowed state
+transitions, pure. ``records``: its ``__transaction_state`` records in Kafka's layout, the
+topic's config and the partition of a transactional id. ``load``: the transactions of a
+partition rebuilt from its log when this broker becomes its leader. No request is served
+from here yet: the coordinator that writes and serves them is to come on top.
+"""
