@@ -122,6 +122,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "transaction.state.log.replication.factor": (int, 3),
     "transaction.state.log.min.isr": (int, 2),
     "transaction.max.timeout.ms": (int, 900_000),
+    "transactional.id.expiration.ms": (int, 604_800_000),
     # cluster mode (issue 7): unset zookeeper.connect keeps the single-node embedded mode
     "zookeeper.connect": (str, None),
     "zookeeper.session.timeout.ms": (int, 18_000),

@@ -123,6 +123,16 @@ class TxnMetadata:
         return cls(transactional_id, producer_id, producer_epoch, timeout_ms, TxnState.EMPTY,
                    frozenset(), now_ms)
 
+    def timed_out(self, now_ms: int) -> bool:
+        """Whether the open transaction outlived its timeout: the coordinator aborts it
+        under a bumped epoch (``fence_epoch``), as Kafka's periodic check does."""
+        return self.state == TxnState.ONGOING and self.start_ms + self.timeout_ms < now_ms
+
+    def expired(self, now_ms: int, expiration_ms: int) -> bool:
+        """Whether the transactional id may be forgotten (``expire``): no transaction open
+        and no change for ``transactional.id.expiration.ms``."""
+        return self.state.expiration_allowed and self.last_update_ms + expiration_ms <= now_ms
+
     def _to(self, state: TxnState, now_ms: int, **changes: Any) -> TxnMetadata:
         if not can_transition(self.state, state):
             raise IllegalTransition(f"transactional id {self.transactional_id!r}: "

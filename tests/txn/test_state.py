@@ -122,3 +122,17 @@ def test_an_epoch_at_its_limit_is_not_bumped():
         dataclasses.replace(_in(S.ONGOING), producer_epoch=MAX_EPOCH - 1).fence_epoch(now_ms=1)
     assert dataclasses.replace(_in(S.ONGOING), producer_epoch=MAX_EPOCH - 2).fence_epoch(
         now_ms=1).producer_epoch == MAX_EPOCH - 1
+
+
+def test_timeout_counts_from_the_transaction_start():
+    txn = TxnMetadata.new("tx", 7, 0, 60000, now_ms=0).add_partitions([("a", 0)], now_ms=1000)
+    txn = txn.add_partitions([("a", 1)], now_ms=50000)  # activity does not extend it
+    assert not txn.timed_out(61000) and txn.timed_out(61001)
+    assert not txn.prepare_end(commit=True, now_ms=60000).timed_out(10**9)
+
+
+@pytest.mark.parametrize("state", list(TxnState))
+def test_only_an_id_at_rest_expires(state):
+    txn = _in(state)  # last updated at 100
+    assert txn.expired(now_ms=1100, expiration_ms=1000) == (state in AT_REST)
+    assert not txn.expired(now_ms=1099, expiration_ms=1000)
