@@ -50,6 +50,8 @@ class BatchInfo:
     def records_count(self) -> int: ...
     @property
     def last_offset(self) -> int: ...
+    @property
+    def control_type(self) -> int: ...
 
 @disjoint_base
 class ScanResult:
@@ -108,6 +110,19 @@ def producer_batches(buf: Buffer, min_offset: int) -> tuple[list[BatchInfo], int
 def find_timestamp(
     buf: Buffer, start: int, end: int, target_ts: int, max_decompressed_size: int = ...
 ) -> tuple[int, int, int] | None: ...
+CONTROL_ABORT: int
+CONTROL_COMMIT: int
+
+def encode_control_batch(
+    producer_id: int,
+    producer_epoch: int,
+    control_type: int,
+    coordinator_epoch: int,
+    timestamp: int = -1,
+    *,
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+) -> bytes: ...
 def decode_records(batch_buf: Buffer, max_decompressed_size: int = ...) -> list[Record]: ...
 def encode_batch_columns(
     count: int,

@@ -96,7 +96,22 @@ cdef BatchInfo batch_info_from_header(const pb_batch_header *h):
     info.producer_epoch = h.producer_epoch
     info.base_sequence = h.base_sequence
     info.records_count = h.records_count
+    info.control_type = -1
     return info
+
+
+cdef void _read_control_type(BatchInfo info, const uint8_t *batch, Py_ssize_t available
+                             ) noexcept:
+    """Set ``info.control_type`` from the key of a control batch's (uncompressed) record:
+    version int16, type int16. Left -1 when the batch is not whole in ``available`` bytes
+    or does not read as a control record."""
+    cdef pb_record r
+    cdef const uint8_t *p = batch + PB_BATCH_HEADER_SIZE
+    if not info.is_control or info.compression or info.size > available or \
+            info.records_count < 1:
+        return
+    if pb_record_parse(&p, batch + info.size, &r) == PB_OK and r.key_len >= 4:
+        info.control_type = (r.key[2] << 8) | r.key[3]
 
 
 cdef class ScanResult:
@@ -242,10 +257,12 @@ def validate_batch(buf, Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSE
 
 
 def read_batch_header(buf, Py_ssize_t position=0):
-    """Header of the batch at ``position`` (61 bytes needed; no CRC, records unread)."""
+    """Header of the batch at ``position`` (61 bytes needed; no CRC, records unread but
+    for a whole control batch's one record: its ``control_type``)."""
     cdef Py_buffer view
     cdef pb_batch_header h
     cdef int err
+    cdef BatchInfo info
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
         _check_range(position, position, view.len)
@@ -253,9 +270,11 @@ def read_batch_header(buf, Py_ssize_t position=0):
                              <size_t>(view.len - position), &h)
         if err:
             _raise(err, position)
+        info = batch_info_from_header(&h)
+        _read_control_type(info, <const uint8_t *>view.buf + position, view.len - position)
     finally:
         PyBuffer_Release(&view)
-    return batch_info_from_header(&h)
+    return info
 
 
 def stamp_batch(buf, Py_ssize_t position, int64_t base_offset, int32_t partition_leader_epoch,
@@ -348,16 +367,18 @@ def find_position(buf, Py_ssize_t start, Py_ssize_t end, int64_t target_offset):
 
 def producer_batches(buf, int64_t min_offset):
     """The headers of the complete batches of ``buf`` (whole batches read back from a log)
-    that carry a producer id, are not control batches and hold offsets >= ``min_offset``;
-    and the offset after the last complete batch (``min_offset`` if none). Header walk
-    only (no CRC): the state machines' replay, where batches without a producer id (most,
-    for plain producers) cost no Python at all."""
+    that carry a producer id (control batches included, with their ``control_type``:
+    they end transactions) and hold
+    offsets >= ``min_offset``; and the offset after the last complete batch
+    (``min_offset`` if none). Header walk only (no CRC): the state machines' replay,
+    where batches without a producer id (most, for plain producers) cost no Python."""
     cdef Py_buffer view
     cdef pb_batch_header h
     cdef Py_ssize_t pos = 0
     cdef Py_ssize_t size
     cdef int64_t next_offset = min_offset
     cdef int64_t last
+    cdef BatchInfo info
     found = []
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
@@ -369,8 +390,10 @@ def producer_batches(buf, int64_t min_offset):
                 break
             last = h.base_offset + h.last_offset_delta
             if last >= min_offset:
-                if h.producer_id >= 0 and not (h.attributes & 0x20):
-                    found.append(batch_info_from_header(&h))
+                if h.producer_id >= 0:
+                    info = batch_info_from_header(&h)
+                    _read_control_type(info, <const uint8_t *>view.buf + pos, view.len - pos)
+                    found.append(info)
                 next_offset = last + 1
             pos += size
     finally:
@@ -900,6 +923,43 @@ def encode_batch(values, keys=None, timestamps=None, headers=None, *, int64_t ba
         ts, hdr, base_offset=base_offset, producer_id=producer_id,
         producer_epoch=producer_epoch, base_sequence=base_sequence, compression=compression,
         transactional=transactional, partition_leader_epoch=partition_leader_epoch)
+
+
+CONTROL_ABORT = 0   # Kafka's ControlRecordType
+CONTROL_COMMIT = 1
+
+
+cdef enum:
+    _ATTRIBUTES_AT = 21  # the batch header's attributes field; the CRC covers from here on
+    _CRC_AT = 17
+
+
+def encode_control_batch(int64_t producer_id, int producer_epoch, int control_type,
+                         int32_t coordinator_epoch, int64_t timestamp=-1, *,
+                         int64_t base_offset=0, int32_t partition_leader_epoch=-1):
+    """A transaction marker: a control batch (transactional and control attributes, no
+    sequence) of one record, Kafka's control record: key version 0 int16 + type int16
+    (``CONTROL_ABORT``, ``CONTROL_COMMIT``), value version 0 int16 + coordinator epoch
+    int32. ``timestamp`` -1: now."""
+    cdef bytearray batch
+    cdef uint8_t *p
+    cdef Py_ssize_t size
+    cdef uint32_t crc
+    key = bytes([0, 0, (control_type >> 8) & 0xFF, control_type & 0xFF])
+    value = bytes([0, 0]) + (coordinator_epoch & 0xFFFFFFFF).to_bytes(4, "big")
+    batch = bytearray(encode_batch([value], [key], None if timestamp < 0 else [timestamp],
+                                   base_offset=base_offset, producer_id=producer_id,
+                                   producer_epoch=producer_epoch, transactional=True,
+                                   partition_leader_epoch=partition_leader_epoch))
+    p = <uint8_t *>PyByteArray_AS_STRING(batch)
+    size = len(batch)
+    p[_ATTRIBUTES_AT + 1] |= PB_ATTR_CONTROL  # int16 big-endian: the flag is in the low byte
+    crc = _crc.pb_crc32c(0, p + _ATTRIBUTES_AT, <size_t>(size - _ATTRIBUTES_AT))
+    p[_CRC_AT] = (crc >> 24) & 0xFF
+    p[_CRC_AT + 1] = (crc >> 16) & 0xFF
+    p[_CRC_AT + 2] = (crc >> 8) & 0xFF
+    p[_CRC_AT + 3] = crc & 0xFF
+    return bytes(batch)
 
 
 # ---- varints, exposed for the golden-table tests only ----

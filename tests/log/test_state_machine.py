@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
-from pybroker._native.records import encode_batch, producer_batches
+from pybroker._native.records import (
+    CONTROL_COMMIT,
+    encode_batch,
+    encode_control_batch,
+    producer_batches,
+)
 from pybroker.log.log import Log
 from pybroker.log.log_config import LogConfig
 from pybroker.log.state_machine import replay_in_slices
@@ -84,21 +89,19 @@ def test_producer_batches_are_the_batches_with_a_producer_id(tmp_path):
     plog.close()
 
 
-def test_producer_batches_skip_control_batches_and_stop_at_a_torn_tail():
-    """A transaction marker is walked past; a batch cut short ends the walk."""
+def test_producer_batches_include_control_batches_and_stop_at_a_torn_tail():
+    """A transaction marker is returned with its type; a batch cut short ends the walk."""
     data = encode_batch([b"a"], base_offset=0, producer_id=3, producer_epoch=0,
                         base_sequence=0)
     data += encode_batch([b"b", b"c"], base_offset=1, producer_id=3, producer_epoch=0,
                          base_sequence=1, transactional=True)
-    marker = bytearray(encode_batch([b"m"], base_offset=3, producer_id=3, producer_epoch=0,
-                                    transactional=True))
-    marker[22] |= 0x20  # the control bit of the attributes (a transaction marker)
-    data += marker
+    data += encode_control_batch(3, 0, CONTROL_COMMIT, 0, base_offset=3)
     whole = len(data)
     data += encode_batch([b"d"], base_offset=4, producer_id=3, producer_epoch=0,
                          base_sequence=3)
     found, next_offset = producer_batches(data[:whole + 30], 0)  # the last batch is torn
-    assert [(i.base_offset, i.is_transactional) for i in found] == [(0, False), (1, True)]
-    assert next_offset == 4  # the control batch was walked past, not returned
+    assert [(i.base_offset, i.is_transactional, i.control_type) for i in found] == \
+        [(0, False, -1), (1, True, -1), (3, True, CONTROL_COMMIT)]
+    assert next_offset == 4
     found, next_offset = producer_batches(data, 2)  # starts inside the second batch
-    assert [i.base_offset for i in found] == [1, 4] and next_offset == 5
+    assert [i.base_offset for i in found] == [1, 3, 4] and next_offset == 5
