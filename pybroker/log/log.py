@@ -1,6 +1,7 @@
 """One partition's log: segments on disk, offsets, reads as file regions, retention.
 
-Directory ``<data_dir>/<topic>-<partition>`` holds the segments (log_segment.py),
+Directory ``<data_dir>/<topic>-<partition>`` holds the segments (log_segment.py, with
+their aborted-transaction indexes: transaction_index.py),
 ``leader-epoch-checkpoint`` and the state machines' snapshots (``<offset>.snapshot``, the
 idempotent producers' state: state_machine.py, producer_state.py). Offsets kept apart
 (STYLE 20, Redpanda's offset_tracker):
@@ -11,6 +12,9 @@ idempotent producers' state: state_machine.py, producer_state.py). Offsets kept 
 - ``high_watermark``: everything below it is committed; consumers read up to it. A
   plain settable field: replication moves it, a single node sets it to the end offset.
 - ``log_start_offset``: the first offset still readable (retention, DeleteRecords).
+- ``last_stable_offset``: the high watermark, or below it the first offset of the earliest
+  transaction still open (the producer state's): ``read_committed`` consumers read up to
+  it.
 
 Appends have one write path (checks and roll, offsets stamped natively, one write
 through the segment's Appender, maybe one index entry), completed two ways: ``append``
@@ -21,6 +25,14 @@ arrival order, so they never interleave. ``append_as_follower`` writes a leader'
 as they are (offsets and epochs included), through the same segment write. Per fetch
 Python does a fixed amount of work per segment touched (native index lookups and header
 walks). Nothing here loops over records, and recovery is one native scan per segment.
+
+Transactions: the producer state opens a producer's transaction at its first
+transactional batch and closes it at its control batch (the marker); an abort marker's
+entry goes to the ``.txnindex`` of the segment holding it (``_index_aborted``), on append
+and on every replay, which appends only what is missing: a truncation cuts the indexes
+with the segments, and the replay that rebuilds the state (after a truncation, and after
+an unclean stop, whose recovery cuts an index past the log's valid end) files again the
+aborts after its snapshot. ``aborted_transactions`` answers a read_committed fetch.
 
 State derived from the batches (``state_machines``; today ``producer_state``) follows the
 log through one contract (state_machine.py): every append applies the batch header, a roll
@@ -97,13 +109,14 @@ from pybroker.log.log_segment import (
 from pybroker.log.log_segments import LogSegments
 from pybroker.log.producer_state import DEFAULT_EXPIRATION_MS, ProducerState
 from pybroker.log.state_machine import LogStateMachine, apply_chunk, replay
+from pybroker.log.transaction_index import AbortedTxn
 
 log = logging.getLogger("pybroker.log")
 
 EARLIEST_TIMESTAMP = -2  # ListOffsets special timestamps (Kafka's ListOffsetsRequest)
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
-_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 CLEANED_SUFFIX = ".cleaned"  # the log cleaner's copy of segments, not yet swapped in
 SWAP_SUFFIX = ".swap"        # a cleaned segment being swapped in: the swap is decided
 _LEFTOVER = (DELETED_SUFFIX, ".tmp", SWAP_SUFFIX, CLEANED_SUFFIX)
@@ -182,7 +195,8 @@ class Log:
         # snapshots not at a segment base, which the next snapshot replaces
         self._snapshot_offset = self._next_offset
         self._interim_snapshots: set[int] = set()
-        self.producer_state = ProducerState(directory, producer_id_expiration_ms)
+        self.producer_state = ProducerState(directory, producer_id_expiration_ms,
+                                            on_abort=self._index_aborted)
         self.state_machines: list[LogStateMachine] = [self.producer_state]
         # whether a batch without a producer id must reach the state machines: the
         # produce path of a plain producer then skips them (no clock read, no call)
@@ -250,6 +264,13 @@ class Log:
                            else (info for info, _ in self.batches(start)))
             log.info("%s: replayed %d batches from offset %d into %s in %.3f s", self.name,
                      count, start, type(machine).__name__, time.monotonic() - started)
+
+    def _index_aborted(self, txn: AbortedTxn) -> None:
+        """The producer state applied an abort marker: its segment's index gets the entry
+        (unless a replay finds it there)."""
+        segment = self.segments.floor(txn.last_offset)
+        if segment is not None:
+            segment.txn_index.append(txn)
 
     def _snapshot_state(self, offset: int, interim: bool) -> None:
         """Every state machine's snapshot at ``offset`` (the log end), fsynced by the next
@@ -370,6 +391,13 @@ class Log:
     @high_watermark.setter
     def high_watermark(self, offset: int) -> None:
         self._high_watermark = min(max(offset, self.log_start_offset), self._next_offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """See module doc."""
+        first = self.producer_state.first_unstable_offset()
+        hw = self._high_watermark
+        return hw if first is None or first >= hw else max(first, self.log_start_offset)
 
     @property
     def recovery_point(self) -> int:
@@ -754,7 +782,7 @@ class Log:
 
     def producer_batches(self, start: int, read_bytes: int = 4 << 20) -> Iterator[BatchInfo]:
         """The headers of the batches holding offsets >= ``start`` (as ``batches``) that
-        carry a producer id and are not control batches: the replay of state machines
+        carry a producer id (control batches too): the replay of state machines
         that need nothing else (``producer_batches_only``). One native walk per read, so
         a plain producer's batches cost no Python step."""
         offset, end = max(start, self.segments.first.base_offset), self.log_end_offset
@@ -769,6 +797,20 @@ class Log:
                             self.directory, offset)
                 return
             offset = reached
+
+    def aborted_transactions(self, start: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions holding offsets in [``start``, ``upper_bound``): what a
+        read_committed fetch from ``start`` lists. Their markers are at or after
+        ``start``, so the search begins at the segment holding it and ends at the first
+        entry whose last stable offset is above ``upper_bound`` (Kafka's), or the end."""
+        found: list[AbortedTxn] = []
+        segments = self.segments
+        for i in range(max(segments.floor_index(start), 0), len(segments)):
+            entries, complete = segments[i].txn_index.overlapping(start, upper_bound)
+            found += entries
+            if complete:
+                break
+        return found
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """ListOffsets: the first record with timestamp >= ``timestamp``, or the special
@@ -998,6 +1040,9 @@ class Log:
         segment.next_offset = old[-1].next_offset
         segment.max_timestamp = segment.time_index.last_timestamp
         segment.offset_of_max_timestamp = segment.time_index.last_offset
+        for replaced in old:  # kept whole: a cleaned segment still lists its aborts
+            for txn in replaced.txn_index.entries:
+                segment.txn_index.append(txn)
         self.segments.replace(old, segment)
         for replaced in old:
             self._retire(replaced)

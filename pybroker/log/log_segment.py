@@ -1,4 +1,5 @@
-"""One segment of a partition log: ``<base>.log`` plus its ``.index`` and ``.timeindex``.
+"""One segment of a partition log: ``<base>.log`` plus its ``.index`` and ``.timeindex``,
+and ``.txnindex`` once a transaction aborted in it (transaction_index.py).
 
 Files are named by the segment's base offset, 20 digits zero-padded (Kafka's
 ``LogFileUtils``): ``00000000000000001500.log`` holds record batches v2 back to back,
@@ -36,12 +37,14 @@ from pybroker.errors import KafkaStorageError
 from pybroker.file_region import OpenFile
 from pybroker.log.offset_index import OffsetIndex
 from pybroker.log.time_index import TimeIndex
+from pybroker.log.transaction_index import TransactionIndex
 
 log = logging.getLogger("pybroker.log")
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 MAX_RELATIVE_OFFSET = 2**31 - 1  # Kafka keeps relative offsets within an int
 _RECENT_BATCHES = 256  # batch positions remembered at the tail of the active segment
@@ -56,7 +59,7 @@ class LogSegment:
     """Thread-safety: none (see module doc)."""
 
     __slots__ = ("directory", "base_offset", "fd", "file", "size", "offset_index", "time_index",
-                 "index_interval_bytes", "max_timestamp", "offset_of_max_timestamp",
+                 "txn_index", "index_interval_bytes", "max_timestamp", "offset_of_max_timestamp",
                  "next_offset", "created", "deleted", "_missing_indexes",
                  "_rolling_timestamp", "_bytes_since_index", "_appender", "_view",
                  "_recent", "_recent_lasts", "_touched")
@@ -89,6 +92,7 @@ class LogSegment:
                                  if not os.path.exists(self.path(suffix))]
         self.offset_index = OffsetIndex(self.path(INDEX_SUFFIX), base_offset, max_index_size)
         self.time_index = TimeIndex(self.path(TIME_INDEX_SUFFIX), base_offset, max_index_size)
+        self.txn_index = TransactionIndex(self.path(TXN_INDEX_SUFFIX), create)
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
         self.next_offset = base_offset
@@ -143,6 +147,7 @@ class LogSegment:
         self.offset_index.load_entries(scan.offset_index)
         self.time_index.load_entries(scan.time_index)
         self.next_offset = scan.next_offset if scan.batch_count else self.base_offset
+        self.txn_index.truncate_to(self.next_offset)  # the log replay appends the rest
         self.max_timestamp = scan.max_timestamp if scan.batch_count else -1
         self.offset_of_max_timestamp = (scan.offset_of_max_timestamp if scan.batch_count
                                         else self.base_offset)
@@ -399,6 +404,7 @@ class LogSegment:
             return 0
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self._truncate_file(position)
         self.load_tail()
         if not position:
@@ -434,6 +440,7 @@ class LogSegment:
         os.fdatasync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def rename_deleted(self) -> None:
         """First step of deletion: ``.deleted`` names, so a restart finishes the job. The
@@ -441,6 +448,7 @@ class LogSegment:
         for index in (self.offset_index, self.time_index):
             if os.path.exists(index.path):
                 index.rename(index.path + DELETED_SUFFIX)
+        self.txn_index.rename(self.txn_index.path + DELETED_SUFFIX)
         os.rename(self.path(LOG_SUFFIX), self.path(LOG_SUFFIX + DELETED_SUFFIX))
         self.deleted = True
 
@@ -449,6 +457,7 @@ class LogSegment:
         self._close_log()
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         suffix = LOG_SUFFIX + (DELETED_SUFFIX if self.deleted else "")
         try:
             os.unlink(self.path(suffix))
@@ -459,6 +468,7 @@ class LogSegment:
         """Close the files without writing anything (the partition is deleted)."""
         self.offset_index.unmap()
         self.time_index.unmap()
+        self.txn_index.close()
         self._close_log()
 
     def close(self) -> None:
@@ -469,6 +479,7 @@ class LogSegment:
                                      final=True)
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         self._close_log()
 
     def _close_log(self) -> None:

@@ -1,5 +1,6 @@
 """Idempotent-producer state of one partition: epochs, sequences, the last five batches,
-kept by the partition's log as one of its state machines (``state_machine``).
+and each producer's ongoing transaction, kept by the partition's log as one of its state
+machines (``state_machine``).
 
 Kafka's rules (``ProducerStateManager`` / ``ProducerAppendInfo``), per producer id:
 - a batch whose (epoch, first sequence, last sequence) matches one of the last five batches
@@ -13,7 +14,16 @@ Kafka's rules (``ProducerStateManager`` / ``ProducerAppendInfo``), per producer 
 
 Producers idle longer than ``producer.id.expiration.ms`` (a day) are forgotten, as Kafka
 does (``expire``, and when a snapshot is loaded), so the table does not grow with every
-producer that ever wrote.
+producer that ever wrote; a producer with a transaction still open is kept (Kafka too).
+
+Transactions (Kafka's ``currentTxnFirstOffset``): a producer's first transactional batch
+opens its transaction at that batch's base offset, its next control batch (the commit or
+abort marker the coordinator writes) closes it. ``first_unstable_offset`` is the first
+offset of the earliest transaction still open: the log's last stable offset is bounded
+by it. An abort marker (the header's ``control_type``, read natively) that closes a
+transaction is handed to ``on_abort`` as the aborted-transaction index's entry
+(transaction_index.py): the log files it in the marker's segment, on append and on
+replay alike.
 
 Snapshots: ``<20-digit offset>.snapshot`` in the partition directory, the state of the
 batches below that offset, written when a segment rolls and when the log closes, deleted
@@ -23,11 +33,12 @@ cached batches of a producer where Kafka keeps the last one, so a retry of any o
 is still recognised after a restart::
 
     magic    4   b"PBPS" (Kafka's own snapshot files start with their version, 0x0001)
-    version  2   1
+    version  2   2 (1, without the transaction field, is still read)
     crc      4   CRC32C of everything after this field
     offset   8   the offset the snapshot describes (also its name)
     count    4   producers
-    count x      producer id 8, epoch 2, last append (ms) 8, batches 1 (0-5), then per
+    count x      producer id 8, epoch 2, last append (ms) 8, ongoing transaction's
+                 first offset 8 (-1: none; not in version 1), batches 1 (0-5), then per
                  batch: first seq 4, last seq 4, first offset 8, last offset 8,
                  timestamp 8 (its LogAppendTime, -1 for CreateTime)
 
@@ -46,13 +57,15 @@ import logging
 import os
 import re
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 
 from pybroker._native.crc32c import crc32c
-from pybroker._native.records import BatchInfo
+from pybroker._native.records import CONTROL_ABORT, BatchInfo
 from pybroker.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from pybroker.log.checkpoints import fsync_dir
 from pybroker.log.state_machine import snapshot_path
+from pybroker.log.transaction_index import AbortedTxn
 
 log = logging.getLogger("pybroker.log")
 
@@ -62,10 +75,11 @@ CACHED_BATCHES = 5
 DEFAULT_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 
 SNAPSHOT_MAGIC = b"PBPS"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 _HEADER = struct.Struct(">4shI")        # magic, version, crc
 _BODY_HEAD = struct.Struct(">qi")       # offset, producer count
-_PRODUCER = struct.Struct(">qhqB")      # producer id, epoch, last append ms, batches
+_PRODUCER = struct.Struct(">qhqqB")     # producer id, epoch, last append ms, txn, batches
+_PRODUCER_V1 = struct.Struct(">qhqB")   # producer id, epoch, last append ms, batches
 _BATCH = struct.Struct(">iiqqq")        # first seq, last seq, first offset, last offset, ts
 _SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
 
@@ -83,11 +97,12 @@ class BatchMetadata(NamedTuple):
 
 
 class ProducerEntry:
-    __slots__ = ("epoch", "batches", "last_ms")
+    __slots__ = ("epoch", "batches", "last_ms", "txn_first_offset")
 
-    def __init__(self, epoch: int, last_ms: int = 0) -> None:
+    def __init__(self, epoch: int, last_ms: int = 0, txn_first_offset: int = -1) -> None:
         self.epoch = epoch
         self.last_ms = last_ms  # wall clock of the last append, for expiration
+        self.txn_first_offset = txn_first_offset  # of the ongoing transaction, -1: none
         self.batches: collections.deque[BatchMetadata] = collections.deque(maxlen=CACHED_BATCHES)
 
     @property
@@ -95,12 +110,13 @@ class ProducerEntry:
         return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ProducerEntry) and (self.epoch, self.last_ms, self.batches) \
-            == (other.epoch, other.last_ms, other.batches)
+        return isinstance(other, ProducerEntry) and \
+            (self.epoch, self.last_ms, self.txn_first_offset, self.batches) == \
+            (other.epoch, other.last_ms, other.txn_first_offset, other.batches)
 
     def __repr__(self) -> str:
         return f"ProducerEntry(epoch={self.epoch}, last_ms={self.last_ms}, " \
-               f"batches={list(self.batches)})"
+               f"txn_first_offset={self.txn_first_offset}, batches={list(self.batches)})"
 
 
 def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
@@ -119,7 +135,7 @@ def encode_snapshot(offset: int, producers: dict[int, ProducerEntry]) -> bytes:
     parts = [_BODY_HEAD.pack(offset, len(producers))]
     for producer_id, entry in producers.items():
         parts.append(_PRODUCER.pack(producer_id, entry.epoch, entry.last_ms,
-                                    len(entry.batches)))
+                                    entry.txn_first_offset, len(entry.batches)))
         parts.extend(_BATCH.pack(*batch) for batch in entry.batches)
     body = b"".join(parts)
     return _HEADER.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, crc32c(body)) + body
@@ -131,7 +147,7 @@ def decode_snapshot(data: bytes, offset: int) -> dict[int, ProducerEntry]:
     if len(data) < _HEADER.size + _BODY_HEAD.size:
         raise CorruptSnapshotError(f"{len(data)} bytes is too short")
     magic, version, crc = _HEADER.unpack_from(data)
-    if magic != SNAPSHOT_MAGIC or version != SNAPSHOT_VERSION:
+    if magic != SNAPSHOT_MAGIC or version not in (1, SNAPSHOT_VERSION):
         raise CorruptSnapshotError(f"unknown magic {magic!r} or version {version}")
     body = memoryview(data)[_HEADER.size:]
     if crc32c(body) != crc:
@@ -143,11 +159,17 @@ def decode_snapshot(data: bytes, offset: int) -> dict[int, ProducerEntry]:
     position = _BODY_HEAD.size
     try:
         for _ in range(count):
-            producer_id, epoch, last_ms, batches = _PRODUCER.unpack_from(body, position)
-            position += _PRODUCER.size
+            if version == 1:
+                producer_id, epoch, last_ms, batches = _PRODUCER_V1.unpack_from(body, position)
+                txn_first_offset = -1
+                position += _PRODUCER_V1.size
+            else:
+                producer_id, epoch, last_ms, txn_first_offset, batches = \
+                    _PRODUCER.unpack_from(body, position)
+                position += _PRODUCER.size
             if batches > CACHED_BATCHES:
                 raise CorruptSnapshotError(f"{batches} batches for producer {producer_id}")
-            entry = producers[producer_id] = ProducerEntry(epoch, last_ms)
+            entry = producers[producer_id] = ProducerEntry(epoch, last_ms, txn_first_offset)
             for _ in range(batches):
                 entry.batches.append(BatchMetadata(*_BATCH.unpack_from(body, position)))
                 position += _BATCH.size
@@ -165,8 +187,13 @@ class ProducerState:
     producer_batches_only = True
 
     def __init__(self, directory: str | None = None,
-                 expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
+                 expiration_ms: int = DEFAULT_EXPIRATION_MS,
+                 on_abort: Callable[[AbortedTxn], None] | None = None) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        self.on_abort = on_abort
+        # producer id -> first offset of its ongoing transaction (the entries' field, kept
+        # apart so the last stable offset costs a look at the few open ones only)
+        self.ongoing: dict[int, int] = {}
         self.directory = directory
         self.expiration_ms = expiration_ms
         self._snapshots: list[int] = []  # offsets of the snapshot files, ascending
@@ -207,19 +234,51 @@ class ProducerState:
     def record(self, producer_id: int, epoch: int, first_seq: int, last_offset_delta: int,
                first_offset: int, timestamp: int, now_ms: int) -> None:
         """Remember an appended batch (after :meth:`check`, or when replaying the log)."""
-        entry = self.producers.get(producer_id)
-        if entry is None or epoch > entry.epoch:
-            entry = self.producers[producer_id] = ProducerEntry(epoch)
-        elif epoch < entry.epoch:
+        entry = self._entry(producer_id, epoch)
+        if entry is None:
             return  # a fenced producer's batch seen in replay: it cannot change state
         entry.last_ms = max(entry.last_ms, now_ms)
         entry.batches.append(BatchMetadata(
             first_seq, last_sequence(first_seq, last_offset_delta), first_offset,
             first_offset + last_offset_delta, timestamp))
 
+    def _entry(self, producer_id: int, epoch: int) -> ProducerEntry | None:
+        """The producer's entry for a batch of ``epoch``: a new one for a new epoch (an
+        open transaction stays open across it: the coordinator's marker closes it), None
+        for a fenced one."""
+        entry = self.producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            txn = entry.txn_first_offset if entry is not None else -1
+            entry = self.producers[producer_id] = ProducerEntry(epoch, txn_first_offset=txn)
+        elif epoch < entry.epoch:
+            return None
+        return entry
+
+    def begin_transaction(self, producer_id: int, epoch: int, first_offset: int) -> None:
+        """A transactional batch of ``epoch`` at ``first_offset`` was appended (after
+        ``record``): it opens the producer's transaction unless one is open."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and entry.epoch == epoch and entry.txn_first_offset < 0:
+            entry.txn_first_offset = first_offset
+            self.ongoing[producer_id] = first_offset
+
+    def end_transaction(self, producer_id: int) -> int:
+        """A control batch (commit or abort marker) of the producer was appended: its
+        transaction is over. Returns the transaction's first offset, -1 if none was open."""
+        first = self.ongoing.pop(producer_id, -1)
+        entry = self.producers.get(producer_id)
+        if entry is not None:
+            entry.txn_first_offset = -1
+        return first
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest ongoing transaction; None if none is open."""
+        return min(self.ongoing.values()) if self.ongoing else None
+
     def expire(self, before_ms: int) -> int:
         """Forget producers idle since ``before_ms`` (Kafka's producer.id.expiration.ms)."""
-        stale = [pid for pid, e in self.producers.items() if e.last_ms < before_ms]
+        stale = [pid for pid, e in self.producers.items()
+                 if e.last_ms < before_ms and e.txn_first_offset < 0]
         for pid in stale:
             del self.producers[pid]
         return len(stale)
@@ -233,9 +292,20 @@ class ProducerState:
 
     def apply(self, batch: BatchInfo, base_offset: int, log_append_time: int,
               now_ms: int) -> None:
-        if batch.producer_id >= 0 and batch.base_sequence >= 0 and not batch.is_control:
+        if batch.producer_id < 0:
+            return
+        if batch.is_control:
+            first = self.end_transaction(batch.producer_id)
+            if first >= 0 and batch.control_type == CONTROL_ABORT and \
+                    self.on_abort is not None:
+                stable = min(self.ongoing.values(), default=base_offset + 1)
+                self.on_abort(AbortedTxn(batch.producer_id, first, base_offset, stable))
+            return
+        if batch.base_sequence >= 0:
             self.record(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                         batch.last_offset_delta, base_offset, log_append_time, now_ms)
+        if batch.is_transactional:
+            self.begin_transaction(batch.producer_id, batch.producer_epoch, base_offset)
 
     def snapshot_offsets(self) -> list[int]:
         return list(self._snapshots)
@@ -257,6 +327,7 @@ class ProducerState:
 
     def load_snapshot(self, first_offset: int, end_offset: int, now_ms: int) -> int | None:
         self.producers = {}
+        self.ongoing = {}
         for offset in reversed(self._snapshots):
             if offset > end_offset:
                 self.delete_snapshot(offset)
@@ -273,6 +344,8 @@ class ProducerState:
                 self.delete_snapshot(offset)
                 continue
             self.producers = producers
+            self.ongoing = {pid: e.txn_first_offset for pid, e in producers.items()
+                            if e.txn_first_offset >= 0}
             self.expire_idle(now_ms)
             return offset
         return None

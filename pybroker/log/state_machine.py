@@ -65,7 +65,7 @@ SNAPSHOT_BEHIND_BYTES = 64 * 1024 * 1024
 class LogStateMachine(Protocol):
     """See module doc."""
 
-    # True when only batches with a producer id (and not control batches) change the
+    # True when only batches with a producer id (control batches included) change the
     # state (producer state): the log then does not apply a plain producer's batch (the
     # common produce pays one comparison), and finds the batches to apply in a
     # follower's chunk or a replay with a native walk (``producer_batches``), so a plain

@@ -7,7 +7,12 @@ import os
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from pybroker._native.records import validate_batch
+from pybroker._native.records import (
+    encode_batch,
+    encode_control_batch,
+    read_batch_header,
+    validate_batch,
+)
 
 
 def make_batch(count: int = 3, value_size: int = 100, timestamp: int = 1_000,
@@ -46,3 +51,31 @@ def read_all(log, start: int | None = None, chunk: int = 1 << 20) -> bytes:
         out.append(data)
         offset = scan.next_offset
     return b"".join(out)
+
+
+class TransactionWriter:
+    """Appends to a log as a leader would: data batches of producers (transactional or
+    not, sequences counted per producer) and the coordinator's markers."""
+
+    def __init__(self, plog) -> None:
+        self.plog = plog
+        self.sequences: dict[int, int] = {}
+
+    def data(self, producer_id: int = -1, count: int = 2, transactional: bool = False,
+             values: list[bytes] | None = None) -> int:
+        values = values or [b"v%d" % i for i in range(count)]
+        sequence = -1
+        if producer_id >= 0:
+            sequence = self.sequences.get(producer_id, 0)
+            self.sequences[producer_id] = sequence + len(values)
+        return self._append(encode_batch(values, producer_id=producer_id, producer_epoch=0,
+                                         base_sequence=sequence, transactional=transactional))
+
+    def marker(self, producer_id: int, control_type: int) -> int:
+        return self._append(encode_control_batch(producer_id, 0, control_type, 1))
+
+    def _append(self, data: bytes) -> int:
+        batch = bytearray(data)
+        info = self.plog.append(batch, read_batch_header(batch))
+        self.plog.high_watermark = self.plog.log_end_offset
+        return info.base_offset

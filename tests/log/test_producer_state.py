@@ -79,11 +79,34 @@ def _producers() -> dict[int, ProducerEntry]:
 def test_snapshot_round_trip():
     producers = _producers()
     data = encode_snapshot(1234, producers)
-    assert data[:4] == b"PBPS" and struct.unpack(">h", data[4:6]) == (1,)
+    assert data[:4] == b"PBPS" and struct.unpack(">h", data[4:6]) == (2,)
     restored = decode_snapshot(data, 1234)
     assert restored == producers
     assert list(restored[2**40 + 1].batches)[0] == BatchMetadata(4, 5, 104, 105, -1)
     assert decode_snapshot(encode_snapshot(0, {}), 0) == {}
+
+
+def test_a_version_1_snapshot_reads_with_no_open_transaction():
+    """What brokers before transactions wrote: producers without the transaction field."""
+    from pybroker._native.crc32c import crc32c
+    body = struct.pack(">qi", 50, 1) + struct.pack(">qhqB", 9, 2, 7_000, 1) + \
+        struct.pack(">iiqqq", 0, 1, 48, 49, -1)
+    data = b"PBPS" + struct.pack(">hI", 1, crc32c(body)) + body
+    entry = decode_snapshot(data, 50)[9]
+    assert (entry.epoch, entry.last_ms, entry.txn_first_offset) == (2, 7_000, -1)
+    assert list(entry.batches) == [BatchMetadata(0, 1, 48, 49, -1)]
+
+
+def test_an_open_transaction_round_trips_through_a_snapshot(tmp_path):
+    state = ProducerState(str(tmp_path))
+    state.apply(validate_batch(encode_batch([b"a"], producer_id=4, producer_epoch=0,
+                                            base_sequence=0, transactional=True)), 30, -1, 0)
+    assert state.first_unstable_offset() == 30
+    state.take_snapshot(31)
+    state.ongoing = {}
+    assert state.load_snapshot(0, 31, 0) == 31
+    assert state.ongoing == {4: 30} and state.producers[4].txn_first_offset == 30
+    assert state.expire(10**12) == 0  # a producer in a transaction is not expired
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "extend", "offset", "version"])
@@ -99,7 +122,7 @@ def test_snapshot_check_refuses_a_damaged_file(damage):
     elif damage == "offset":
         named = 1235  # a file renamed: it describes another offset
     else:
-        data[5] = 2
+        data[5] = 9
     with pytest.raises(CorruptSnapshotError):
         decode_snapshot(bytes(data), named)
 
@@ -350,8 +373,8 @@ def test_the_dump_tool_prints_a_snapshot_and_refuses_a_torn_one(tmp_path, capsys
     assert dump.main([path]) == 0
     out = capsys.readouterr().out
     assert "producer state below offset 43" in out
-    assert "producerId: 7 producerEpoch: 2 lastAppendMs: 1000 batches: " \
-           "[seq 0-2 offsets 40-42 timestamp -1]" in out and "OK: 1 producers" in out
+    assert "producerId: 7 producerEpoch: 2 lastAppendMs: 1000 currentTxnFirstOffset: -1 " \
+           "batches: [seq 0-2 offsets 40-42 timestamp -1]" in out and "OK: 1 producers" in out
     with open(path, "r+b") as f:
         f.truncate(20)
     assert dump.main([path]) == 1
