@@ -46,10 +46,11 @@ def produce_acked(bootstrap: str, topic: str, count: int) -> list[tuple[int, byt
     return acked
 
 
-def consume_all(bootstrap: str, topic: str, count: int) -> list[bytes]:
+def consume_all(bootstrap: str, topic: str, count: int, partitions: int = 3,
+                isolation: str = "read_uncommitted") -> list[bytes]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(3)])
+                         "enable.auto.commit": False, "isolation.level": isolation})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     out: list[bytes] = []
     deadline = time.monotonic() + TIMEOUT
     try:

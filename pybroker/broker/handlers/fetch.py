@@ -1,8 +1,10 @@
 """Fetch (key 1), v4-v17: record bytes go from the segment files to the socket unread.
 
-Per partition the log answers with ``FileRegion``s up to the high watermark (read_committed
-reads up to the last stable offset, the same offset here: this broker has no
-transactions, so there is nothing aborted to list). The response is built by the Cython
+Per partition the log answers with ``FileRegion``s up to the high watermark; read_committed
+(isolation level 1) reads up to the last stable offset, below the first offset of the
+earliest transaction still open (``Log.last_stable_offset``), and lists the aborted
+transactions overlapping what it returns (``Log.aborted_transactions``, in memory, per
+transaction: the records stay unread). The response is built by the Cython
 builder (``pybroker._native.wire.build_fetch``) as header bytes and those regions, which
 the connection sends with sendfile/splice.
 
@@ -125,7 +127,6 @@ def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
     remaining = max_bytes
     total = 0
     errors = False
-    aborted: list | None = [] if committed else None
     out = []
     for key, parts in wanted:
         out_parts: list[tuple] = []
@@ -140,10 +141,12 @@ def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
                 hw = plog.high_watermark
                 start = plog.log_start_offset
                 records: Any = b""
+                aborted: list[tuple[int, int]] | None = [] if committed else None
                 if offset < start or offset > plog.log_end_offset:
                     raise KafkaError(f"offset {offset} not in [{start}, {plog.log_end_offset}]",
                                      ErrorCode.OFFSET_OUT_OF_RANGE)
-                bound = plog.log_end_offset if follower else hw
+                lso = plog.last_stable_offset
+                bound = plog.log_end_offset if follower else lso if committed else hw
                 if offset < bound and remaining > 0:
                     result = plog.read(offset, min(partition_max, remaining), max_offset=bound,
                                        min_one=total == 0)
@@ -151,9 +154,12 @@ def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
                         records = result.regions
                         total += result.size
                         remaining -= result.size
-                out_parts.append((index, ErrorCode.NONE, hw, hw, start, aborted, records, None))
+                        if committed:
+                            aborted = [(txn.producer_id, txn.first_offset) for txn in
+                                       plog.aborted_transactions(offset, lso)]
+                out_parts.append((index, ErrorCode.NONE, hw, lso, start, aborted, records, None))
             except KafkaError as exc:
-                out_parts.append((index, exc.code, plog.high_watermark, plog.high_watermark,
+                out_parts.append((index, exc.code, plog.high_watermark, plog.last_stable_offset,
                                   plog.log_start_offset, None, b"", None))
                 errors = True
         out.append((key, out_parts))

@@ -1,10 +1,10 @@
 """ListOffsets (key 2), v1-v8: offsets by timestamp, and the special timestamps.
 
--2 earliest (the log start offset), -1 latest (the high watermark: the last stable
-offset for read_committed is the same here, there are no transactions), -3 the record with
+-2 earliest (the log start offset), -1 latest (the high watermark; with isolation level 1,
+read_committed, the last stable offset: ``Log.last_stable_offset``), -3 the record with
 the largest timestamp (v7+, KIP-734), -4 earliest local (v8+, KIP-405: no tiered storage,
 so the log start). A timestamp >= 0 finds the first record with a timestamp at or after it
-below the high watermark; none gives offset and timestamp -1, as Kafka answers. Only the
+below that same bound; none gives offset and timestamp -1, as Kafka answers. Only the
 leader answers (NOT_LEADER_OR_FOLLOWER; a stale or future ``current_leader_epoch``:
 FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
 """
@@ -27,13 +27,16 @@ from pybroker.net.protocol.typed import (
 log = logging.getLogger("pybroker.list_offsets")
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+READ_COMMITTED = 1
 
 
-def _offset(partition: Partition, timestamp: int, version: int) -> tuple[int, int]:
-    """(timestamp, offset) answered for ``timestamp``."""
+def _offset(partition: Partition, timestamp: int, version: int, committed: bool
+            ) -> tuple[int, int]:
+    """(timestamp, offset) answered for ``timestamp``; ``committed``: read_committed."""
     plog = partition.log
+    bound = plog.last_stable_offset if committed else plog.high_watermark
     if timestamp == LATEST:
-        return -1, plog.high_watermark
+        return -1, bound
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         if timestamp == EARLIEST_LOCAL and version < 8:
             raise UnsupportedVersionError("earliest-local offsets need ListOffsets v8+")
@@ -43,7 +46,7 @@ def _offset(partition: Partition, timestamp: int, version: int) -> tuple[int, in
     if timestamp < 0 and timestamp != MAX_TIMESTAMP:
         raise UnsupportedVersionError(f"special timestamp {timestamp} is not supported")
     found = plog.offset_for_timestamp(timestamp)
-    if found is None or found.offset >= plog.high_watermark:
+    if found is None or found.offset >= bound:
         return -1, -1
     return found.timestamp, found.offset
 
@@ -51,6 +54,7 @@ def _offset(partition: Partition, timestamp: int, version: int) -> tuple[int, in
 @handler(api_key=2, versions=(1, 8))
 async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     topics = ctx.broker.topics
+    committed = request.get("isolation_level", 0) == READ_COMMITTED
     out: list[ListOffsetsResponseTopicResponse] = []
     for t in request["topics"]:
         parts: list[ListOffsetsResponsePartitionResponse] = []
@@ -59,7 +63,8 @@ async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> List
             try:
                 partition = topics.led_partition(t["name"], index,
                                                  p.get("current_leader_epoch", -1))
-                timestamp, offset = _offset(partition, p["timestamp"], ctx.api_version)
+                timestamp, offset = _offset(partition, p["timestamp"], ctx.api_version,
+                                            committed)
                 parts.append({"partition_index": index, "error_code": ErrorCode.NONE,
                               "timestamp": timestamp, "offset": offset,
                               "leader_epoch": partition.leader_epoch})

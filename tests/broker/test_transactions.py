@@ -1,0 +1,89 @@
+"""Transactions on a broker's partitions, read by consumers: Fetch with read_committed
+(isolation level 1) stops at the last stable offset and lists the aborted transactions,
+which confluent-kafka's read_committed consumer skips; ListOffsets answers the last stable
+offset for read_committed. Clients cannot write transactions yet (no AddPartitionsToTxn),
+so the partition is written with the log API while the broker is stopped: the batches and
+markers a leader and the transaction coordinator would append."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+
+import pytest
+
+from pybroker._native.records import CONTROL_ABORT, CONTROL_COMMIT, encode_batch
+from pybroker.log.log import Log
+from tests.broker.test_restart import consume_all
+from tests.broker.wire_client import WireClient, decode_all, fetch_body, produce_body
+from tests.log.helpers import TransactionWriter
+
+FETCH, LIST_OFFSETS, METADATA, PRODUCE = 1, 2, 3, 0
+
+
+def _write_transactions(broker, topic: str) -> dict[str, int]:
+    """A plain record, an aborted, a committed and an open transaction interleaved, then
+    a plain record after the open one's start; the offsets of note."""
+    with WireClient(broker.bootstrap) as client:
+        client.request(METADATA, 9, {"topics": [{"name": topic}],
+                                     "allow_auto_topic_creation": True})
+        response = client.request(PRODUCE, 9, produce_body(topic, 0, encode_batch([b"plain-0"])))
+        assert response["responses"][0]["partition_responses"][0]["error_code"] == 0
+    broker.stop()
+    plog = Log(os.path.join(broker.data_dir, f"{topic}-0"), high_watermark=1)
+    w = TransactionWriter(plog)
+    offsets = {"aborted": w.data(100, values=[b"aborted-0", b"aborted-1"], transactional=True)}
+    w.data(101, values=[b"committed-0"], transactional=True)
+    w.data(100, values=[b"aborted-2"], transactional=True)
+    offsets["abort"] = w.marker(100, CONTROL_ABORT)
+    w.data(101, values=[b"committed-1"], transactional=True)
+    w.marker(101, CONTROL_COMMIT)
+    offsets["open"] = w.data(102, values=[b"open-0"], transactional=True)
+    w.data(values=[b"plain-1"])
+    offsets["end"] = plog.log_end_offset
+    plog.close()
+    broker.start()
+    return offsets
+
+
+def _partition(response: dict) -> dict:
+    return response["responses"][0]["partitions"][0]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["clean", "crash"])
+def test_read_committed_sees_committed_records_up_to_the_open_transaction(broker, sig):
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    offsets = _write_transactions(broker, topic)
+    broker.restart(sig)  # the open transaction and the aborted one survive either way
+    with WireClient(broker.bootstrap) as client:
+        committed = _partition(client.request(FETCH, 11, fetch_body(topic, 0, 0,
+                                                                   isolation_level=1)))
+        assert committed["error_code"] == 0
+        assert committed["high_watermark"] == offsets["end"]
+        assert committed["last_stable_offset"] == offsets["open"]
+        assert committed["aborted_transactions"] == [
+            {"producer_id": 100, "first_offset": offsets["aborted"]}]
+        values = [r.value for r in decode_all(committed["records"])]
+        assert b"open-0" not in values and b"plain-1" not in values
+        assert b"committed-1" in values  # below the open one: the consumer filters aborts
+        uncommitted = _partition(client.request(FETCH, 11, fetch_body(topic, 0, 0)))
+        assert uncommitted["aborted_transactions"] is None
+        assert [r.value for r in decode_all(uncommitted["records"])][-2:] == \
+            [b"open-0", b"plain-1"]
+        past_abort = _partition(client.request(FETCH, 11, fetch_body(
+            topic, 0, offsets["abort"] + 1, isolation_level=1)))
+        assert past_abort["aborted_transactions"] == []
+
+        def latest(isolation: int) -> int:
+            response = client.request(LIST_OFFSETS, 5, {
+                "replica_id": -1, "isolation_level": isolation, "topics": [{
+                    "name": topic, "partitions": [{"partition_index": 0, "timestamp": -1,
+                                                   "current_leader_epoch": -1}]}]})
+            return response["topics"][0]["partitions"][0]["offset"]
+
+        assert latest(1) == offsets["open"] and latest(0) == offsets["end"]
+    # the aborted records lie between these: skipped, not late
+    assert consume_all(broker.bootstrap, topic, 3, 1, "read_committed") == [
+        b"plain-0", b"committed-0", b"committed-1"]
+    assert len(consume_all(broker.bootstrap, topic, 8, 1)) == 8
