@@ -11,6 +11,7 @@ from pybroker.log.log import Log
 from pybroker.log.log_config import LogConfig
 from pybroker.log.transaction_index import AbortedTxn
 from tests.log.helpers import TransactionWriter as Writer
+from tests.log.helpers import region_bytes
 
 
 def _entries(path: str) -> list[tuple[int, ...]]:
@@ -84,12 +85,19 @@ def test_the_index_and_open_transactions_survive_roll_and_restart(tmp_path):
     plog.close()
 
 
-def test_truncation_cuts_the_index_and_reopens_the_transaction(tmp_path):
-    plog = Log(str(tmp_path / "t-0"))
+def _aborted_then_open(plog: Log) -> tuple[int, int, int]:
+    """A plain batch, producer 7's aborted transaction, producer 8's open one: the first
+    offset of 7's, its marker's, and the first offset of 8's."""
     w = Writer(plog)
     w.data()
     first = w.data(7, transactional=True)
     abort = w.marker(7, CONTROL_ABORT)
+    return first, abort, w.data(8, transactional=True)
+
+
+def test_truncation_cuts_the_index_and_reopens_the_transaction(tmp_path):
+    plog = Log(str(tmp_path / "t-0"))
+    first, abort, _ = _aborted_then_open(plog)
     assert plog.aborted_transactions(0, plog.log_end_offset) != []
     plog.truncate_to(abort)
     assert plog.aborted_transactions(0, plog.log_end_offset) == []
@@ -106,11 +114,7 @@ def test_recovery_rebuilds_the_index_from_the_log(tmp_path):
     open files the abort again."""
     directory = str(tmp_path / "t-0")
     plog = Log(directory)
-    w = Writer(plog)
-    w.data()
-    first = w.data(7, transactional=True)
-    abort = w.marker(7, CONTROL_ABORT)
-    open_first = w.data(8, transactional=True)
+    first, abort, open_first = _aborted_then_open(plog)
     plog.flush()
     for name in os.listdir(directory):  # what an unsynced write would lose
         if name.endswith((".txnindex", ".snapshot")):
@@ -135,3 +139,18 @@ def test_the_index_goes_with_its_segment(tmp_path):
     assert not os.path.exists(index)
     assert plog.aborted_transactions(plog.log_start_offset, plog.log_end_offset) == []
     plog.close()
+
+
+def test_a_follower_indexes_the_aborts_of_the_chunks_it_appends(tmp_path):
+    leader = Log(str(tmp_path / "leader-0"))
+    first, abort, open_first = _aborted_then_open(leader)
+    chunk = region_bytes(leader.read(0, 1 << 20))
+    follower = Log(str(tmp_path / "follower-0"))
+    follower.append_as_follower(chunk)
+    follower.high_watermark = follower.log_end_offset
+    assert follower.aborted_transactions(0, follower.log_end_offset) == \
+        leader.aborted_transactions(0, leader.log_end_offset) == \
+        [AbortedTxn(7, first, abort, abort + 1)]
+    assert follower.last_stable_offset == open_first
+    leader.close()
+    follower.close()
