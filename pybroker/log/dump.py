@@ -15,7 +15,7 @@ at the first cleaning after it), printed as ``deleteHorizonMs`` instead of
 key, value, headers; Kafka's ``--print-data-log``), a tombstone (null value) marked
 ``tombstone``. ``.index`` and ``.timeindex`` files print their entries; a producer
 ``.snapshot`` its producers, each with its cached batches (like Kafka's tool on its
-snapshot files). Exit status: 0 all good, 1 corruption or a torn tail (the line says
+snapshot files); a ``.txnindex`` its aborted transactions. Exit status: 0 all good, 1 corruption or a torn tail (the line says
 where and why), 2 a file cannot be read.
 
 Validation is one native ``scan_log`` over the file (CRC of every batch); the per-batch
@@ -174,6 +174,23 @@ def dump_snapshot(path: str, out) -> bool:
     return True
 
 
+def dump_txnindex(path: str, out) -> bool:
+    """Print the aborted transactions of a ``.txnindex`` file; True if it reads whole."""
+    from pybroker.log.transaction_index import ENTRY
+
+    with open(path, "rb") as f:
+        data = f.read()
+    print(f"Dumping {path} ({len(data) // ENTRY.size} aborted transactions)", file=out)
+    whole = len(data) - len(data) % ENTRY.size
+    for version, producer_id, first, last, stable in ENTRY.iter_unpack(data[:whole]):
+        print(f"version: {version} producerId: {producer_id} firstOffset: {first} "
+              f"lastOffset: {last} lastStableOffset: {stable}", file=out)
+    if whole != len(data):
+        print(f"CORRUPT: {len(data) - whole} trailing bytes, not a whole entry", file=out)
+        return False
+    return True
+
+
 def _expand(paths: list[str]) -> list[str]:
     """A partition directory stands for its ``.log`` files, in offset order."""
     out = []
@@ -189,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pybroker log dump",
                                      description="Print the batches of log segment files.")
     parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help=".log, .index, .timeindex or .snapshot file, or a partition "
+                        help=".log, .index, .timeindex, .txnindex or .snapshot file, or a "
+                             "partition "
                              "directory")
     parser.add_argument("--records", "-r", action="store_true",
                         help="each record too (Kafka's --print-data-log), tombstones marked")
@@ -201,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                 good = dump_index(path, sys.stdout)
             elif path.endswith(".snapshot"):
                 good = dump_snapshot(path, sys.stdout)
+            elif path.endswith(".txnindex"):
+                good = dump_txnindex(path, sys.stdout)
             else:
                 good = dump_log(path, sys.stdout, args.records)
         except OSError as exc:

@@ -7,6 +7,7 @@ import os
 import struct
 
 from pybroker._native.records import CONTROL_ABORT, CONTROL_COMMIT
+from pybroker.log import dump
 from pybroker.log.log import Log
 from pybroker.log.log_config import LogConfig
 from pybroker.log.transaction_index import AbortedTxn
@@ -40,7 +41,8 @@ def test_the_last_stable_offset_stops_at_the_earliest_open_transaction(tmp_path)
     plog.close()
 
 
-def test_an_abort_is_indexed_in_kafkas_format_and_listed_to_overlapping_reads(tmp_path):
+def test_an_abort_is_indexed_in_kafkas_format_and_listed_to_overlapping_reads(tmp_path,
+                                                                            capsys):
     plog = Log(str(tmp_path / "t-0"))
     w = Writer(plog)
     w.data()                                     # 0-1
@@ -49,7 +51,11 @@ def test_an_abort_is_indexed_in_kafkas_format_and_listed_to_overlapping_reads(tm
     abort = w.marker(7, CONTROL_ABORT)           # 6
     assert plog.last_stable_offset == other
     txn = AbortedTxn(7, first, abort, other)     # the stable offset just after: 8's start
-    assert _entries(os.path.join(plog.directory, f"{0:020d}.txnindex")) == [(0, *txn)]
+    index = os.path.join(plog.directory, f"{0:020d}.txnindex")
+    assert _entries(index) == [(0, *txn)]
+    assert dump.main([index]) == 0
+    assert f"version: 0 producerId: 7 firstOffset: {first} lastOffset: {abort} " \
+           f"lastStableOffset: {other}" in capsys.readouterr().out
     assert plog.aborted_transactions(0, plog.last_stable_offset) == [txn]
     assert plog.aborted_transactions(abort + 1, plog.log_end_offset) == []  # all before
     assert plog.aborted_transactions(0, first) == []                        # all after
