@@ -23,6 +23,7 @@ from pybroker._native.records import HEADER_SIZE, encode_batch, read_batch_heade
 from pybroker.log.checkpoints import read_offsets
 from pybroker.log.log_cleaner import CHECKPOINT_FILE, CRASH_ENV
 from tests.admin.clients import create_topic, unique
+from tests.broker.test_restart import stored_idempotent_batches
 from tests.broker.wire_client import WireClient, produce_body
 
 TIMEOUT = 60.0
@@ -199,22 +200,6 @@ def test_consumers_reading_during_cleaning_see_written_records_in_order(broker_f
         model(written, cleaned_up_to(broker.data_dir, topic))
 
 
-def idempotent_batches(data_dir: str, topic: str) -> list[tuple[int, bytes]]:
-    """(base offset, bytes as stored) of every batch with a producer id, all segments."""
-    directory = os.path.join(data_dir, f"{topic}-0")
-    found = []
-    for name in sorted(n for n in os.listdir(directory) if n.endswith(".log")):
-        with open(os.path.join(directory, name), "rb") as f:
-            data = f.read()
-        position = 0
-        while position + HEADER_SIZE <= len(data):
-            info = read_batch_header(data, position)
-            if info.producer_id >= 0:
-                found.append((info.base_offset, data[position:position + info.size]))
-            position += info.size
-    return found
-
-
 def test_an_idempotent_retry_is_recognised_after_cleaning_and_a_crash(broker_factory):
     """An idempotent producer's updates are cleaned away (all but its last batch, which the
     cleaner keeps for its producer state), the broker is SIGKILLed and restarted: a retry
@@ -229,13 +214,13 @@ def test_an_idempotent_retry_is_recognised_after_cleaning_and_a_crash(broker_fac
         producer.produce(topic, b"v%03d" % i, key=b"k%d" % (i % 5), partition=0)
         if i % 50 == 49:
             assert producer.flush(TIMEOUT) == 0
-    last_offset, last_batch = idempotent_batches(broker.data_dir, topic)[-1]
+    last_offset, last_batch = stored_idempotent_batches(broker.data_dir, topic)[-1]
     time.sleep(0.4)  # past segment.ms: the roll record seals the producer's last segment
     with WireClient(broker.bootstrap) as client:
         rolled = client.request(0, 9, produce_body(topic, 0, encode_batch([b"r"], keys=[b"roll"])))
         roll = rolled["responses"][0]["partition_responses"][0]["base_offset"]
     wait_cleaned(broker.data_dir, topic, roll)
-    assert len(idempotent_batches(broker.data_dir, topic)) < 8  # cleaned: 400 records, 5 keys
+    assert len(stored_idempotent_batches(broker.data_dir, topic)) < 8  # cleaned: 400 records, 5 keys
     broker.restart(signal.SIGKILL)
     with WireClient(broker.bootstrap) as client:
         retried = client.request(0, 9, produce_body(topic, 0, last_batch))

@@ -123,18 +123,21 @@ def _snapshots(broker, topic: str) -> list[int]:
     return sorted(int(name[:20]) for name in names if name.endswith(".snapshot"))
 
 
-def _stored_idempotent_batches(broker, topic: str) -> list[tuple[int, bytes]]:
-    """(base offset, bytes) of the idempotent batches in the partition's first segment,
-    as stored: a producer's retry of one is these bytes (the CRC does not cover the
-    offset the broker stamped)."""
-    with open(os.path.join(broker.data_dir, f"{topic}-0", f"{0:020d}.log"), "rb") as f:
-        data = f.read()
-    found, position = [], 0
-    while position + HEADER_SIZE <= len(data):
-        info = read_batch_header(data, position)
-        if info.producer_id >= 0:
-            found.append((info.base_offset, data[position:position + info.size]))
-        position += info.size
+def stored_idempotent_batches(data_dir: str, topic: str) -> list[tuple[int, bytes]]:
+    """(base offset, bytes) of every batch with a producer id in partition 0, all
+    segments, as stored: a producer's retry of one is these bytes (the CRC does not cover
+    the offset the broker stamped)."""
+    directory = os.path.join(data_dir, f"{topic}-0")
+    found = []
+    for name in sorted(n for n in os.listdir(directory) if n.endswith(".log")):
+        with open(os.path.join(directory, name), "rb") as f:
+            data = f.read()
+        position = 0
+        while position + HEADER_SIZE <= len(data):
+            info = read_batch_header(data, position)
+            if info.producer_id >= 0:
+                found.append((info.base_offset, data[position:position + info.size]))
+            position += info.size
     return found
 
 
@@ -150,7 +153,7 @@ def test_an_old_producers_retry_is_recognised_after_a_crash(broker_factory):
     for i in range(500):
         producer.produce(topic, b"idempotent-%04d" % i, partition=0)
     assert producer.flush(TIMEOUT) == 0
-    *_, (last_offset, last_batch) = _stored_idempotent_batches(broker, topic)
+    *_, (last_offset, last_batch) = stored_idempotent_batches(broker.data_dir, topic)
     filler = encode_batch([b"f" * 1000] * 1000)  # ~1 MB (max.message.bytes), no producer id
     with WireClient(broker.bootstrap) as client:
         for _ in range(72):
