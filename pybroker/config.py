@@ -123,6 +123,10 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "transaction.state.log.min.isr": (int, 2),
     "transaction.max.timeout.ms": (int, 900_000),
     "transactional.id.expiration.ms": (int, 604_800_000),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (int, 10_000),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (int, 3_600_000),
+    "transaction.state.log.load.buffer.size": (int, 5 * _MIB),
+    "transaction.partition.verification.enable": (parse_bool, True),
     # cluster mode (issue 7): unset zookeeper.connect keeps the single-node embedded mode
     "zookeeper.connect": (str, None),
     "zookeeper.session.timeout.ms": (int, 18_000),

@@ -4,7 +4,8 @@ Components, built here and nowhere else, reached by handlers as typed attributes
 (``ctx.broker.<name>``): ``metadata`` (the control plane, :mod:`pybroker.metadata`: one
 interface, a single node's or a ZooKeeper cluster's, chosen from the settings), ``logs``
 (the LogManager), ``topics`` (the TopicManager), ``producer_ids``, ``group_coordinator``
-(built by the metadata plane, which wires it to partition leadership) and
+and ``txn_coordinator`` (built by the metadata plane, which wires them to partition
+leadership), ``markers`` (the transaction coordinator's ``MarkerWriter``) and
 ``validation_pool`` (threads validating large produce batches; None with
 ``num.io.threads=0``). Nothing is attached to the broker from elsewhere.
 
@@ -71,6 +72,9 @@ from pybroker.net.protocol.codec import parse_request_header
 from pybroker.net.protocol.schema import in_range
 from pybroker.net.protocol.table import APIS
 from pybroker.net.server import Server
+from pybroker.txn.config import TxnConfig
+from pybroker.txn.coordinator import TxnCoordinator
+from pybroker.txn.markers import MarkerWriter
 
 log = logging.getLogger("pybroker.broker")
 
@@ -90,7 +94,8 @@ class Broker:
     # Slots: a component attached from elsewhere (``setattr(broker, ...)``) fails at once;
     # the broker's parts are these attributes, built here.
     __slots__ = ("config", "broker_id", "data_dir", "handlers", "cluster_id", "metadata",
-                 "logs", "cleaner", "topics", "producer_ids", "group_coordinator", "validation_pool",
+                 "logs", "cleaner", "topics", "producer_ids", "group_coordinator", "txn_coordinator",
+                 "markers", "validation_pool",
                  "server", "advertised", "shutting_down", "requests", "_tasks", "_logs_open",
                  "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
                  "_stats_last")
@@ -107,6 +112,8 @@ class Broker:
         self.topics: TopicManager
         self.producer_ids: ProducerIdManager
         self.group_coordinator: GroupCoordinator
+        self.markers: MarkerWriter
+        self.txn_coordinator: TxnCoordinator
         self.validation_pool: ValidationPool | None = None
         self.server: Server | None = None
         self.advertised: tuple[str, int] = ("127.0.0.1", 0)
@@ -152,8 +159,12 @@ class Broker:
         self.cleaner.start()
         self.group_coordinator = self.metadata.group_coordinator(
             CoordinatorConfig.from_config(self.config))
+        self.markers = MarkerWriter(self)
+        self.txn_coordinator = self.metadata.transaction_coordinator(
+            TxnConfig.from_config(self.config), self._new_producer_id, self.markers.write)
         self._coordinator_started = True
         await self.group_coordinator.start()
+        await self.txn_coordinator.start()
         threads = self.config["num.io.threads"]
         self.validation_pool = ValidationPool(threads) if threads > 0 else None
         log.info("recovery done: %d topics, %d partitions in %.3f s",
@@ -234,6 +245,11 @@ class Broker:
         except Exception:
             log.exception("stopping the %s failed", what)
 
+    async def _new_producer_id(self) -> int:
+        """A producer id never handed out before (the transaction coordinator's)."""
+        producer_id, _ = await self.producer_ids.init_producer_async(None)
+        return producer_id
+
     async def shutdown(self) -> None:
         """Stop accepting, answer in-flight requests, flush and close storage cleanly."""
         self.shutting_down = True
@@ -253,6 +269,8 @@ class Broker:
         await self._quietly("control plane", self.metadata.stop)
         if self._coordinator_started:
             await self._quietly("group coordinator", self.group_coordinator.stop)
+            await self._quietly("transaction coordinator", self.txn_coordinator.stop)
+            await self._quietly("marker writer", self.markers.close)
         if self.validation_pool is not None:
             self.validation_pool.close()
         self._writer.shutdown(wait=True)

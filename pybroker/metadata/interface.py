@@ -8,7 +8,7 @@ names many topics) the ``KafkaError`` whose code the client gets.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from pybroker.net.protocol.typed import (
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from pybroker.broker.partition import Partition
     from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
     from pybroker.errors import KafkaError
+    from pybroker.txn.config import TxnConfig
+    from pybroker.txn.coordinator import TxnCoordinator
+    from pybroker.txn.markers import MarkerWrite
 
 # ``fn(partition, is_leader)``, called on the loop when this broker starts or stops leading
 LeadershipListener = Callable[["Partition", bool], None]
@@ -109,6 +112,15 @@ class Metadata(Protocol):
         Called on the event loop."""
         ...
 
+    def transaction_coordinator(self, config: TxnConfig,
+                                new_producer_id: Callable[[], Awaitable[int]],
+                                write_markers: MarkerWrite) -> TxnCoordinator:
+        """The transaction coordinator of this broker, wired as ``group_coordinator``'s
+        (which ``__transaction_state`` partitions it leads, where its writes go); not
+        started. ``new_producer_id``: a fresh producer id; ``write_markers``: how a
+        transaction's markers reach its partitions."""
+        ...
+
     async def start(self) -> None:
         """Once the listener is bound (``broker.advertised`` is final)."""
         ...
@@ -146,6 +158,11 @@ class Metadata(Protocol):
         """The broker coordinating ``group_id`` (FindCoordinator), creating
         ``__consumer_offsets`` on first use where the control plane creates topics; None:
         COORDINATOR_NOT_AVAILABLE, the client asks again."""
+        ...
+
+    async def coordinator_for_transaction(self, transactional_id: str) -> Endpoint | None:
+        """The broker coordinating ``transactional_id`` (FindCoordinator key type 1),
+        creating ``__transaction_state`` on first use; None: COORDINATOR_NOT_AVAILABLE."""
         ...
 
     # topics --------------------------------------------------------------------------

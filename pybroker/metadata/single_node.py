@@ -35,7 +35,11 @@ answered COORDINATOR_LOAD_IN_PROGRESS meanwhile, as Kafka answers after it becom
 leader). ``__consumer_offsets`` is created on first use, as Kafka creates it: by the first
 FindCoordinator (its logs a slice at a time off the loop), or on the loop by the first
 write of a client that skipped FindCoordinator; an existing topic's partition count wins
-over ``offsets.topic.num.partitions`` (:class:`SingleNodeOffsetsTopic`).
+over ``offsets.topic.num.partitions`` (:class:`SingleNodeInternalTopic`).
+
+Transactions: likewise, this broker coordinates every transactional id, its
+``__transaction_state`` created on first use (FindCoordinator of key type 1) with
+``transaction.state.log.*``, its min.insync.replicas at most 1 (one replica).
 
 Deletion: all the topics of a request together (``TopicManager.delete_async``: one write
 of ``topics.json``, durable before the answer, the logs closed a slice at a time and their
@@ -51,7 +55,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from pybroker.broker.topic_manager import (
@@ -86,6 +90,10 @@ from pybroker.metadata.interface import (
     missing_topic,
 )
 from pybroker.net.protocol.codec import ZERO_UUID
+from pybroker.txn.config import TxnConfig
+from pybroker.txn.coordinator import TxnCoordinator
+from pybroker.txn.markers import MarkerWrite
+from pybroker.txn.records import TRANSACTION_STATE_TOPIC, transaction_topic_config
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
@@ -97,7 +105,8 @@ log = logging.getLogger("pybroker.metadata")
 class SingleNodeMetadata:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
-        self._offsets_topic: SingleNodeOffsetsTopic | None = None  # the coordinator's
+        self._offsets_topic: SingleNodeInternalTopic | None = None  # the coordinators'
+        self._txn_topic: SingleNodeInternalTopic | None = None
         # the coordinator's ``topics_deleted``, told of each deletion
         self._topics_deleted: Callable[[list[str]], None] = lambda names: None
 
@@ -113,11 +122,23 @@ class SingleNodeMetadata:
         return None
 
     def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:
-        self._offsets_topic = SingleNodeOffsetsTopic(self._broker.topics, config)
+        self._offsets_topic = offsets_topic(self._broker.topics, config)
         coordinator = GroupCoordinator(self._offsets_topic, config,
                                        partition_exists=self.partition_exists)
         coordinator.lead_every_partition()  # the existing ones load while the broker serves
         self._topics_deleted = coordinator.topics_deleted
+        return coordinator
+
+    def transaction_coordinator(self, config: TxnConfig,
+                                new_producer_id: Callable[[], Awaitable[int]],
+                                write_markers: MarkerWrite) -> TxnCoordinator:
+        self._txn_topic = SingleNodeInternalTopic(
+            self._broker.topics, TRANSACTION_STATE_TOPIC, config.state_log_num_partitions,
+            transaction_topic_config(config.state_log_segment_bytes,
+                                     min(1, config.state_log_min_isr)))
+        coordinator = TxnCoordinator(self._txn_topic, config, new_producer_id, write_markers,
+                                     self.partition_exists)
+        coordinator.lead_every_partition()
         return coordinator
 
     async def start(self) -> None:
@@ -153,19 +174,26 @@ class SingleNodeMetadata:
 
     async def coordinator_for_group(self, group_id: str) -> Endpoint | None:
         """This broker, once ``__consumer_offsets`` exists: created on first use, its logs
-        off the loop (``SingleNodeOffsetsTopic.create``)."""
-        offsets_topic = self._offsets_topic
-        if offsets_topic is None:
+        off the loop (``SingleNodeInternalTopic.create``)."""
+        return await self._coordinator_once_created(self._offsets_topic)
+
+    async def coordinator_for_transaction(self, transactional_id: str) -> Endpoint | None:
+        """This broker, once ``__transaction_state`` exists (created on first use)."""
+        return await self._coordinator_once_created(self._txn_topic)
+
+    async def _coordinator_once_created(self, internal: SingleNodeInternalTopic | None
+                                        ) -> Endpoint | None:
+        if internal is None:
             return None
-        if offsets_topic.exists():
+        if internal.exists():
             return self._self()
-        creation = asyncio.ensure_future(offsets_topic.create())
+        creation = asyncio.ensure_future(internal.create())
         # asyncio.wait: a cancellation of ours is never lost; the creation goes on without us
         await asyncio.wait((creation,), timeout=OFFSETS_TOPIC_CREATE_WAIT_S)
         if not creation.done():
             return None
         if creation.exception() is not None:
-            log.warning("creating %s failed: %s", OFFSETS_TOPIC, creation.exception())
+            log.warning("creating %s failed: %s", internal.name, creation.exception())
             return None
         return self._self()
 
@@ -332,19 +360,21 @@ class SingleNodeMetadata:
         self._broker.topics.alter_configs(name, overrides)
 
 
-class SingleNodeOffsetsTopic:
-    """``__consumer_offsets`` on one node (the coordinator's ``OffsetsTopic``): every
-    partition led here; created on first use, its partition count the existing topic's,
-    else ``offsets.topic.num.partitions``."""
+class SingleNodeInternalTopic:
+    """A coordinator's internal topic on one node (``__consumer_offsets``,
+    ``__transaction_state``; the coordinators' ``OffsetsTopic``): every partition led
+    here; created on first use, its partition count the existing topic's, else the
+    configured one."""
 
-    def __init__(self, topics: TopicManager, config: CoordinatorConfig) -> None:
+    def __init__(self, topics: TopicManager, name: str, partitions: int,
+                 config: dict[str, str]) -> None:
         self._topics = topics
-        existing = topics.get(OFFSETS_TOPIC)
+        self.name = name
+        existing = topics.get(name)
         self._count = len(existing.partitions) if existing is not None and existing.partitions \
-            else config.offsets_topic_num_partitions
+            else partitions
         self._creation: asyncio.Future[None] | None = None  # ``create``'s, while it runs
-        self._config: dict[str, str | None] = {
-            **offsets_topic_config(config.offsets_topic_segment_bytes)}
+        self._config: dict[str, str | None] = {**config}
 
     def partition_count(self) -> int:
         return self._count
@@ -358,28 +388,28 @@ class SingleNodeOffsetsTopic:
         return topic.partitions[index]
 
     def _topic(self, create: bool) -> Topic | None:
-        """The offsets topic with all its partitions (None if absent and not ``create``).
+        """The topic with all its partitions (None if absent and not ``create``).
 
         A topic recorded with no partitions (metadata saved, logs not yet attached when the
         broker stopped) is grown back to its count; the logs it had are picked up again."""
-        topic = self._topics.get(OFFSETS_TOPIC)
+        topic = self._topics.get(self.name)
         if topic is None:
             if not create:
                 return None
             # A client that skipped FindCoordinator: created here, on the loop
-            return self._topics.create(OFFSETS_TOPIC, self._count, 1, self._config)
+            return self._topics.create(self.name, self._count, 1, self._config)
         if len(topic.partitions) < self._topics.partition_count(topic):
             if not create:
                 return topic
-            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created")
+            raise CoordinatorNotAvailableError(f"{self.name} is being created")
         if not topic.partitions:
-            log.warning("%s has no partitions; restoring %d", OFFSETS_TOPIC, self._count)
-            self._topics.add_partitions(OFFSETS_TOPIC, self._count)
-        return self._topics.get(OFFSETS_TOPIC)
+            log.warning("%s has no partitions; restoring %d", self.name, self._count)
+            self._topics.add_partitions(self.name, self._count)
+        return self._topics.get(self.name)
 
     def exists(self) -> bool:
         """Whether the topic exists with all its logs."""
-        return self._creation is None and self._topics.get(OFFSETS_TOPIC) is not None
+        return self._creation is None and self._topics.get(self.name) is not None
 
     async def create(self) -> None:
         """Create the topic if it does not exist, its logs a slice at a time off the loop:
@@ -387,7 +417,7 @@ class SingleNodeOffsetsTopic:
         one creation; a caller that goes away leaves it running. Raises ``KafkaError`` if
         the creation failed (a full disk)."""
         if self._creation is None:
-            if self._topics.get(OFFSETS_TOPIC) is not None:
+            if self._topics.get(self.name) is not None:
                 return
             self._creation = asyncio.ensure_future(self._create())
         await asyncio.shield(self._creation)
@@ -395,12 +425,18 @@ class SingleNodeOffsetsTopic:
     async def _create(self) -> None:
         try:
             [created] = await self._topics.create_all_async(
-                [(OFFSETS_TOPIC, self._count, 1, dict(self._config))])
+                [(self.name, self._count, 1, dict(self._config))])
         finally:
             self._creation = None
         # TOPIC_ALREADY_EXISTS: created by a client that skipped FindCoordinator (``_topic``)
         if isinstance(created, KafkaError) and not isinstance(created, TopicAlreadyExistsError):
             raise created
+
+
+def offsets_topic(topics: TopicManager, config: CoordinatorConfig) -> SingleNodeInternalTopic:
+    """``__consumer_offsets`` on one node, as ``offsets.topic.*`` configure it."""
+    return SingleNodeInternalTopic(topics, OFFSETS_TOPIC, config.offsets_topic_num_partitions,
+                                   offsets_topic_config(config.offsets_topic_segment_bytes))
 
 
 def _describe(topic: Topic, broker_id: int) -> TopicAnswer:

@@ -23,11 +23,15 @@ partitions, replication factor min(``offsets.topic.replication.factor``, live br
 compacted; until the group's partition has a leader the answer is
 COORDINATOR_NOT_AVAILABLE. The coordinator follows the leadership of those partitions,
 writes only to those this broker leads with at least min.insync.replicas in the ISR
-(acks=all, as Kafka's coordinator writes: :class:`ClusterOffsetsTopic`), and answers a
+(acks=all, as Kafka's coordinator writes: :class:`ClusterInternalTopic`), and answers a
 write once the ISR has it. Every broker hears of a topic's deletion (UpdateMetadata) and
 tells its coordinator, which drops the topic's committed offsets in the groups it
-coordinates (Kafka's ``onPartitionsDeleted``). Transactional ids name the broker asked
-(there is no transaction coordinator).
+coordinates (Kafka's ``onPartitionsDeleted``).
+
+Transactions likewise: a transactional id's coordinator is the leader of its
+``__transaction_state`` partition, the topic created by the first FindCoordinator of key
+type 1 (``transaction.state.log.*``; its min.insync.replicas at most its replication
+factor), the coordinator following those partitions' leadership.
 
 Not thread-safe: the event loop thread only.
 """
@@ -37,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from pybroker.broker.topic_manager import (
@@ -75,6 +79,10 @@ from pybroker.metadata.interface import (
 )
 from pybroker.net.protocol.codec import ZERO_UUID
 from pybroker.net.protocol.typed import MetadataResponsePartition
+from pybroker.txn.config import TxnConfig
+from pybroker.txn.coordinator import TxnCoordinator
+from pybroker.txn.markers import MarkerWrite
+from pybroker.txn.records import TRANSACTION_STATE_TOPIC, transaction_topic_config
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
@@ -88,7 +96,8 @@ class ZkClusterMetadata:
         self.node = ClusterNode(broker)
         self._cache = self.node.metadata
         self._coordinator: GroupCoordinator | None = None
-        self._offsets_topic_creation: asyncio.Task[None] | None = None
+        self._txn_coordinator: TxnCoordinator | None = None
+        self._internal_topic_creation: dict[str, asyncio.Task[None]] = {}
         self._auto_creating: set[str] = set()  # topic names
         self._background: set[asyncio.Task[None]] = set()
 
@@ -105,13 +114,25 @@ class ZkClusterMetadata:
 
     def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:
         coordinator = GroupCoordinator(
-            ClusterOffsetsTopic(self._broker.topics, self._offsets_partitions), config,
+            ClusterInternalTopic(self._broker.topics, OFFSETS_TOPIC,
+                                 lambda: self._partition_count(OFFSETS_TOPIC)), config,
             partition_exists=self.partition_exists)
         self._coordinator = coordinator
         # Built before start() joins the cluster: no partition is led yet, every leadership
         # this broker gets comes through the listener.
         coordinator.follow_leadership(self.on_leadership_change)
         self.node.replicas.add_deletion_listener(coordinator.topics_deleted)
+        return coordinator
+
+    def transaction_coordinator(self, config: TxnConfig,
+                                new_producer_id: Callable[[], Awaitable[int]],
+                                write_markers: MarkerWrite) -> TxnCoordinator:
+        coordinator = TxnCoordinator(
+            ClusterInternalTopic(self._broker.topics, TRANSACTION_STATE_TOPIC,
+                                 lambda: self._partition_count(TRANSACTION_STATE_TOPIC)),
+            config, new_producer_id, write_markers, self.partition_exists)
+        self._txn_coordinator = coordinator
+        coordinator.follow_leadership(self.on_leadership_change)
         return coordinator
 
     async def start(self) -> None:
@@ -156,46 +177,65 @@ class ZkClusterMetadata:
 
     async def coordinator_for_group(self, group_id: str) -> Endpoint | None:
         """The leader of the group's offsets partition, creating the topic on first use."""
-        if self._offsets_partitions() is None:
-            await self._create_offsets_topic()
-        if self._offsets_partitions() is None or self._coordinator is None:
+        if self._partition_count(OFFSETS_TOPIC) is None:
+            config = CoordinatorConfig.from_config(self._broker.config)
+            await self._create_internal_topic(
+                OFFSETS_TOPIC, config.offsets_topic_num_partitions,
+                config.offsets_topic_replication_factor,
+                offsets_topic_config(config.offsets_topic_segment_bytes))
+        if self._partition_count(OFFSETS_TOPIC) is None or self._coordinator is None:
             return None
         return self._cache.leader_of(OFFSETS_TOPIC, self._coordinator.partition_for(group_id))
 
-    def _offsets_partitions(self) -> int | None:
-        """The offsets topic's partition count as the cluster knows it."""
-        known = self._cache.topic(OFFSETS_TOPIC)
+    async def coordinator_for_transaction(self, transactional_id: str) -> Endpoint | None:
+        """The leader of the id's ``__transaction_state`` partition, creating the topic on
+        first use (its min.insync.replicas at most its replication factor)."""
+        if self._partition_count(TRANSACTION_STATE_TOPIC) is None:
+            config = TxnConfig.from_config(self._broker.config)
+            replication = self._replication(config.state_log_replication_factor)
+            await self._create_internal_topic(
+                TRANSACTION_STATE_TOPIC, config.state_log_num_partitions, replication,
+                transaction_topic_config(config.state_log_segment_bytes,
+                                         min(replication, config.state_log_min_isr)))
+        coordinator = self._txn_coordinator
+        if self._partition_count(TRANSACTION_STATE_TOPIC) is None or coordinator is None:
+            return None
+        return self._cache.leader_of(TRANSACTION_STATE_TOPIC,
+                                     coordinator.partition_for(transactional_id))
+
+    def _partition_count(self, name: str) -> int | None:
+        """An internal topic's partition count as the cluster knows it."""
+        known = self._cache.topic(name)
         return len(known.partitions) if known is not None and known.partitions else None
 
-    async def _create_offsets_topic(self) -> None:
-        """Create ``__consumer_offsets`` through the controller (one creation at a time per
-        broker; concurrent callers share it), waiting at most
-        ``OFFSETS_TOPIC_CREATE_WAIT_S``."""
-        task = self._offsets_topic_creation
+    def _replication(self, configured: int) -> int:
+        return max(1, min(configured, len(self._cache.live_brokers())))
+
+    async def _create_internal_topic(self, name: str, partitions: int, replication: int,
+                                     topic_config: dict[str, str]) -> None:
+        """Create a coordinator's topic through the controller (one creation at a time
+        per topic and broker; concurrent callers share it), its replication factor at most
+        the live brokers, waiting at most ``OFFSETS_TOPIC_CREATE_WAIT_S``."""
+        task = self._internal_topic_creation.get(name)
         if task is None or task.done():
-            config = CoordinatorConfig.from_config(self._broker.config)
-            replication = max(1, min(config.offsets_topic_replication_factor,
-                                     len(self._cache.live_brokers())))
-            task = asyncio.get_running_loop().create_task(self._create_offsets_topic_now(
-                config.offsets_topic_num_partitions, replication,
-                offsets_topic_config(config.offsets_topic_segment_bytes)))
-            self._offsets_topic_creation = task
+            task = asyncio.get_running_loop().create_task(self._create_internal_topic_now(
+                name, partitions, self._replication(replication), topic_config))
+            self._internal_topic_creation[name] = task
         # asyncio.wait: no task needed (a handler's first step runs outside one), the
         # creation is not cancelled at the time limit, and a cancellation of ours is never
         # lost
         await asyncio.wait((task,), timeout=OFFSETS_TOPIC_CREATE_WAIT_S)
 
-    async def _create_offsets_topic_now(self, partitions: int, replication: int,
-                                        topic_config: dict[str, str]) -> None:
+    async def _create_internal_topic_now(self, name: str, partitions: int, replication: int,
+                                         topic_config: dict[str, str]) -> None:
         try:
-            await self._create_topic(NewTopic(OFFSETS_TOPIC, partitions, replication,
-                                              dict(topic_config)))
-            log.info("created %s: %d partitions, replication factor %d", OFFSETS_TOPIC,
-                     partitions, replication)
+            await self._create_topic(NewTopic(name, partitions, replication, dict(topic_config)))
+            log.info("created %s: %d partitions, replication factor %d", name, partitions,
+                     replication)
         except TopicAlreadyExistsError:
             pass  # another broker created it first
         except Exception as exc:  # ZooKeeper away, no controller: the client asks again
-            log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
+            log.warning("creating %s failed: %s", name, exc)
 
     # topics ----------------------------------------------------------------------------
 
@@ -331,14 +371,17 @@ class ZkClusterMetadata:
         self.node.publish_topic_configs(name, overrides)
 
 
-class ClusterOffsetsTopic:
-    """``__consumer_offsets`` on a member of a cluster (the coordinator's ``OffsetsTopic``):
-    the controller creates it, ``partition_count`` gives its partition count as the
-    cluster knows it (None while it has no such topic), and only the partitions this broker
-    leads, with enough of an ISR, are written."""
+class ClusterInternalTopic:
+    """A coordinator's internal topic on a member of a cluster (``__consumer_offsets``,
+    ``__transaction_state``; the coordinators' ``OffsetsTopic``): the controller creates
+    it, ``partition_count`` gives its partition count as the cluster knows it (None while
+    it has no such topic), and only the partitions this broker leads, with enough of an
+    ISR, are written."""
 
-    def __init__(self, topics: TopicManager, partition_count: Callable[[], int | None]) -> None:
+    def __init__(self, topics: TopicManager, name: str,
+                 partition_count: Callable[[], int | None]) -> None:
         self._topics = topics
+        self.name = name
         self._partition_count = partition_count
 
     def partition_count(self) -> int | None:
@@ -347,17 +390,17 @@ class ClusterOffsetsTopic:
     def local(self) -> Topic | None:
         """The local topic as it is: its partitions are this broker's replicas and
         placeholders."""
-        return self._topics.get(OFFSETS_TOPIC)
+        return self._topics.get(self.name)
 
     def writable(self, index: int) -> Partition:
-        topic = self._topics.get(OFFSETS_TOPIC)
+        topic = self._topics.get(self.name)
         partition = topic.partitions[index] \
             if topic is not None and index < len(topic.partitions) else None
         if partition is None or partition.log is None or not partition.is_leader:
-            raise NotLeaderOrFollowerError(f"{OFFSETS_TOPIC}-{index} is not led here")
+            raise NotLeaderOrFollowerError(f"{self.name}-{index} is not led here")
         if len(partition.isr) < partition.config.min_insync_replicas:
             raise NotEnoughReplicasError(
-                f"{OFFSETS_TOPIC}-{index}: ISR {partition.isr} is below "
+                f"{self.name}-{index}: ISR {partition.isr} is below "
                 f"min.insync.replicas={partition.config.min_insync_replicas}")
         return partition
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from pybroker._native.records import (
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("pybroker.txn")
 
 TopicPartition = tuple[str, int]
+
+# the coordinator's way to write a transaction's markers (``MarkerWriter.write``)
+MarkerWrite = Callable[["TxnMarker"], Awaitable[dict[TopicPartition, ErrorCode]]]
 
 MARKER_TIMEOUT_S = 30.0  # how long a marker waits for the ISR before the coordinator retries
 

@@ -1,9 +1,10 @@
 """Transactions on a broker's partitions, read by consumers: Fetch with read_committed
 (isolation level 1) stops at the last stable offset and lists the aborted transactions,
 which confluent-kafka's read_committed consumer skips; ListOffsets answers the last stable
-offset for read_committed. Clients cannot write transactions yet (no AddPartitionsToTxn),
-so the partition is written with the log API while the broker is stopped: the batches and
-markers a leader and the transaction coordinator would append."""
+offset for read_committed. The partition is written with the log API while the broker is
+stopped, so that every case (an open transaction below others, a crash that lost the
+index) is laid out exactly: the batches and markers a leader and the transaction
+coordinator would append. tests/txn/ has the same written by real clients."""
 
 from __future__ import annotations
 

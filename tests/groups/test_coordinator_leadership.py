@@ -1,5 +1,5 @@
 """The coordinator as a cluster member wires it (following leadership, over
-``ClusterOffsetsTopic``), on the real log, topic manager and partitions: the test plays
+``ClusterInternalTopic``), on the real log, topic manager and partitions: the test plays
 the ReplicaManager, making this broker the leader or a follower of ``__consumer_offsets``
 partitions (``Partition.become_leader`` / ``become_follower``, then
 ``leadership_changed``), and a follower whose fetches move the high watermark
@@ -25,7 +25,7 @@ from pybroker.coordinator import (
 from pybroker.coordinator.offset_store import OFFSETS_TOPIC, offsets_topic_config, partition_for
 from pybroker.errors import ErrorCode
 from pybroker.log.log_config import LogConfig
-from pybroker.metadata.zk_cluster import ClusterOffsetsTopic
+from pybroker.metadata.zk_cluster import ClusterInternalTopic
 from tests.groups.test_offset_store import one_node, open_topics
 
 PARTITIONS = 3
@@ -44,7 +44,7 @@ def topics(tmp_path: Any) -> Iterator[Any]:
 
 def cluster_member(topics: Any, **config: Any) -> GroupCoordinator:
     coordinator = GroupCoordinator(
-        ClusterOffsetsTopic(topics, lambda: PARTITIONS),
+        ClusterInternalTopic(topics, OFFSETS_TOPIC, lambda: PARTITIONS),
         CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS, **config),
         partition_exists=lambda t, p: t == "t" and p < 3)
     # the test plays the ReplicaManager: it calls leadership_changed itself

@@ -20,7 +20,7 @@ from pybroker.coordinator import (
 from pybroker.coordinator.offset_store import OFFSETS_TOPIC, partition_for
 from pybroker.errors import ErrorCode
 from pybroker.log.log_manager import LogManager
-from pybroker.metadata.single_node import SingleNodeOffsetsTopic
+from pybroker.metadata.single_node import offsets_topic
 
 
 def open_topics(data_dir: str) -> tuple[Any, TopicManager]:
@@ -38,7 +38,7 @@ def one_node(topics: TopicManager, config: CoordinatorConfig | None = None,
     """The coordinator as a single node wires it: over the node's offsets topic, leading
     every partition; returned once every group is loaded."""
     config = config or CoordinatorConfig()
-    coordinator = GroupCoordinator(SingleNodeOffsetsTopic(topics, config), config, **kwargs)
+    coordinator = GroupCoordinator(offsets_topic(topics, config), config, **kwargs)
 
     async def load() -> None:
         coordinator.lead_every_partition()
@@ -118,7 +118,7 @@ def test_one_node_loads_its_groups_in_slices_while_serving(tmp_path: Any,
         earlier.commit_offsets("g", "", None, -1, [OffsetCommit("t", 0, i)])
     monkeypatch.setattr(offsets_partitions, "LOAD_SLICE_S", 0.0)  # a pause at each batch
     config = CoordinatorConfig()
-    restarted = GroupCoordinator(SingleNodeOffsetsTopic(topics, config), config)
+    restarted = GroupCoordinator(offsets_topic(topics, config), config)
 
     async def scenario() -> None:
         restarted.lead_every_partition()

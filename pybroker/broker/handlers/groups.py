@@ -9,10 +9,11 @@ Each handler maps the decoded request dict onto one coordinator call and its res
 the response dict of the same version; the group semantics live in the coordinator
 (``ctx.broker.group_coordinator``, built and started by the broker, wired to partition
 leadership by the control plane). FindCoordinator asks the control plane
-(``metadata.coordinator_for_group``): a single node coordinates every group; in a cluster
-a group's coordinator is the leader of its ``__consumer_offsets`` partition, the topic
-created on first use, COORDINATOR_NOT_AVAILABLE until that partition has a leader.
-Transactional ids name the broker asked (pybroker has no transaction coordinator).
+(``metadata.coordinator_for_group``, ``coordinator_for_transaction`` for key type 1): a
+single node coordinates every group and transactional id; in a cluster a group's
+coordinator is the leader of its ``__consumer_offsets`` partition, a transactional id's
+the leader of its ``__transaction_state`` partition, each topic created on first use,
+COORDINATOR_NOT_AVAILABLE until that partition has a leader.
 
 Long polls parked in the coordinator are answered as soon as the broker starts shutting
 down (before the drain of in-flight requests), and joins or syncs handled after that are
@@ -25,7 +26,6 @@ from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.coordinator import GroupCoordinator, OffsetCommit
 from pybroker.errors import ErrorCode
-from pybroker.metadata import Endpoint
 from pybroker.net.protocol.typed import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -74,11 +74,11 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
 
 
 async def _coordinator_node(ctx: RequestContext, key: str, group: bool) -> dict:
-    """The broker coordinating group ``key`` (the control plane's answer), or for a
-    transactional id this broker."""
-    broker = ctx.broker
-    coordinator = await broker.metadata.coordinator_for_group(key) if group \
-        else Endpoint(broker.broker_id, *broker.advertised)
+    """The broker coordinating group or transactional id ``key`` (the control plane's
+    answer)."""
+    metadata = ctx.broker.metadata
+    coordinator = await metadata.coordinator_for_group(key) if group \
+        else await metadata.coordinator_for_transaction(key)
     if coordinator is None:
         return {"node_id": -1, "host": "", "port": -1,
                 "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "error_message": None}

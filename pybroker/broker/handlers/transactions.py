@@ -1,0 +1,149 @@
+"""The transaction coordinator's APIs: AddPartitionsToTxn (24), AddOffsetsToTxn (25),
+EndTxn (26), DescribeTransactions (65), ListTransactions (66). The semantics live in the
+coordinator (``ctx.broker.txn_coordinator``, pybroker/txn/coordinator.py); here requests
+are unpacked and answers shaped per version. InitProducerId is init_producer_id.py, the
+group offsets of a transaction (TxnOffsetCommit) groups' business, the markers' partition
+side (WriteTxnMarkers) the partitions'.
+
+Clients of transaction version 1 use AddPartitionsToTxn v0-3 (one transaction); v4+
+batches transactions and carries ``verify_only``, the question a partition leader asks
+before it writes a transactional batch (KIP-890 part 1).
+"""
+
+from __future__ import annotations
+
+from pybroker.broker.handlers import handler
+from pybroker.broker.request import RequestContext
+from pybroker.coordinator.offset_store import OFFSETS_TOPIC
+from pybroker.errors import ErrorCode
+from pybroker.net.protocol.typed import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnRequestTopic,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnResponseResult,
+    AddPartitionsToTxnResponseTopicResult,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    DescribeTransactionsResponseTransactionState,
+    EndTxnRequest,
+    EndTxnResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
+from pybroker.txn.markers import TopicPartition
+from pybroker.txn.state import TxnState
+
+PRODUCER_FENCED_FIRST_VERSION = 2  # of AddPartitions/AddOffsets/EndTxn (KIP-588)
+BATCHED_FIRST_VERSION = 4
+
+_STATES_BY_NAME = {state.kafka_name: state for state in TxnState}
+
+
+def _fenced_as(error: ErrorCode, version: int) -> ErrorCode:
+    """PRODUCER_FENCED as a client of ``version`` knows it."""
+    if error == ErrorCode.PRODUCER_FENCED and version < PRODUCER_FENCED_FIRST_VERSION:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return error
+
+
+def _partitions(topics: list[AddPartitionsToTxnRequestTopic]) -> list[TopicPartition]:
+    return [(t["name"], p) for t in topics for p in t["partitions"]]
+
+
+def _by_topic(errors: dict[TopicPartition, ErrorCode]
+              ) -> list[AddPartitionsToTxnResponseTopicResult]:
+    topics: dict[str, list[tuple[int, ErrorCode]]] = {}
+    for (topic, partition), error in sorted(errors.items()):
+        topics.setdefault(topic, []).append((partition, error))
+    return [{"name": topic, "results_by_partition": [
+        {"partition_index": p, "partition_error_code": e} for p, e in results]}
+        for topic, results in topics.items()]
+
+
+@handler(api_key=24, versions=(0, 5))
+async def add_partitions_to_txn(ctx: RequestContext, request: AddPartitionsToTxnRequest
+                                ) -> AddPartitionsToTxnResponse:
+    coordinator = ctx.broker.txn_coordinator
+    version = ctx.api_version
+    if version < BATCHED_FIRST_VERSION:
+        errors = await coordinator.add_partitions(
+            request["v3_and_below_transactional_id"], request["v3_and_below_producer_id"],
+            request["v3_and_below_producer_epoch"],
+            _partitions(request["v3_and_below_topics"]))
+        errors = {tp: _fenced_as(e, version) for tp, e in errors.items()}
+        return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _by_topic(errors)}
+    results: list[AddPartitionsToTxnResponseResult] = []
+    for txn in request["transactions"]:
+        wanted = _partitions(txn["topics"])
+        if txn["verify_only"]:
+            errors = coordinator.verify_partitions(
+                txn["transactional_id"], txn["producer_id"], txn["producer_epoch"], wanted)
+        else:
+            errors = await coordinator.add_partitions(
+                txn["transactional_id"], txn["producer_id"], txn["producer_epoch"], wanted)
+        results.append({"transactional_id": txn["transactional_id"],
+                        "topic_results": _by_topic(errors)})
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+            "results_by_transaction": results}
+
+
+@handler(api_key=25, versions=(0, 4))
+async def add_offsets_to_txn(ctx: RequestContext, request: AddOffsetsToTxnRequest
+                             ) -> AddOffsetsToTxnResponse:
+    offsets_partition = (OFFSETS_TOPIC,
+                         ctx.broker.group_coordinator.partition_for(request["group_id"]))
+    error = await ctx.broker.txn_coordinator.add_offsets(
+        request["transactional_id"], request["producer_id"], request["producer_epoch"],
+        offsets_partition)
+    return {"throttle_time_ms": 0, "error_code": _fenced_as(error, ctx.api_version)}
+
+
+@handler(api_key=26, versions=(0, 4))
+async def end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
+    error = await ctx.broker.txn_coordinator.end_transaction(
+        request["transactional_id"], request["producer_id"], request["producer_epoch"],
+        request["committed"])
+    return {"throttle_time_ms": 0, "error_code": _fenced_as(error, ctx.api_version)}
+
+
+@handler(api_key=65, versions=(0, 0))
+async def describe_transactions(ctx: RequestContext, request: DescribeTransactionsRequest
+                                ) -> DescribeTransactionsResponse:
+    states: list[DescribeTransactionsResponseTransactionState] = []
+    for transactional_id in request["transactional_ids"]:
+        txn = ctx.broker.txn_coordinator.describe(transactional_id)
+        if isinstance(txn, ErrorCode):
+            states.append({"error_code": txn, "transactional_id": transactional_id,
+                           "transaction_state": "", "transaction_timeout_ms": 0,
+                           "transaction_start_time_ms": -1, "producer_id": -1,
+                           "producer_epoch": -1, "topics": []})
+            continue
+        topics: dict[str, list[int]] = {}
+        for topic, partition in sorted(txn.partitions):
+            topics.setdefault(topic, []).append(partition)
+        states.append({
+            "error_code": ErrorCode.NONE, "transactional_id": transactional_id,
+            "transaction_state": txn.state.kafka_name,
+            "transaction_timeout_ms": txn.timeout_ms,
+            "transaction_start_time_ms": txn.start_ms, "producer_id": txn.producer_id,
+            "producer_epoch": txn.producer_epoch,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
+    return {"throttle_time_ms": 0, "transaction_states": states}
+
+
+@handler(api_key=66, versions=(0, 1))
+async def list_transactions(ctx: RequestContext, request: ListTransactionsRequest
+                            ) -> ListTransactionsResponse:
+    coordinator = ctx.broker.txn_coordinator
+    names = request["state_filters"]
+    unknown = [name for name in names if name not in _STATES_BY_NAME]
+    states = {_STATES_BY_NAME[name] for name in names if name in _STATES_BY_NAME}
+    error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading() else ErrorCode.NONE
+    listed = [] if unknown and not states else coordinator.list(
+        states, set(request["producer_id_filters"]), request.get("duration_filter", -1))
+    return {"throttle_time_ms": 0, "error_code": error, "unknown_state_filters": unknown,
+            "transaction_states": [
+                {"transactional_id": t.transactional_id, "producer_id": t.producer_id,
+                 "transaction_state": t.state.kafka_name} for t in listed]}
