@@ -161,7 +161,8 @@ class Broker:
             CoordinatorConfig.from_config(self.config))
         self.markers = MarkerWriter(self)
         self.txn_coordinator = self.metadata.transaction_coordinator(
-            TxnConfig.from_config(self.config), self._new_producer_id, self.markers.write)
+            TxnConfig.from_config(self.config), self.producer_ids.new_id_async,
+            self.markers.write)
         self._coordinator_started = True
         await self.group_coordinator.start()
         await self.txn_coordinator.start()
@@ -244,11 +245,6 @@ class Broker:
             await step()
         except Exception:
             log.exception("stopping the %s failed", what)
-
-    async def _new_producer_id(self) -> int:
-        """A producer id never handed out before (the transaction coordinator's)."""
-        producer_id, _ = await self.producer_ids.init_producer_async(None)
-        return producer_id
 
     async def shutdown(self) -> None:
         """Stop accepting, answer in-flight requests, flush and close storage cleanly."""

@@ -3,8 +3,8 @@
 Ids are handed out from blocks (``producer.id.block.size``, as Kafka's ProducerIdManager
 does): the end of the current block is made durable in ``producer-ids.json`` before any id
 of the block is given out, so one fsync serves a whole block and a crash can only skip
-ids, never repeat them. Transactional ids keep their producer id and get the next epoch on
-each InitProducerId (their map is written on every change; it is small and rare).
+ids, never repeat them. A transactional id's producer id and epoch are the transaction
+coordinator's (``__transaction_state``): it takes a fresh id from here when it needs one.
 
 Cluster mode: the brokers share one id space, so blocks come from ZooKeeper
 (``block_source``, Kafka's ``/latest_producer_id_block``): two brokers never hand out the
@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pybroker.broker.files import read_json, write_json
 
 FILE_NAME = "producer-ids.json"
-MAX_EPOCH = 32767 - 1  # Kafka bumps to a new id rather than reaching Short.MAX_VALUE
 
 
 class ProducerIdManager:
@@ -37,11 +36,10 @@ class ProducerIdManager:
         state = read_json(self._path, {}) or {}
         self._next = int(state.get("next_block", 0))
         self._block_end = self._next  # nothing of the stored block may be reused
-        self._transactional: dict[str, list[int]] = dict(state.get("transactional", {}))
 
-    async def init_producer_async(self, transactional_id: str | None) -> tuple[int, int]:
-        """``init_producer``, first reserving a block from ``block_source`` (off the loop)
-        when the current one is used up."""
+    async def new_id_async(self) -> int:
+        """``new_id``, first reserving a block from ``block_source`` (off the loop) when
+        the current one is used up."""
         if self._block_source is not None and self._next >= self._block_end:
             if self._refill is None:
                 self._refill = asyncio.Lock()
@@ -49,31 +47,17 @@ class ProducerIdManager:
                 if self._next >= self._block_end:
                     start = await asyncio.to_thread(self._block_source, self._block_size)
                     self._next, self._block_end = start, start + self._block_size
-        return self.init_producer(transactional_id)
+        return self.new_id()
 
     def _persist(self) -> None:
-        write_json(self._path, {"next_block": self._block_end,
-                                "transactional": self._transactional})
+        write_json(self._path, {"next_block": self._block_end})
 
     def new_id(self) -> int:
         if self._next >= self._block_end:
             if self._block_source is not None:
-                raise RuntimeError("no producer id block: use init_producer_async")
+                raise RuntimeError("no producer id block: use new_id_async")
             self._block_end = self._next + self._block_size
             self._persist()
         pid = self._next
         self._next += 1
         return pid
-
-    def init_producer(self, transactional_id: str | None) -> tuple[int, int]:
-        """(producer id, epoch) for an InitProducerId request."""
-        if not transactional_id:
-            return self.new_id(), 0
-        current = self._transactional.get(transactional_id)
-        if current is None or current[1] >= MAX_EPOCH:
-            pid, epoch = self.new_id(), 0
-        else:
-            pid, epoch = current[0], current[1] + 1
-        self._transactional[transactional_id] = [pid, epoch]
-        self._persist()
-        return pid, epoch

@@ -25,9 +25,9 @@ async def init_producer_id(ctx: RequestContext,
                            request: InitProducerIdRequest) -> InitProducerIdResponse:
     transactional_id = request.get("transactional_id")
     if not transactional_id:
-        pid, epoch = await ctx.broker.producer_ids.init_producer_async(None)
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "producer_id": pid,
-                "producer_epoch": epoch}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+                "producer_id": await ctx.broker.producer_ids.new_id_async(),
+                "producer_epoch": 0}
     result = await ctx.broker.txn_coordinator.init_producer(
         transactional_id, request["transaction_timeout_ms"],
         ProducerIdAndEpoch(request.get("producer_id", -1), request.get("producer_epoch", -1)))
