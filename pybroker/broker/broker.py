@@ -5,7 +5,8 @@ Components, built here and nowhere else, reached by handlers as typed attributes
 interface, a single node's or a ZooKeeper cluster's, chosen from the settings), ``logs``
 (the LogManager), ``topics`` (the TopicManager), ``producer_ids``, ``group_coordinator``
 and ``txn_coordinator`` (built by the metadata plane, which wires them to partition
-leadership), ``markers`` (the transaction coordinator's ``MarkerWriter``) and
+leadership), ``markers`` (the transaction coordinator's ``MarkerWriter``),
+``txn_verifier`` (the produce path's question to the coordinator, KIP-890) and
 ``validation_pool`` (threads validating large produce batches; None with
 ``num.io.threads=0``). Nothing is attached to the broker from elsewhere.
 
@@ -75,6 +76,7 @@ from pybroker.net.server import Server
 from pybroker.txn.config import TxnConfig
 from pybroker.txn.coordinator import TxnCoordinator
 from pybroker.txn.markers import MarkerWriter
+from pybroker.txn.verification import PartitionVerifier
 
 log = logging.getLogger("pybroker.broker")
 
@@ -95,7 +97,7 @@ class Broker:
     # the broker's parts are these attributes, built here.
     __slots__ = ("config", "broker_id", "data_dir", "handlers", "cluster_id", "metadata",
                  "logs", "cleaner", "topics", "producer_ids", "group_coordinator", "txn_coordinator",
-                 "markers", "validation_pool",
+                 "markers", "txn_verifier", "validation_pool",
                  "server", "advertised", "shutting_down", "requests", "_tasks", "_logs_open",
                  "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
                  "_stats_last")
@@ -114,6 +116,7 @@ class Broker:
         self.group_coordinator: GroupCoordinator
         self.markers: MarkerWriter
         self.txn_coordinator: TxnCoordinator
+        self.txn_verifier: PartitionVerifier
         self.validation_pool: ValidationPool | None = None
         self.server: Server | None = None
         self.advertised: tuple[str, int] = ("127.0.0.1", 0)
@@ -163,6 +166,10 @@ class Broker:
         self.txn_coordinator = self.metadata.transaction_coordinator(
             TxnConfig.from_config(self.config), self.producer_ids.new_id_async,
             self.markers.write)
+        txn_config = self.txn_coordinator.config
+        self.txn_verifier = PartitionVerifier(
+            self.broker_id, self.txn_coordinator, self.metadata.coordinator_for_transaction,
+            None, txn_config.partition_verification)
         self._coordinator_started = True
         await self.group_coordinator.start()
         await self.txn_coordinator.start()

@@ -41,6 +41,15 @@ def end(client: WireClient, transactional_id: str, producer_id: int, epoch: int,
         "producer_epoch": epoch, "committed": commit})["error_code"]
 
 
+def new_producer(client: WireClient, bootstrap: str) -> tuple[str, str, int, int]:
+    """A new topic of two partitions and a new transactional producer: (topic,
+    transactional id, producer id, epoch)."""
+    topic, transactional_id = unique("txn"), unique("tid")
+    create_topic(bootstrap, topic)
+    producer = init(client, transactional_id)
+    return topic, transactional_id, producer["producer_id"], producer["producer_epoch"]
+
+
 def describe(client: WireClient, transactional_id: str) -> dict:
     return client.request(DESCRIBE_TRANSACTIONS, 0, {
         "transactional_ids": [transactional_id]})["transaction_states"][0]
@@ -84,12 +93,8 @@ def test_init_producer_id_bumps_the_epoch_and_keeps_the_id(module_broker):
 
 
 def test_add_partitions_checks_producer_epoch_and_partitions(module_broker):
-    topic = unique("txn")
-    create_topic(module_broker.bootstrap, topic)
-    transactional_id = unique("tid")
     with WireClient(module_broker.bootstrap) as client:
-        producer = init(client, transactional_id)
-        pid, epoch = producer["producer_id"], producer["producer_epoch"]
+        topic, transactional_id, pid, epoch = new_producer(client, module_broker.bootstrap)
         assert add_partitions(client, transactional_id, pid + 1, epoch, {topic: [0]}) == \
             {(topic, 0): ErrorCode.INVALID_PRODUCER_ID_MAPPING}
         assert add_partitions(client, transactional_id, pid, epoch - 1, {topic: [0]}) == \
@@ -177,3 +182,36 @@ def test_transaction_timeout_is_checked_against_the_maximum(module_broker):
         for timeout_ms in (0, 900_001):
             answer = init(client, unique("tid"), timeout_ms)
             assert answer["error_code"] == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+
+
+def test_transactional_batch_to_a_partition_outside_the_transaction_is_refused(
+        module_broker):
+    """KIP-890 part 1: the first batch of a transaction on a partition is written only if
+    the coordinator has the partition in the producer's open transaction; later ones need
+    no question."""
+    from pybroker._native.records import encode_batch
+    from tests.broker.wire_client import produce_body
+
+    with WireClient(module_broker.bootstrap) as client:
+        topic, transactional_id, pid, epoch = new_producer(client, module_broker.bootstrap)
+
+        def produce(partition: int, sequence: int, txn_id: str | None = transactional_id
+                    ) -> int:
+            batch = encode_batch([b"v"], producer_id=pid, producer_epoch=epoch,
+                                 base_sequence=sequence, transactional=True)
+            body = produce_body(topic, partition, batch)
+            body["transactional_id"] = txn_id
+            response = client.request(0, 9, body)
+            return response["responses"][0]["partition_responses"][0]["error_code"]
+
+        assert produce(0, 0) == ErrorCode.INVALID_TXN_STATE  # nothing added yet
+        assert add_partitions(client, transactional_id, pid, epoch, {topic: [0]}) == \
+            {(topic, 0): 0}
+        assert produce(1, 0) == ErrorCode.INVALID_TXN_STATE  # not partition 1
+        assert produce(0, 0, txn_id=None) == ErrorCode.INVALID_TXN_STATE
+        assert produce(0, 0) == 0
+        assert produce(0, 1) == 0
+        assert end(client, transactional_id, pid, epoch, commit=True) == 0
+        until_complete(client, transactional_id)
+        # the transaction is over: its producer's next batch opens nothing by itself
+        assert produce(0, 2) == ErrorCode.INVALID_TXN_STATE

@@ -37,6 +37,10 @@ writes of one request's partitions reach io_uring in one submission. The partiti
 its appends in arrival order, so the handler needs no ordering of its own.
 The response is built by the Cython ``build_produce_response``.
 
+The first transactional batch of a producer's transaction on a partition is written only
+once the transaction coordinator confirms the partition is in the transaction (KIP-890
+part 1, pybroker/txn/verification.py): else INVALID_TXN_STATE.
+
 Only the partition's leader appends (NOT_LEADER_OR_FOLLOWER: the client refreshes its
 metadata; from v10, as KIP-951, the answer names the current leader and its endpoint
 when the control plane knows them, so the client can go there at once). The partitions
@@ -227,7 +231,7 @@ _Batch = tuple[list[PartitionResult], int, str, int, Partition, Any, BatchInfo |
 
 @handler(api_key=0, versions=(3, 11), decode=parse_produce)
 async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
-    _transactional_id, acks, timeout_ms, topic_data = request
+    transactional_id, acks, timeout_ms, topic_data = request
     pool = ctx.broker.validation_pool
     clock = time.perf_counter
     responses: list[tuple[str, list[PartitionResult]]] = []
@@ -287,6 +291,20 @@ async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
                 results[slot] = _failed(name, index, outcome)
                 continue
             info = outcome
+        if info.is_transactional and info.producer_id not in \
+                partition.log.producer_state.ongoing and ctx.broker.txn_verifier.enabled:
+            # the first batch of a transaction here: is the partition in it? (KIP-890)
+            code = await ctx.broker.txn_verifier.verify(
+                transactional_id, info.producer_id, info.producer_epoch, (name, index))
+            if code == ErrorCode.NONE:
+                try:
+                    partition = _leader(ctx, name, index, acks)  # it may have changed
+                except KafkaError as exc:
+                    code = ErrorCode(exc.code)
+            if code != ErrorCode.NONE:
+                results[slot] = _error(index, code)
+                refused = True
+                continue
         answer = _append(name, index, partition, records, info, acks, timeout_ms)
         if isinstance(answer, tuple):
             results[slot] = answer

@@ -1,0 +1,70 @@
+"""KIP-890 part 1, the server-side defence: before a partition leader writes the first
+transactional batch of a producer's transaction, it asks the transaction coordinator
+whether the partition is in that producer's open transaction (AddPartitionsToTxn with
+``verify_only``), and refuses the batch when it is not. A batch that arrives after its
+transaction was aborted (a producer that hung past its timeout, a late retry) would
+otherwise open a transaction on the partition that no marker ever closes, holding the
+last stable offset, and every read_committed consumer, back for good.
+
+Only the first batch of a transaction on a partition is checked: once written, the
+producer has an open transaction in the partition's producer state, which its marker
+closes. As Kafka, coordinator errors a client could not act on become
+NOT_ENOUGH_REPLICAS, which producers retry; a partition not in the transaction (or a
+producer fenced there) is INVALID_TXN_STATE (Kafka's answer to transaction version 1
+clients). ``transaction.partition.verification.enable=false`` turns the check off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from pybroker.errors import ErrorCode
+from pybroker.txn.markers import TopicPartition
+
+if TYPE_CHECKING:
+    from pybroker.metadata import Endpoint
+    from pybroker.txn.coordinator import TxnCoordinator
+
+# coordinator answers a producer retries: it is told NOT_ENOUGH_REPLICAS (Kafka's mapping)
+_RETRIABLE = frozenset((ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                        ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.REQUEST_TIMED_OUT))
+
+# ``ask_remote(coordinator, transactional_id, producer_id, producer_epoch, partition)``:
+# AddPartitionsToTxn v4 verify_only to another broker, its answer for the partition
+RemoteVerify = Callable[["Endpoint", str, int, int, TopicPartition], Awaitable[ErrorCode]]
+
+
+class PartitionVerifier:
+    def __init__(self, broker_id: int, coordinator: TxnCoordinator,
+                 find_coordinator: Callable[[str], Awaitable[Endpoint | None]],
+                 ask_remote: RemoteVerify | None, enabled: bool = True) -> None:
+        self._broker_id = broker_id
+        self._coordinator = coordinator
+        self._find_coordinator = find_coordinator
+        self._ask_remote = ask_remote
+        self.enabled = enabled
+
+    async def verify(self, transactional_id: str | None, producer_id: int,
+                     producer_epoch: int, partition: TopicPartition) -> ErrorCode:
+        """NONE when the producer's open transaction has ``partition``, else the error
+        the produce request gets for it."""
+        if not transactional_id:
+            return ErrorCode.INVALID_TXN_STATE  # a transactional batch needs its id
+        coordinator = await self._find_coordinator(transactional_id)
+        if coordinator is None:
+            error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        elif coordinator.broker_id == self._broker_id:
+            error = self._coordinator.verify_partitions(
+                transactional_id, producer_id, producer_epoch, [partition])[partition]
+        elif self._ask_remote is not None:
+            error = await self._ask_remote(coordinator, transactional_id, producer_id,
+                                           producer_epoch, partition)
+        else:
+            return ErrorCode.NONE  # no way to ask: as with verification off
+        if error in _RETRIABLE:
+            return ErrorCode.NOT_ENOUGH_REPLICAS
+        if error != ErrorCode.NONE:
+            return ErrorCode.INVALID_TXN_STATE
+        return ErrorCode.NONE
