@@ -75,7 +75,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -464,9 +464,10 @@ ROWS = [
 ]
 
 
-def table(rounds: list[dict[str, dict[str, Any]]], labels: list[str]) -> str:
+def table(rounds: list[dict[str, dict[str, Any]]], labels: list[str],
+          rows: list[Row] = ROWS) -> str:
     """Medians (each round's value in parentheses) per broker, and with both brokers the
-    median of the per-round pybroker / Kafka ratios."""
+    median of the per-round pybroker / Kafka ratios: one line per row."""
     def cell(values: list[float | None], fmt: str) -> str:
         found = [v for v in values if v is not None]
         if not found:
@@ -477,7 +478,7 @@ def table(rounds: list[dict[str, dict[str, Any]]], labels: list[str]) -> str:
     both = labels == [Kafka.label, PyBroker.label]
     header = ["figure", *labels, *(["pybroker / Kafka"] if both else []), "target"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in ROWS:
+    for row in rows:
         cells = [cell([row.figure(r[label]) for r in rounds], row.fmt) for label in labels]
         if both:
             cells.append(cell([_divided(row.figure(r[PyBroker.label]), row.figure(r[Kafka.label]))
@@ -486,12 +487,28 @@ def table(rounds: list[dict[str, dict[str, Any]]], labels: list[str]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m bench.cleaner",
-                                     description=__doc__.split("\n\n")[0])
+def add_side_by_side_args(parser: argparse.ArgumentParser) -> None:
+    """``--rounds`` and ``--brokers`` (read with ``chosen_brokers``)."""
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds")
     parser.add_argument("--brokers", default="kafka,pybroker",
                         help="kafka, pybroker or both (default both)")
+
+
+def chosen_brokers(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                   settings: Mapping[str, object] | None = None) -> list[Broker]:
+    """The brokers ``--brokers`` names, Kafka (of ``--reference``) first, each to be
+    started with ``settings``."""
+    wanted = args.brokers.split(",")
+    if not wanted or not set(wanted) <= {"kafka", "pybroker"}:
+        parser.error("--brokers: kafka, pybroker or kafka,pybroker")
+    return [b for b in (Kafka(args.reference, settings), PyBroker(settings))
+            if b.label.split("-")[0] in wanted]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m bench.cleaner",
+                                     description=__doc__.split("\n\n")[0])
+    add_side_by_side_args(parser)
     parser.add_argument("--mb", type=float, default=256, help="data set, MB of keys+values")
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--value-bytes", type=int, default=256)
@@ -506,12 +523,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"kafka.sh and rdkafka_performance (default {REFERENCE})")
     parser.add_argument("--out", default=None, help="directory for result.json/result.md")
     args = parser.parse_args(argv)
-    wanted = args.brokers.split(",")
-    if not wanted or not set(wanted) <= {"kafka", "pybroker"}:
-        parser.error("--brokers: kafka, pybroker or kafka,pybroker")
-    brokers: list[Broker] = [b for b in (Kafka(args.reference, BROKER_SETTINGS),
-                                         PyBroker(BROKER_SETTINGS))
-                             if b.label.split("-")[0] in wanted]
+    brokers = chosen_brokers(parser, args, BROKER_SETTINGS)
     result: dict[str, Any] = {
         "command": " ".join(["python3 -m bench.cleaner", *(argv or sys.argv[1:])]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),

@@ -6,6 +6,7 @@ packages=(
   build-essential    # gcc for the native core
   liburing-dev       # io_uring appends (cffi binding); a pwritev fallback is chosen at run time
   kcat               # a real Kafka client used by the tests
+  librdkafka-dev     # bench/transactions_producer.c, the transactions benchmark's producer
   zookeeper          # cluster mode coordinates through ZooKeeper
   default-jre-headless  # ZooKeeper and Spark run on the JVM
   linux-perf strace  # perf/ profiling scripts
