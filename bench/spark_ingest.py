@@ -54,7 +54,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
 from bench.driver.local_broker import LocalBroker
-from bench.driver.procstat import CLOCK_TICKS, BrokerProbe
+from bench.driver.procstat import CLOCK_TICKS, BrokerProbe, host_cpu_ticks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = "pybroker-spark-ingest/1"
@@ -170,14 +170,6 @@ def rows_in_topic(bootstrap: str, topic: str) -> int:
 
 
 # -- the run ---------------------------------------------------------------------------------
-
-def host_cpu_ticks() -> tuple[int, int]:
-    """(busy, total) clock ticks of all cpus since boot, from the first line of /proc/stat."""
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:]]
-    idle = ticks[3] + ticks[4]  # idle, iowait
-    return sum(ticks) - idle, sum(ticks)
-
 
 def _stat_fields(pid: int) -> list[str]:
     with open(f"/proc/{pid}/stat") as f:

@@ -87,12 +87,11 @@ from bench.cleaner import (
     ratio,
     table,
 )
-from bench.driver.procstat import BrokerProbe
+from bench.driver.procstat import BrokerProbe, host_cpu_ticks
 from bench.hostile.patterns import raise_fd_limit
 from bench.hostile.side_by_side import REFERENCE
 from bench.replicated import write_report
 from bench.single_node import machine
-from bench.spark_ingest import host_cpu_ticks
 
 PRODUCER_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                "transactions_producer.c")

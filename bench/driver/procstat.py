@@ -2,7 +2,8 @@
 
 CPU: utime + stime of /proc/PID/stat (fields 14 and 15, clock ticks of all the process's
 threads; child processes are not included). Memory: VmHWM (the kernel's peak resident set
-since the process started) and the largest VmRSS sampled during the run.
+since the process started) and the largest VmRSS sampled during the run. The host's
+busy share: all CPUs' ticks from /proc/stat, any process.
 """
 
 from __future__ import annotations
@@ -11,6 +12,14 @@ import os
 import time
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def host_cpu_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all cpus since boot, from the first line of /proc/stat."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return sum(ticks) - idle, sum(ticks)
 
 
 class BrokerProbe:
