@@ -181,6 +181,109 @@ int pb_map_add_records(pb_offset_map *m, const pb_batch_header *h, const uint8_t
     return 0;
 }
 
+/* ---- transactions ---- */
+
+void pb_txn_init(pb_txn_tracker *t, pb_aborted_txn *aborted, size_t count) {
+    memset(t, 0, sizeof(*t));
+    t->aborted = aborted;
+    t->aborted_count = count;
+}
+
+void pb_txn_free(pb_txn_tracker *t) {
+    free(t->aborted);
+    free(t->open);
+    free(t->kept_markers);
+    memset(t, 0, sizeof(*t));
+}
+
+/* Room for one more of `count` elements in the array *p of *cap: 0, or -1 (unchanged). */
+static int pb_grow(void **p, size_t *cap, size_t count, size_t size) {
+    if (count < *cap) return 0;
+    size_t more = *cap ? 2 * *cap : 16;
+    void *grown = realloc(*p, more * size);
+    if (grown == NULL) return -1;
+    *p = grown;
+    *cap = more;
+    return 0;
+}
+
+/* The position in t->open of producer_id, or where it goes. */
+static size_t pb_txn_find(const pb_txn_tracker *t, int64_t producer_id) {
+    size_t lo = 0, hi = t->open_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->open[mid].producer_id < producer_id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+PB_INLINE int pb_txn_has(const pb_txn_tracker *t, size_t i, int64_t producer_id) {
+    return i < t->open_count && t->open[i].producer_id == producer_id;
+}
+
+/* The open transaction of producer_id, created (committed, nothing retained) if none. */
+static pb_open_txn *pb_txn_open(pb_txn_tracker *t, int64_t producer_id) {
+    size_t i = pb_txn_find(t, producer_id);
+    if (pb_txn_has(t, i, producer_id)) return &t->open[i];
+    if (pb_grow((void **)&t->open, &t->open_cap, t->open_count, sizeof(*t->open)))
+        return NULL;
+    memmove(&t->open[i + 1], &t->open[i], (t->open_count - i) * sizeof(*t->open));
+    t->open_count++;
+    t->open[i] = (pb_open_txn){producer_id, -1, 0};
+    return &t->open[i];
+}
+
+/* Begins the aborted transactions that start at or before `offset` (Kafka's
+ * consumeAbortedTxnsUpTo) and are not over before `from`. */
+static int pb_txn_advance(pb_txn_tracker *t, int64_t from, int64_t offset) {
+    while (t->next < t->aborted_count && t->aborted[t->next].first_offset <= offset) {
+        const pb_aborted_txn *a = &t->aborted[t->next];
+        if (a->last_offset >= from) {
+            pb_open_txn *o = pb_txn_open(t, a->producer_id);
+            if (o == NULL) return PB_CLEAN_NOMEM;
+            o->aborted = (int64_t)t->next;
+        }
+        t->next++;
+    }
+    return 0;
+}
+
+int pb_txn_aborted(pb_txn_tracker *t, const pb_batch_header *h) {
+    if (!(h->attributes & PB_ATTR_TRANSACTIONAL) || h->producer_id < 0) return 0;
+    int rc = pb_txn_advance(t, h->base_offset, h->base_offset + h->last_offset_delta);
+    if (rc) return rc;
+    size_t i = pb_txn_find(t, h->producer_id);
+    return pb_txn_has(t, i, h->producer_id) && t->open[i].aborted >= 0;
+}
+
+int pb_txn_retained(pb_txn_tracker *t, const pb_batch_header *h) {
+    if (!(h->attributes & PB_ATTR_TRANSACTIONAL) || h->producer_id < 0) return 0;
+    pb_open_txn *o = pb_txn_open(t, h->producer_id);
+    if (o == NULL) return PB_CLEAN_NOMEM;
+    o->retained = 1;
+    return 0;
+}
+
+int pb_txn_close(pb_txn_tracker *t, const pb_batch_header *h) {
+    int rc = pb_txn_advance(t, h->base_offset, h->base_offset + h->last_offset_delta);
+    if (rc) return rc;
+    size_t i = pb_txn_find(t, h->producer_id);
+    if (!pb_txn_has(t, i, h->producer_id)) return 0;
+    int retained = (int)t->open[i].retained;
+    memmove(&t->open[i], &t->open[i + 1], (t->open_count - i - 1) * sizeof(*t->open));
+    t->open_count--;
+    return retained;
+}
+
+static int pb_txn_keep_marker(pb_txn_tracker *t, int64_t offset) {
+    if (pb_grow((void **)&t->kept_markers, &t->kept_cap, t->kept_count,
+                sizeof(*t->kept_markers)))
+        return PB_CLEAN_NOMEM;
+    t->kept_markers[t->kept_count++] = offset;
+    return 0;
+}
+
 /* A complete batch at buf + pos, CRC checked: its size, 0 when it is not all in buf, or
  * -err. */
 static int64_t pb_next_batch(const uint8_t *buf, size_t len, size_t pos, pb_batch_header *h) {
@@ -198,13 +301,17 @@ static int64_t pb_next_batch(const uint8_t *buf, size_t len, size_t pos, pb_batc
 }
 
 int pb_map_add_batches(pb_offset_map *m, const uint8_t *buf, size_t len, size_t *pos,
-                       int64_t start_offset, int *full, pb_batch_header *h) {
+                       int64_t start_offset, pb_txn_tracker *t, int *full,
+                       pb_batch_header *h) {
     *full = 0;
     while (*pos < len) {
         int64_t size = pb_next_batch(buf, len, *pos, h);
         if (size <= 0) return (int)size;
         int64_t last = h->base_offset + h->last_offset_delta;
-        if (!(h->attributes & PB_ATTR_CONTROL) && last >= start_offset) {
+        int control = (h->attributes & PB_ATTR_CONTROL) != 0;
+        int aborted = control ? pb_txn_close(t, h) : pb_txn_aborted(t, h);
+        if (aborted < 0) return aborted;
+        if (!control && !aborted && last >= start_offset) {
             if (h->attributes & PB_ATTR_COMPRESSION_MASK) return PB_CLEAN_COMPRESSED;
             int rc = pb_map_add_records(m, h, buf + *pos + PB_BATCH_HEADER_SIZE,
                                         (size_t)size - PB_BATCH_HEADER_SIZE, start_offset);
@@ -255,7 +362,7 @@ typedef struct pb_cleaning {
 } pb_cleaning;
 
 int pb_clean_records(const pb_clean_args *a, const pb_batch_header *h, const uint8_t *records,
-                     size_t len, pb_outbuf *out, pb_filtered *f) {
+                     size_t len, int marker, pb_outbuf *out, pb_filtered *f) {
     const pb_offset_map *m = a->map;
     int32_t count = h->records_count;
     pb_cleaning *recs = malloc(sizeof(*recs) * (size_t)(count ? count : 1));
@@ -286,7 +393,7 @@ int pb_clean_records(const pb_clean_args *a, const pb_batch_header *h, const uin
         c->timestamp_delta = r.timestamp_delta;
         c->keyless = r.key == NULL;
         c->tombstone = r.value == NULL;
-        c->ask = !c->keyless && c->offset <= m->latest_offset;
+        c->ask = !marker && !c->keyless && c->offset <= m->latest_offset;
         if (c->ask) {
             pb_siphash128(m->k0, m->k1, r.key, (size_t)r.key_len, c->h);
             pb_map_prefetch(m, c->h);
@@ -296,7 +403,7 @@ int pb_clean_records(const pb_clean_args *a, const pb_batch_header *h, const uin
     for (int32_t i = 0; i < count; i++) {
         const pb_cleaning *c = &recs[i];
         int keep;
-        if (c->offset > m->latest_offset) {
+        if (marker || c->offset > m->latest_offset) {
             keep = 1;
         } else if (c->keyless) {
             keep = 0;
@@ -313,7 +420,7 @@ int pb_clean_records(const pb_clean_args *a, const pb_batch_header *h, const uin
     }
     free(recs);
     f->retained = n;
-    f->set_horizon = tombstone && !has_horizon;
+    f->set_horizon = (tombstone || marker) && !has_horizon;
     f->base_timestamp = f->set_horizon ? a->now_ms + a->delete_retention_ms
                         : has_horizon ? h->first_timestamp : first_ts;
     f->max_timestamp = (h->attributes & PB_ATTR_LOG_APPEND_TIME) ? h->max_timestamp : max_ts;
@@ -393,23 +500,62 @@ int pb_outbuf_append(pb_outbuf *out, const uint8_t *p, size_t n) {
     return 0;
 }
 
+/* A marker: copied while a batch of its transaction is in the output (or it ends the
+ * round), else given a delete horizon, and dropped once that has passed. */
+static int pb_clean_marker(const pb_clean_args *a, const pb_batch_header *h,
+                           const uint8_t *batch, size_t size, pb_outbuf *out) {
+    int has_data = pb_txn_close(a->txn, h);
+    if (has_data < 0) return has_data;
+    int64_t last = h->base_offset + h->last_offset_delta;
+    int copy = has_data || last + 1 == a->round_end_offset ||
+               (h->attributes & PB_ATTR_COMPRESSION_MASK) != 0;
+    if (!copy && (h->attributes & PB_ATTR_DELETE_HORIZON)) {
+        if (a->now_ms >= h->first_timestamp) return 0;
+        copy = 1;
+    }
+    if (copy) {
+        if (pb_outbuf_append(out, batch, size)) return PB_CLEAN_NOMEM;
+    } else {
+        size_t start = out->len;
+        if (pb_outbuf_reserve(out, PB_BATCH_HEADER_SIZE)) return PB_CLEAN_NOMEM;
+        out->len += PB_BATCH_HEADER_SIZE;
+        pb_filtered f;
+        int rc = pb_clean_records(a, h, batch + PB_BATCH_HEADER_SIZE,
+                                  size - PB_BATCH_HEADER_SIZE, 1, out, &f);
+        if (rc) return rc;
+        pb_clean_finish(out, start, h, &f);
+    }
+    return pb_txn_keep_marker(a->txn, last);
+}
+
 int pb_clean_batches(const pb_clean_args *a, const uint8_t *buf, size_t len, size_t *pos,
                      pb_outbuf *out, pb_clean_stats *st, pb_batch_header *h) {
     while (*pos < len) {
         int64_t size = pb_next_batch(buf, len, *pos, h);
         if (size <= 0) return (int)size;
         const uint8_t *batch = buf + *pos;
+        size_t start = out->len;
+        int rc;
         if (h->attributes & PB_ATTR_CONTROL) {
-            if (pb_outbuf_append(out, batch, (size_t)size)) return PB_CLEAN_NOMEM;
+            rc = pb_clean_marker(a, h, batch, (size_t)size, out);
+            if (rc) return rc;
+            *pos += (size_t)size;
+            continue;
+        }
+        int aborted = pb_txn_aborted(a->txn, h);
+        if (aborted < 0) return aborted;
+        if (aborted) {  /* its records all go */
+            st->records_read += h->records_count;
+            if (pb_clean_keeps_empty(a, h) && pb_clean_write_empty(out, h))
+                return PB_CLEAN_NOMEM;
         } else if (h->attributes & PB_ATTR_COMPRESSION_MASK) {
             return PB_CLEAN_COMPRESSED;
         } else {
-            size_t start = out->len;
             if (pb_outbuf_reserve(out, PB_BATCH_HEADER_SIZE)) return PB_CLEAN_NOMEM;
             out->len += PB_BATCH_HEADER_SIZE;
             pb_filtered f;
-            int rc = pb_clean_records(a, h, batch + PB_BATCH_HEADER_SIZE,
-                                      (size_t)size - PB_BATCH_HEADER_SIZE, out, &f);
+            rc = pb_clean_records(a, h, batch + PB_BATCH_HEADER_SIZE,
+                                  (size_t)size - PB_BATCH_HEADER_SIZE, 0, out, &f);
             if (rc) return rc;
             st->records_read += h->records_count;
             st->records_retained += f.retained;
@@ -424,6 +570,7 @@ int pb_clean_batches(const pb_clean_args *a, const uint8_t *buf, size_t len, siz
                 pb_clean_finish(out, start, h, &f);
             }
         }
+        if (out->len != start && (rc = pb_txn_retained(a->txn, h))) return rc;
         *pos += (size_t)size;
     }
     return 0;

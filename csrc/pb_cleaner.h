@@ -19,7 +19,18 @@
  * records all go is kept as an empty header (Kafka's RETAIN_EMPTY) when it is the last of
  * its producer or the last of the cleaning round, and dropped otherwise.
  *
- * Control batches (transaction markers) are copied as they are: pybroker writes none.
+ * Transactions (Kafka's CleanedTransactionMetadata, KIP-98), per batch, never per record:
+ * the cleaner hands over the aborted transactions of the cleaned range (from the segments'
+ * .txnindex), and a pb_txn_tracker follows the walk: a transaction is open for a producer
+ * from its first batch to its marker. A transactional batch of an aborted transaction
+ * loses all its records (kept only as an empty header when the rule above says so) and
+ * puts no key in the offset map, so an aborted value never shadows a committed older one.
+ * A marker is copied as it is while a batch of its transaction is in the cleaned output
+ * (an empty header counts: a replay of the log must see the transaction closed); once
+ * none is, it gets a delete horizon (bit 6, as a tombstone's batch) and goes when that has
+ * passed, unless it is the last batch of the round. The markers kept are listed, so the
+ * cleaned segment's .txnindex keeps the entries of the aborts still in it. A compressed
+ * marker (Kafka writes none) is always kept.
  * No function here touches Python state; callers run them without the GIL. */
 #ifndef PB_CLEANER_H
 #define PB_CLEANER_H
@@ -59,16 +70,51 @@ int64_t pb_map_get(const pb_offset_map *m, const uint8_t *key, size_t len);
 void pb_siphash128(uint64_t k0, uint64_t k1, const uint8_t *data, size_t len,
                    uint64_t out[2]);
 
+/* An aborted transaction of the cleaned range: a .txnindex entry. */
+typedef struct pb_aborted_txn {
+    int64_t producer_id;
+    int64_t first_offset;
+    int64_t last_offset;               /* its abort marker */
+} pb_aborted_txn;
+
+/* A producer's transaction open at the walk's position. */
+typedef struct pb_open_txn {
+    int64_t producer_id;
+    int64_t aborted;                   /* index of its aborted entry, -1: committed */
+    int64_t retained;                  /* a batch of it is in the cleaned output */
+} pb_open_txn;
+
+typedef struct pb_txn_tracker {
+    pb_aborted_txn *aborted;           /* sorted by first offset */
+    size_t aborted_count, next;        /* next: the first not begun yet */
+    pb_open_txn *open;                 /* sorted by producer id */
+    size_t open_count, open_cap;
+    int64_t *kept_markers;             /* offsets of the markers kept (cleaning only) */
+    size_t kept_count, kept_cap;
+} pb_txn_tracker;
+
+/* Takes `aborted` (malloc'ed, sorted by first offset; freed by pb_txn_free). */
+void pb_txn_init(pb_txn_tracker *t, pb_aborted_txn *aborted, size_t count);
+void pb_txn_free(pb_txn_tracker *t);
+/* Whether data batch h belongs to an aborted transaction: 1, 0 or PB_CLEAN_NOMEM. */
+int pb_txn_aborted(pb_txn_tracker *t, const pb_batch_header *h);
+/* Data batch h is in the cleaned output (noted if transactional). 0 or PB_CLEAN_NOMEM. */
+int pb_txn_retained(pb_txn_tracker *t, const pb_batch_header *h);
+/* Marker h closes its producer's transaction: whether a batch of it is in the output
+ * (1, 0 or PB_CLEAN_NOMEM). */
+int pb_txn_close(pb_txn_tracker *t, const pb_batch_header *h);
+
 /* Adds the keyed records with offset >= start_offset of one (decompressed) records section
  * of batch h: 0, 1 the map filled up (the records before the one that did not fit are in,
  * latest_offset is the last one put), or -err for a damaged record. */
 int pb_map_add_records(pb_offset_map *m, const pb_batch_header *h, const uint8_t *records,
                        size_t len, int64_t start_offset);
-/* Walks the complete batches of buf from *pos (CRC checked), adding uncompressed ones;
- * stops at a compressed one (PB_CLEAN_COMPRESSED, *pos at it, header in h), at the end of
+/* Walks the complete batches of buf from *pos (CRC checked), adding uncompressed ones
+ * but those of aborted transactions (t follows the walk); stops at a compressed one (PB_CLEAN_COMPRESSED, *pos at it, header in h), at the end of
  * complete batches (0), when the map fills (*full = 1), or -err (*pos at the batch). */
 int pb_map_add_batches(pb_offset_map *m, const uint8_t *buf, size_t len, size_t *pos,
-                       int64_t start_offset, int *full, pb_batch_header *h);
+                       int64_t start_offset, pb_txn_tracker *t, int *full,
+                       pb_batch_header *h);
 
 typedef struct pb_outbuf {
     uint8_t *data;
@@ -88,6 +134,7 @@ typedef struct pb_clean_args {
     const int64_t *producers;          /* (producer id, last offset) pairs sorted by id */
     size_t producer_count;
     int64_t round_end_offset;          /* next offset of the cleaning round's last batch */
+    pb_txn_tracker *txn;
 } pb_clean_args;
 
 typedef struct pb_clean_stats {
@@ -103,9 +150,10 @@ typedef struct pb_filtered {
 } pb_filtered;
 
 /* The surviving records of one (decompressed) records section of batch h, written again
- * (rebased timestamp deltas) at the end of out. 0, -err or PB_CLEAN_NOMEM. */
+ * (rebased timestamp deltas) at the end of out; `marker`: h is a marker whose records all
+ * stay and whose batch gets a delete horizon. 0, -err or PB_CLEAN_NOMEM. */
 int pb_clean_records(const pb_clean_args *a, const pb_batch_header *h, const uint8_t *records,
-                     size_t len, pb_outbuf *out, pb_filtered *f);
+                     size_t len, int marker, pb_outbuf *out, pb_filtered *f);
 /* Whether a batch left without records is kept as an empty header. */
 int pb_clean_keeps_empty(const pb_clean_args *a, const pb_batch_header *h);
 /* Appends an empty batch (header only, no records) standing for h. 0 or PB_CLEAN_NOMEM. */

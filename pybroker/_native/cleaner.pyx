@@ -10,6 +10,11 @@ reads a log's segments in chunks and hands each chunk here:
 - ``clean_batches(chunk, ...)`` writes the complete batches of ``chunk`` again with only
   their surviving records (the rules are in pb_cleaner.h).
 
+Both follow transactions through a ``Transactions`` (the aborted ones of the cleaned range,
+from the segments' ``.txnindex``; one per walk over the log, in offset order): batches of
+aborted transactions put no key in the map and lose their records, and a marker stays
+while its transaction has a batch left (``kept_markers`` lists those kept).
+
 Both answer how many bytes of the chunk they consumed (whole batches; the rest goes at the
 head of the next chunk). Uncompressed batches are handled entirely in C without the GIL; a
 compressed batch costs one decompression (and, when some records go, one compression with
@@ -38,6 +43,7 @@ from pybroker._native.cleaner cimport (
     pb_clean_records,
     pb_clean_stats,
     pb_clean_write_empty,
+    pb_aborted_txn,
     pb_filtered,
     pb_map_add_batches,
     pb_map_add_records,
@@ -52,6 +58,10 @@ from pybroker._native.cleaner cimport (
     pb_outbuf_free,
     pb_outbuf_reserve,
     pb_siphash128,
+    pb_txn_free,
+    pb_txn_init,
+    pb_txn_retained,
+    pb_txn_tracker,
 )
 from pybroker._native.records cimport (
     DEFAULT_MAX_DECOMPRESSED,
@@ -112,6 +122,36 @@ cdef class CleanedChunk:
     cdef readonly int64_t records_retained
 
 
+cdef class Transactions:
+    """The transactions met by one walk over a log (see module doc). ``aborted``: the
+    aborted transactions of the walked range as ``(producer id, first offset, marker
+    offset, ...)`` (an ``AbortedTxn``), in any order."""
+
+    cdef pb_txn_tracker t
+
+    def __cinit__(self, aborted=()):
+        entries = sorted(aborted, key=lambda txn: txn[1])
+        cdef pb_aborted_txn *array = <pb_aborted_txn *>malloc(
+            sizeof(pb_aborted_txn) * max(len(entries), 1))
+        if array == NULL:
+            raise MemoryError()
+        cdef Py_ssize_t i
+        for i in range(len(entries)):
+            array[i].producer_id = entries[i][0]
+            array[i].first_offset = entries[i][1]
+            array[i].last_offset = entries[i][2]
+        pb_txn_init(&self.t, array, len(entries))
+
+    def __dealloc__(self):
+        pb_txn_free(&self.t)
+
+    def kept_markers(self):
+        """The offsets of the markers ``clean_batches`` kept since the last call."""
+        kept = [self.t.kept_markers[i] for i in range(self.t.kept_count)]
+        self.t.kept_count = 0
+        return kept
+
+
 cdef class OffsetMap:
     """Key -> latest offset over a log's dirty section, in ``memory`` bytes of slots (see
     module doc). ``load_factor``: the share of slots filled before the map says it is full
@@ -165,10 +205,13 @@ cdef class OffsetMap:
         cdef bytes k = bytes(key)
         return pb_map_get(&self.m, <const uint8_t *><const char *>k, len(k))
 
-    def add_batches(self, chunk, int64_t start_offset):
+    def add_batches(self, chunk, int64_t start_offset, Transactions transactions=None):
         """Put the keyed records at or after ``start_offset`` of the complete batches of
-        ``chunk``. Returns ``(consumed, full)``: bytes of whole batches read, and whether
-        the map filled up (then ``latest_offset`` is the last offset put)."""
+        ``chunk`` (but those of aborted ``transactions``). Returns ``(consumed, full)``:
+        bytes of whole batches read, and whether the map filled up (then ``latest_offset``
+        is the last offset put)."""
+        if transactions is None:
+            transactions = Transactions()
         cdef Py_buffer view
         cdef size_t pos = 0
         cdef int full = 0
@@ -180,7 +223,8 @@ cdef class OffsetMap:
             while True:
                 with nogil:
                     rc = pb_map_add_batches(&self.m, <const uint8_t *>view.buf,
-                                            <size_t>view.len, &pos, start_offset, &full, &h)
+                                            <size_t>view.len, &pos, start_offset,
+                                            &transactions.t, &full, &h)
                 if rc < 0:
                     _raise(rc, pos)
                 if rc != PB_CLEAN_COMPRESSED:
@@ -206,11 +250,13 @@ cdef class OffsetMap:
         return pos, bool(full)
 
     def clean_batches(self, chunk, int64_t now_ms, int64_t delete_retention_ms,
-                      producers, int64_t round_end_offset):
+                      producers, int64_t round_end_offset, Transactions transactions=None):
         """The complete batches of ``chunk`` with only their surviving records
         (``CleanedChunk``). ``producers``: producer id -> offset of its last batch (its
         batch is kept, if only as an empty header); ``round_end_offset``: the offset after
         the cleaning round's last batch (that batch is kept too)."""
+        if transactions is None:
+            transactions = Transactions()
         cdef pb_clean_args args
         cdef pb_clean_stats stats
         cdef pb_outbuf out
@@ -241,6 +287,7 @@ cdef class OffsetMap:
         args.producers = pairs
         args.producer_count = len(ordered)
         args.round_end_offset = round_end_offset
+        args.txn = &transactions.t
         PyObject_GetBuffer(chunk, &view, PyBUF_SIMPLE)
         try:
             while True:
@@ -260,7 +307,7 @@ cdef class OffsetMap:
                 try:
                     with nogil:
                         rc = pb_clean_records(&args, &h, <const uint8_t *>section.buf,
-                                              <size_t>section.len, &out, &f)
+                                              <size_t>section.len, 0, &out, &f)
                 finally:
                     PyBuffer_Release(&section)
                 if rc < 0:
@@ -284,6 +331,8 @@ cdef class OffsetMap:
                                           len(packed))
                     if rc == 0:
                         pb_clean_finish(&out, start, &h, &f)
+                if rc == 0 and out.len != start:
+                    rc = pb_txn_retained(&transactions.t, &h)
                 if rc:
                     _raise(rc, pos)
                 pos += <size_t>h.batch_length + 12

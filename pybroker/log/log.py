@@ -48,7 +48,8 @@ A deleted partition's log is closed at once instead (``discard``): its regions i
 hold their segment's ``OpenFile``, which keeps the descriptor until they are sent.
 
 Compaction: the log cleaner (log_cleaner.py) reads sealed segments on its own thread and
-writes their cleaned copy as ``.cleaned`` files; ``replace_segments`` swaps it in on the
+writes their cleaned copy as ``.cleaned`` files (a ``.txnindex`` of the aborts still in
+it among them); ``replace_segments`` swaps it in on the
 event loop (Kafka's ``.cleaned`` -> ``.swap`` protocol, finished or undone at load by
 ``_clean_directory``), refusing when a truncation (``truncations`` counts them) or a
 deletion changed the log under the cleaning.
@@ -103,6 +104,7 @@ from pybroker.log.log_segment import (
     LOG_SUFFIX,
     MAX_RELATIVE_OFFSET,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     file_name,
 )
@@ -124,6 +126,16 @@ _LEFTOVER = (DELETED_SUFFIX, ".tmp", SWAP_SUFFIX, CLEANED_SUFFIX)
 # partition KAFKA_STORAGE_ERROR for this long after the last failure (unless a write
 # succeeds): a full disk refuses every append, and one line a minute says so.
 STORAGE_ERROR_LOG_INTERVAL_S = 60.0
+
+
+
+def _install_txn_index(cleaned: str) -> None:
+    """Give the cleaner's ``.txnindex.cleaned`` its final name; an empty one goes instead (a
+    segment has the file only once a transaction aborted in it)."""
+    if os.path.getsize(cleaned):
+        os.rename(cleaned, cleaned[:-len(CLEANED_SUFFIX)])
+    else:
+        os.unlink(cleaned)
 
 
 class AppendInfo(NamedTuple):
@@ -338,7 +350,10 @@ class Log:
     def _finish_swap(self, base: int) -> None:
         """A crash came after the cleaner's segment at ``base`` was renamed ``.swap`` (the
         swap was decided): delete the segments it replaces (those whose base offset lies
-        within its offsets), then give it its final name. Its indexes are rebuilt."""
+        within its offsets), then give it its final name. Its offset and time indexes are
+        rebuilt; its ``.txnindex`` is the cleaner's: still ``.cleaned`` (then the
+        ``<base>.txnindex`` there is the old segment's) or already renamed (the old one was
+        retired before, see ``replace_segments``)."""
         swap = os.path.join(self.directory, file_name(base, LOG_SUFFIX + SWAP_SUFFIX))
         end = base + 1
         size = os.path.getsize(swap)
@@ -347,10 +362,16 @@ class Log:
                     mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as data:
                 scan = scan_log(data, 0, size, base, self.config.index_interval_bytes)
             end = max(end, scan.next_offset)
+        txn_index = os.path.join(self.directory, file_name(base, TXN_INDEX_SUFFIX))
+        cleaned_txn_index = txn_index + CLEANED_SUFFIX
+        renamed = not os.path.exists(cleaned_txn_index)
         for name in os.listdir(self.directory):
             match = _SEGMENT_FILE.match(name)
-            if match and (base <= int(match.group(1)) < end):
+            if match and (base <= int(match.group(1)) < end) and \
+                    not (renamed and name == os.path.basename(txn_index)):
                 os.unlink(os.path.join(self.directory, name))
+        if not renamed:
+            _install_txn_index(cleaned_txn_index)
         os.rename(swap, swap[:-len(SWAP_SUFFIX)])
         fsync_dir(self.directory)
         log.warning("%s: finished swapping in cleaned segment %d (up to offset %d)",
@@ -993,10 +1014,11 @@ class Log:
 
     def replace_segments(self, old: list[LogSegment], truncations: int) -> LogSegment | None:
         """Swap in the segment the log cleaner wrote in place of ``old`` (consecutive
-        sealed segments), as ``<base of old[0]>.{log,index,timeindex}.cleaned``; returns
-        it. When the log changed since the cleaning began (``truncations`` is no longer
-        the count, or ``old`` are no longer its segments) the cleaned files are deleted
-        and None is returned.
+        sealed segments), as ``<base of old[0]>.{log,index,timeindex,txnindex}.cleaned``;
+        returns it. When the log changed since the cleaning began (``truncations`` is no
+        longer the count, or ``old`` are no longer its segments) the cleaned files are
+        deleted (the ``.txnindex`` first: without the log file it is a leftover) and None
+        is returned.
 
         Kafka's order, so that a crash at any moment leaves the old segments or the new
         one: the cleaned log file is renamed ``.swap`` and the directory synced (from here
@@ -1012,7 +1034,8 @@ class Log:
         current = [self.segments[j] for j in range(max(i, 0), min(i + len(old),
                                                                    len(self.segments)))]
         cleaned = {suffix: os.path.join(self.directory, file_name(base, suffix + CLEANED_SUFFIX))
-                   for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
+                   for suffix in (TXN_INDEX_SUFFIX, LOG_SUFFIX, INDEX_SUFFIX,
+                                  TIME_INDEX_SUFFIX)}
         if truncations != self.truncations or len(current) != len(old) or \
                 any(a is not b for a, b in zip(current, old, strict=True)) or \
                 old[-1] is self.segments.active:
@@ -1029,6 +1052,7 @@ class Log:
             segment.rename_deleted()
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             os.rename(cleaned[suffix], cleaned[suffix][:-len(CLEANED_SUFFIX)])
+        _install_txn_index(cleaned[TXN_INDEX_SUFFIX])
         os.rename(swap, swap[:-len(SWAP_SUFFIX)])
         segment = LogSegment(self.directory, base, self.config.index_interval_bytes, None,
                              created=old[-1].created)
@@ -1040,9 +1064,6 @@ class Log:
         segment.next_offset = old[-1].next_offset
         segment.max_timestamp = segment.time_index.last_timestamp
         segment.offset_of_max_timestamp = segment.time_index.last_offset
-        for replaced in old:  # kept whole: a cleaned segment still lists its aborts
-            for txn in replaced.txn_index.entries:
-                segment.txn_index.append(txn)
         self.segments.replace(old, segment)
         for replaced in old:
             self._retire(replaced)

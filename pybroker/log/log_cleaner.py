@@ -6,18 +6,21 @@ Kafka's design (``LogCleaner``, ``Cleaner``, ``LogCleanerManager``), on
 1. Choose (on the event loop) the dirtiest log: its *dirty* section runs from the offset
    the last cleaning reached (``cleaner-offset-checkpoint`` in the data directory; the log
    start at first) to the first *uncleanable* offset: the active segment's base, lowered
-   to the segment holding the high watermark and to the first segment holding a record
-   newer than ``min.compaction.lag.ms``. Cleanable when dirty bytes / (clean + dirty
+   to the segment holding the last stable offset (the high watermark, or the first offset
+   of an open transaction: its records cannot be cleaned yet) and to the first segment
+   holding a record newer than ``min.compaction.lag.ms``. Cleanable when dirty bytes / (clean + dirty
    bytes) > ``min.cleanable.dirty.ratio``, or at once when the dirty section's first
    batch is older than ``max.compaction.lag.ms``. The active segment is never cleaned: a
    roll (``segment.bytes``, ``segment.ms``) makes its records cleanable.
 2. Build the offset map (key -> latest offset) over the dirty section, in
-   ``log.cleaner.dedupe.buffer.size`` / threads bytes (``pybroker._native.cleaner``). A
-   map that fills up ends this round's range at the last offset it took.
+   ``log.cleaner.dedupe.buffer.size`` / threads bytes (``pybroker._native.cleaner``),
+   without the records of aborted transactions. A map that fills up ends this round's
+   range at the last offset it took.
 3. Copy the segments from the log start up to that range in groups that fit
    ``segment.bytes`` (and the index size and offset range of one segment), each group into
    one ``<base>.log.cleaned`` keeping only the surviving records (rules in
-   csrc/pb_cleaner.h), build its indexes, fsync, and ask the event loop to swap it in
+   csrc/pb_cleaner.h), build its indexes (``.txnindex``: the entries of the abort markers
+   still in it), fsync, and ask the event loop to swap it in
    (``Log.replace_segments``: Kafka's ``.cleaned`` -> ``.swap`` protocol, refused if the
    log was truncated or lost those segments meanwhile).
 4. Record the end of the round in ``cleaner-offset-checkpoint``.
@@ -38,6 +41,13 @@ partitions); other failures back off ``log.cleaner.backoff.ms``.
 Producer state: the batch holding each idempotent producer's last offset is kept, if only
 as an empty header (the ``producers`` callback says, per partition, producer id -> last
 offset); so is the last batch of each round, so the log's offsets do not shrink.
+
+Transactions (Kafka's ``CleanedTransactionMetadata``): the aborted transactions of the
+range (``Log.aborted_transactions``, taken with the job) go to the native walk as a
+``Transactions``, one for the map and one for the round's copy: aborted records go, a
+marker stays while a batch of its transaction does (so a replay of the log never finds a
+transaction without its end), then gets a delete horizon (``delete.retention.ms``, as a
+tombstone) and goes after it. Python work is per group and per aborted transaction.
 
 Tests may set ``PYBROKER_CLEANER_CRASH_AT`` to ``cleaned`` (the cleaned files written, not
 swapped) or ``swapped`` (swapped in, the checkpoint not written): the process then dies
@@ -63,7 +73,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from pybroker._native.cleaner import OffsetMap
+from pybroker._native.cleaner import OffsetMap, Transactions
 from pybroker._native.records import HEADER_SIZE, read_batch_header, scan_log
 from pybroker.errors import CorruptRecordError, KafkaError
 from pybroker.file_region import OpenFile
@@ -76,9 +86,11 @@ from pybroker.log.log_segment import (
     LOG_SUFFIX,
     MAX_RELATIVE_OFFSET,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     file_name,
 )
+from pybroker.log.transaction_index import AbortedTxn, write_index
 
 log = logging.getLogger("pybroker.log.cleaner")
 
@@ -183,6 +195,7 @@ class _Job:
     truncations: int
     producers: dict[int, int]
     now_ms: int
+    aborted: dict[int, AbortedTxn]  # marker offset -> aborted transaction of the sources
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,7 +353,9 @@ class LogCleaner:
             return None
         _, _, first_dirty, upper, key, partition_log = best
         job = _Job(key, partition_log, partition_log.config, self._sources(partition_log, upper),
-                   first_dirty, upper, partition_log.truncations, {}, now)
+                   first_dirty, upper, partition_log.truncations, {}, now,
+                   {txn.last_offset: txn for txn in partition_log.aborted_transactions(
+                       partition_log.log_start_offset, upper)})
         if self._producers is not None:
             try:
                 job.producers = dict(self._producers(*key))
@@ -371,8 +386,9 @@ class LogCleaner:
                 self._truncations.get(key, partition_log.truncations) != partition_log.truncations:
             first_dirty = start
         upper = segments.active.base_offset
-        if partition_log.high_watermark < upper:
-            holder = segments.floor(partition_log.high_watermark)
+        stable = partition_log.last_stable_offset
+        if stable < upper:
+            holder = segments.floor(stable)
             upper = holder.base_offset if holder is not None else start
         clean_bytes = dirty_bytes = 0
         must_clean = False
@@ -437,8 +453,9 @@ class LogCleaner:
         started = time.monotonic()
         end = self._build_map(job, offsets)
         read = written = 0
+        transactions = Transactions(job.aborted.values())
         for group in self._groups(job, end):
-            sizes = self._clean_group(job, offsets, group, end)
+            sizes = self._clean_group(job, offsets, transactions, group, end)
             read += sizes[0]
             written += sizes[1]
         elapsed = time.monotonic() - started
@@ -449,10 +466,12 @@ class LogCleaner:
 
     def _build_map(self, job: _Job, offsets: OffsetMap) -> int:
         offsets.clear()
+        transactions = Transactions(job.aborted.values())
         for source in job.sources:
             if source.next_base <= job.first_dirty:
                 continue  # clean already
-            full = self._walk(source, lambda chunk: offsets.add_batches(chunk, job.first_dirty))
+            full = self._walk(source, lambda chunk: offsets.add_batches(
+                chunk, job.first_dirty, transactions))
             if full:
                 break
             # offsets with no record (gaps, the rest of the segment) are covered too
@@ -507,13 +526,14 @@ class LogCleaner:
             want = batch
         return False
 
-    def _clean_group(self, job: _Job, offsets: OffsetMap, group: list[_Source],
-                     end: int) -> tuple[int, int]:
+    def _clean_group(self, job: _Job, offsets: OffsetMap, transactions: Transactions,
+                     group: list[_Source], end: int) -> tuple[int, int]:
         """Write the cleaned copy of ``group`` and have it swapped in; returns the bytes
         read and written."""
         base = group[0].base
+        # (the .txnindex first: removed first if this fails, see Log.replace_segments)
         paths = {suffix: os.path.join(job.log.directory, file_name(base, suffix + CLEANED_SUFFIX))
-                 for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
+                 for suffix in (TXN_INDEX_SUFFIX, LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
         written = 0
         try:
             fd = os.open(paths[LOG_SUFFIX], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
@@ -523,7 +543,7 @@ class LogCleaner:
                     nonlocal written
                     cleaned = offsets.clean_batches(chunk, job.now_ms,
                                                     job.config.delete_retention_ms,
-                                                    job.producers, end)
+                                                    job.producers, end, transactions)
                     _write_all(fd, cleaned.data)
                     written += len(cleaned.data)
                     self._throttler.maybe_throttle(len(cleaned.data))
@@ -534,6 +554,9 @@ class LogCleaner:
             finally:
                 os.close(fd)
             _write_indexes(paths, base, job.config.index_interval_bytes)
+            write_index(paths[TXN_INDEX_SUFFIX],
+                        [job.aborted[offset] for offset in transactions.kept_markers()
+                         if offset in job.aborted])
             os.utime(paths[LOG_SUFFIX], (group[-1].mtime, group[-1].mtime))
             _crash_point("cleaned")
             swapped = self._on_loop(lambda: self._swap(job, group))

@@ -40,6 +40,15 @@ class AbortedTxn(NamedTuple):
     last_stable_offset: int  # the partition's just after the marker
 
 
+def write_index(path: str, entries: list[AbortedTxn]) -> None:
+    """A whole index file of ``entries`` at ``path``, fsynced (the log cleaner's copy of a
+    cleaned segment's index)."""
+    with open(path, "wb") as f:
+        f.write(b"".join(ENTRY.pack(VERSION, *txn) for txn in entries))
+        f.flush()
+        os.fsync(f.fileno())
+
+
 class TransactionIndex:
     """See module doc."""
 

@@ -62,13 +62,13 @@ class TransactionWriter:
         self.sequences: dict[int, int] = {}
 
     def data(self, producer_id: int = -1, count: int = 2, transactional: bool = False,
-             values: list[bytes] | None = None) -> int:
+             values: list[bytes] | None = None, keys: list[bytes] | None = None) -> int:
         values = values or [b"v%d" % i for i in range(count)]
         sequence = -1
         if producer_id >= 0:
             sequence = self.sequences.get(producer_id, 0)
             self.sequences[producer_id] = sequence + len(values)
-        return self._append(encode_batch(values, producer_id=producer_id, producer_epoch=0,
+        return self._append(encode_batch(values, keys, producer_id=producer_id, producer_epoch=0,
                                          base_sequence=sequence, transactional=transactional))
 
     def marker(self, producer_id: int, control_type: int) -> int:

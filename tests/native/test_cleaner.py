@@ -13,8 +13,16 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pybroker._native.cleaner import OffsetMap, siphash128
-from pybroker._native.records import decode_records, encode_batch, read_batch_header, scan_log
+from pybroker._native.cleaner import OffsetMap, Transactions, siphash128
+from pybroker._native.records import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    decode_records,
+    encode_batch,
+    encode_control_batch,
+    read_batch_header,
+    scan_log,
+)
 
 NOW = 1_700_000_000_000
 RETENTION = 1000
@@ -171,3 +179,83 @@ def test_records_before_the_dirty_section_go_only_when_superseded(batches, first
                 if r[2] is not None and (r[2] not in dirty_latest or
                                          dirty_latest[r[2]][0] == r[0])]
     assert records_of(cleaned.data) == expected
+
+
+# a transaction: its records (as a batch), codec, whether it aborts, plain batches written
+# between its data and its marker
+transaction = st.tuples(st.lists(record, min_size=1, max_size=6),
+                        st.sampled_from([0, 0, 1, 4]), st.booleans(),
+                        st.lists(st.lists(record, min_size=1, max_size=3), max_size=2))
+
+
+def build_transactional_log(transactions):
+    """Each transaction by its own producer (100, 101, ...), then a last plain batch (the
+    end of the round, always kept). Returns the log bytes, the records written as
+    ``build_log`` but those aborted, the aborted transactions (producer id, first offset,
+    marker offset) and the markers (offset -> the offsets of its transaction's records)."""
+    parts, written, aborted, markers, offset = [], [], [], {}, 0
+
+    def add(records, codec=0, pid=-1):
+        nonlocal offset
+        timestamps = [NOW - 100_000 + 10 * (offset + j) for j in range(len(records))]
+        parts.append(encode_batch(
+            [v for _, v, _ in records], [k for k, _, _ in records], timestamps,
+            [list(h) for _, _, h in records], base_offset=offset, producer_id=pid,
+            producer_epoch=0 if pid >= 0 else -1, base_sequence=0 if pid >= 0 else -1,
+            compression=codec, transactional=pid >= 0))
+        written.extend((offset + j, timestamps[j], k, v, list(h))
+                       for j, (k, v, h) in enumerate(records))
+        offset += len(records)
+
+    for i, (records, codec, aborts, between) in enumerate(transactions):
+        pid, first = 100 + i, offset
+        add(records, codec, pid)
+        for plain in between:
+            add(plain)
+        parts.append(encode_control_batch(pid, 0, CONTROL_ABORT if aborts else CONTROL_COMMIT,
+                                          1, NOW - 1000, base_offset=offset))
+        if aborts:
+            aborted.append((pid, first, offset))
+            written = [r for r in written if not first <= r[0] < first + len(records)]
+        markers[offset] = set(range(first, first + len(records)))
+        offset += 1
+    add([(b"end", b"end", [])])
+    return b"".join(parts), written, aborted, markers
+
+
+def clean_transactional(data, aborted, now):
+    offsets = OffsetMap(1 << 20)
+    consumed, full = offsets.add_batches(data, 0, Transactions(aborted))
+    assert consumed == len(data) and not full
+    end = [info.last_offset + 1 for info, _ in batches_of(data)][-1]
+    transactions = Transactions(aborted)
+    cleaned = offsets.clean_batches(data, now, RETENTION, {}, end, transactions)
+    assert cleaned.consumed == len(data)
+    scan = scan_log(cleaned.data, 0, len(cleaned.data), 0, 4096)
+    assert scan.error is None and scan.valid_end == len(cleaned.data)
+    return cleaned.data, transactions.kept_markers()
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(transaction, min_size=1, max_size=6))
+def test_transactions_match_model(transactions):
+    """Aborted records go without shadowing anything; a marker stays while a record of
+    its transaction does, and goes once its delete horizon, set by the first cleaning
+    that finds the transaction empty, has passed."""
+    data, written, aborted, markers = build_transactional_log(transactions)
+    first, kept = clean_transactional(data, aborted, NOW)
+    data_records = [r for r in records_of(first) if r[0] not in markers]
+    assert data_records == sorted(latest(written).values())
+    assert kept == sorted(markers)  # the first cleaning keeps every marker
+    assert _control_offsets(first) == set(markers)
+    # past the horizons: the markers whose transaction had records in the first cleaning
+    # (no horizon set) stay, the others go
+    survived = {r[0] for r in data_records}
+    left = {marker for marker, offsets in markers.items() if offsets & survived}
+    again, kept = clean_transactional(first, aborted, NOW + RETENTION)
+    assert _control_offsets(again) == left
+    assert kept == sorted(left)
+
+
+def _control_offsets(data):
+    return {info.base_offset for info, _ in batches_of(data) if info.is_control}
