@@ -60,10 +60,11 @@ def produce_changelog(bootstrap: str, topic: str, count: int) -> list[Record]:
     return sorted(written, key=lambda r: r[0])
 
 
-def consume(bootstrap: str, topic: str, end: int) -> list[Record]:
+def consume(bootstrap: str, topic: str, end: int,
+            isolation: str = "read_uncommitted") -> list[Record]:
     """Every record of partition 0 up to ``end`` (tombstones included)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"),
-                         "enable.auto.commit": False})
+                         "enable.auto.commit": False, "isolation.level": isolation})
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     out: list[Record] = []
     deadline = time.monotonic() + TIMEOUT

@@ -1,10 +1,11 @@
 """Transactions on a broker's partitions, read by consumers: Fetch with read_committed
 (isolation level 1) stops at the last stable offset and lists the aborted transactions,
 which confluent-kafka's read_committed consumer skips; ListOffsets answers the last stable
-offset for read_committed. The partition is written with the log API while the broker is
-stopped, so that every case (an open transaction below others, a crash that lost the
-index) is laid out exactly: the batches and markers a leader and the transaction
-coordinator would append. tests/txn/ has the same written by real clients."""
+offset for read_committed; the log cleaner removes aborted records from a compacted topic
+without a committed one lost. The partition is written with the log API while the broker
+is stopped, so that every case (an open transaction below others, a crash that lost the
+index, a cleaning) is laid out exactly: the batches and markers a leader and the
+transaction coordinator would append. tests/txn/ has the same written by real clients."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ import pytest
 
 from pybroker._native.records import CONTROL_ABORT, CONTROL_COMMIT, encode_batch
 from pybroker.log.log import Log
+from pybroker.log.log_config import LogConfig
+from tests.admin.clients import create_topic, unique
+from tests.broker.test_compaction import consume, wait_cleaned
 from tests.broker.test_restart import consume_all
 from tests.broker.wire_client import WireClient, decode_all, fetch_body, produce_body
 from tests.log.helpers import TransactionWriter
@@ -98,3 +102,44 @@ def test_read_committed_sees_committed_records_up_to_the_open_transaction(broker
     assert consume_all(broker.bootstrap, topic, 3, 1, "read_committed") == [
         b"plain-0", b"committed-0", b"committed-1"]
     assert len(consume_all(broker.bootstrap, topic, 8, 1)) == 8
+
+
+def test_read_committed_after_the_cleaner_removed_an_aborted_transaction(broker_factory):
+    """An aborted update of a key that a committed transaction wrote: after cleaning, the
+    aborted records are gone for every isolation level, the committed value is the
+    key's, and the abort marker (kept until delete.retention.ms) still lists the
+    transaction to read_committed fetches."""
+    config = {"cleanup.policy": "compact", "segment.bytes": "1024",
+              "min.cleanable.dirty.ratio": "0.01"}
+    broker = broker_factory(log_cleaner_enable=False)
+    topic = unique("txn-compacted")
+    create_topic(broker.bootstrap, topic, config=config)
+    broker.stop()
+    plog = Log(os.path.join(broker.data_dir, f"{topic}-0"), LogConfig.from_properties(config))
+    w = TransactionWriter(plog)
+    committed = w.data(101, keys=[b"a", b"b"], values=[b"committed-a", b"committed-b"],
+                       transactional=True)
+    w.marker(101, CONTROL_COMMIT)
+    aborted = w.data(100, keys=[b"a", b"c"], values=[b"aborted-a", b"aborted-c"],
+                     transactional=True)
+    w.marker(100, CONTROL_ABORT)
+    for i in range(60):  # rolls segments: the transactions become cleanable
+        w.data(keys=[b"f%d" % (i % 5)], values=[b"f%d" % i])
+    end = plog.log_end_offset
+    active = plog.segments.active.base_offset
+    plog.close()
+    broker.settings.update({"log.cleaner.enable": True, "log.cleaner.backoff.ms": 100})
+    broker.start()
+    wait_cleaned(broker.data_dir, topic, active)
+    for isolation in ("read_committed", "read_uncommitted"):
+        got = consume(broker.bootstrap, topic, end, isolation)
+        assert got[-1][0] == end - 1
+        assert not [r for r in got if r[2].startswith(b"aborted")]
+        assert (committed, b"a", b"committed-a", []) in got
+        assert (committed + 1, b"b", b"committed-b", []) in got
+        assert len({r[0] for r in got}) == len(got) < end  # the obsolete ones went
+    with WireClient(broker.bootstrap) as client:
+        fetched = _partition(client.request(FETCH, 11, fetch_body(topic, 0, 0,
+                                                                 isolation_level=1)))
+        assert fetched["aborted_transactions"] == [
+            {"producer_id": 100, "first_offset": aborted}]
