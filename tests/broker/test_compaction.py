@@ -1,7 +1,8 @@
 """Log compaction seen by real clients: a keyed changelog with updates and tombstones on a
 compacted topic, cleaned by the broker's cleaner thread, read back with confluent-kafka;
-SIGKILL at the cleaner's crash points (``PYBROKER_CLEANER_CRASH_AT``) then restart; and
-consumers reading while a throttled cleaner swaps segments under them.
+SIGKILL at the cleaner's crash points (``PYBROKER_CLEANER_CRASH_AT``) then restart;
+consumers reading while a throttled cleaner swaps segments under them; and a
+transactional producer's committed and aborted updates, read by both isolation levels.
 
 After cleaning, the topic holds the latest record of each key below the cleaned offset
 (tombstones included: they stay ``delete.retention.ms``) and every record above it, each
@@ -148,6 +149,52 @@ def test_changelog_keeps_the_last_value_of_each_key(broker_factory):
     with open(os.path.join(broker.data_dir, f"{topic}-0", "0" * 20 + ".log"), "rb") as f:
         first = read_batch_header(f.read(HEADER_SIZE))
     assert (first.last_offset, first.records_count) == (19, 0) and first.producer_id >= 0
+
+
+def test_transactions_of_a_real_producer_after_cleaning(broker_factory):
+    """A transactional producer (confluent-kafka, through the coordinator) updates ten
+    keys in transactions, every other one aborted after its records were written: once
+    cleaned, no aborted record is left for either isolation level and every key reads
+    its last committed value."""
+    broker = broker_factory(log_cleaner_backoff_ms=100)
+    topic = unique("txn-changelog")
+    create_topic(broker.bootstrap, topic, config=TOPIC_CONFIG)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5,
+                         "transactional.id": unique("tx")})
+    producer.init_transactions(TIMEOUT)
+    committed: dict[bytes, bytes] = {}
+    aborted: set[bytes] = set()
+    offsets: list[int] = []
+
+    def report(err, msg) -> None:
+        if err is None:
+            offsets.append(msg.offset())
+
+    for t in range(8):
+        producer.begin_transaction()
+        records = [(b"key-%02d" % (i % 10), b"txn%d-%d" % (t, i)) for i in range(30)]
+        for key, value in records:
+            producer.produce(topic, value, key=key, partition=0, on_delivery=report)
+        assert producer.flush(TIMEOUT) == 0  # in the log before the marker
+        if t % 2:
+            producer.abort_transaction(TIMEOUT)
+            aborted.update(value for _, value in records)
+        else:
+            producer.commit_transaction(TIMEOUT)
+            committed.update(records)
+    time.sleep(0.4)  # past segment.ms: the next append rolls the segment
+    producer.begin_transaction()
+    producer.produce(topic, b"last", key=b"roll", partition=0, on_delivery=report)
+    producer.commit_transaction(TIMEOUT)
+    committed[b"roll"] = b"last"
+    roll = offsets[-1]
+    wait_cleaned(broker.data_dir, topic, roll)
+    for isolation in ("read_committed", "read_uncommitted"):
+        got = consume(broker.bootstrap, topic, roll + 1, isolation)
+        assert got[-1][0] == roll
+        assert not [r for r in got if r[2] in aborted]
+        assert {key: value for _, key, value, _ in got} == committed
+        assert len(got) < len(offsets) / 2
 
 
 @pytest.mark.parametrize("point", ["cleaned", "swapped"])
