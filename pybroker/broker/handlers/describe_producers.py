@@ -16,7 +16,12 @@ from __future__ import annotations
 
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
-from pybroker.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError
+from pybroker.errors import (
+    ErrorCode,
+    KafkaError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+)
 from pybroker.net.protocol.typed import (
     DescribeProducersRequest,
     DescribeProducersResponse,
@@ -30,8 +35,13 @@ UNKNOWN_COORDINATOR_EPOCH = -1
 
 def _active_producers(ctx: RequestContext, topic: str,
                       index: int) -> list[DescribeProducersResponseProducerState]:
-    partition = ctx.broker.topics.partition(topic, index)
-    if partition.log is None:
+    try:
+        partition = ctx.broker.topics.partition(topic, index)
+    except UnknownTopicOrPartitionError:
+        if not ctx.broker.metadata.partition_exists(topic, index):
+            raise
+        partition = None  # a partition of the cluster with no replica here
+    if partition is None or partition.log is None:
         raise NotLeaderOrFollowerError(f"No replica of {topic}-{index} on this broker")
     return [{"producer_id": producer_id, "producer_epoch": entry.epoch,
              "last_sequence": entry.last_seq, "last_timestamp": entry.last_ms,
