@@ -166,9 +166,10 @@ cdef class BatchInfo:
     cdef readonly int producer_epoch
     cdef readonly int32_t base_sequence
     cdef readonly int32_t records_count
-    # a control batch's record type (Kafka's ControlRecordType: 0 abort, 1 commit) when
-    # the reader had the whole batch; -1 otherwise
+    # a control batch's record type (Kafka's ControlRecordType: 0 abort, 1 commit) and
+    # the coordinator epoch of its value, when the reader had the whole batch; -1 otherwise
     cdef readonly int control_type
+    cdef readonly int32_t coordinator_epoch
 
 
 cdef class ScanResult:

@@ -31,7 +31,7 @@ from cpython.buffer cimport (PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release,
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.pystate cimport PyThreadState
-from libc.stdint cimport int32_t, int64_t, uint8_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uintptr_t
 from libc.string cimport memcpy, memset
 
 from pybroker._native cimport crc32c as _crc
@@ -97,14 +97,16 @@ cdef BatchInfo batch_info_from_header(const pb_batch_header *h):
     info.base_sequence = h.base_sequence
     info.records_count = h.records_count
     info.control_type = -1
+    info.coordinator_epoch = -1
     return info
 
 
 cdef void _read_control_type(BatchInfo info, const uint8_t *batch, Py_ssize_t available
                              ) noexcept:
-    """Set ``info.control_type`` from the key of a control batch's (uncompressed) record:
-    version int16, type int16. Left -1 when the batch is not whole in ``available`` bytes
-    or does not read as a control record."""
+    """Set ``info.control_type`` from the key of a control batch's (uncompressed) record
+    (version int16, type int16) and ``info.coordinator_epoch`` from its value (version
+    int16, coordinator epoch int32). Left -1 when the batch is not whole in ``available``
+    bytes or does not read as a control record."""
     cdef pb_record r
     cdef const uint8_t *p = batch + PB_BATCH_HEADER_SIZE
     if not info.is_control or info.compression or info.size > available or \
@@ -112,6 +114,10 @@ cdef void _read_control_type(BatchInfo info, const uint8_t *batch, Py_ssize_t av
         return
     if pb_record_parse(&p, batch + info.size, &r) == PB_OK and r.key_len >= 4:
         info.control_type = (r.key[2] << 8) | r.key[3]
+        if r.value_len >= 6:
+            info.coordinator_epoch = <int32_t>((<uint32_t>r.value[2] << 24) |
+                                               (<uint32_t>r.value[3] << 16) |
+                                               (<uint32_t>r.value[4] << 8) | r.value[5])
 
 
 cdef class ScanResult:

@@ -168,8 +168,8 @@ def dump_snapshot(path: str, out) -> bool:
         batches = " ".join(f"[seq {b.first_seq}-{b.last_seq} offsets {b.first_offset}-"
                            f"{b.last_offset} timestamp {b.timestamp}]" for b in entry.batches)
         print(f"producerId: {producer_id} producerEpoch: {entry.epoch} "
-              f"lastAppendMs: {entry.last_ms} currentTxnFirstOffset: "
-              f"{entry.txn_first_offset} batches: {batches}", file=out)
+              f"coordinatorEpoch: {entry.coordinator_epoch} lastAppendMs: {entry.last_ms} "
+              f"currentTxnFirstOffset: {entry.txn_first_offset} batches: {batches}", file=out)
     print(f"OK: {len(producers)} producers", file=out)
     return True
 

@@ -23,7 +23,8 @@ offset of the earliest transaction still open: the log's last stable offset is b
 by it. An abort marker (the header's ``control_type``, read natively) that closes a
 transaction is handed to ``on_abort`` as the aborted-transaction index's entry
 (transaction_index.py): the log files it in the marker's segment, on append and on
-replay alike.
+replay alike. A marker's coordinator epoch becomes its producer's (Kafka's
+``coordinatorEpoch``, which DescribeProducers reports).
 
 Snapshots: ``<20-digit offset>.snapshot`` in the partition directory, the state of the
 batches below that offset, written when a segment rolls and when the log closes, deleted
@@ -33,12 +34,14 @@ cached batches of a producer where Kafka keeps the last one, so a retry of any o
 is still recognised after a restart::
 
     magic    4   b"PBPS" (Kafka's own snapshot files start with their version, 0x0001)
-    version  2   2 (1, without the transaction field, is still read)
+    version  2   3 (1 without the transaction field and 2 without the coordinator epoch
+                 are still read)
     crc      4   CRC32C of everything after this field
     offset   8   the offset the snapshot describes (also its name)
     count    4   producers
     count x      producer id 8, epoch 2, last append (ms) 8, ongoing transaction's
-                 first offset 8 (-1: none; not in version 1), batches 1 (0-5), then per
+                 first offset 8 (-1: none; not in version 1), coordinator epoch of its
+                 last marker 4 (-1: none; from version 3), batches 1 (0-5), then per
                  batch: first seq 4, last seq 4, first offset 8, last offset 8,
                  timestamp 8 (its LogAppendTime, -1 for CreateTime)
 
@@ -75,10 +78,12 @@ CACHED_BATCHES = 5
 DEFAULT_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 
 SNAPSHOT_MAGIC = b"PBPS"
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 _HEADER = struct.Struct(">4shI")        # magic, version, crc
 _BODY_HEAD = struct.Struct(">qi")       # offset, producer count
-_PRODUCER = struct.Struct(">qhqqB")     # producer id, epoch, last append ms, txn, batches
+# producer id, epoch, last append ms, txn, coordinator epoch, batches
+_PRODUCER = struct.Struct(">qhqqiB")
+_PRODUCER_V2 = struct.Struct(">qhqqB")  # producer id, epoch, last append ms, txn, batches
 _PRODUCER_V1 = struct.Struct(">qhqB")   # producer id, epoch, last append ms, batches
 _BATCH = struct.Struct(">iiqqq")        # first seq, last seq, first offset, last offset, ts
 _SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
@@ -97,12 +102,14 @@ class BatchMetadata(NamedTuple):
 
 
 class ProducerEntry:
-    __slots__ = ("epoch", "batches", "last_ms", "txn_first_offset")
+    __slots__ = ("epoch", "batches", "last_ms", "txn_first_offset", "coordinator_epoch")
 
-    def __init__(self, epoch: int, last_ms: int = 0, txn_first_offset: int = -1) -> None:
+    def __init__(self, epoch: int, last_ms: int = 0, txn_first_offset: int = -1,
+                 coordinator_epoch: int = -1) -> None:
         self.epoch = epoch
         self.last_ms = last_ms  # wall clock of the last append, for expiration
         self.txn_first_offset = txn_first_offset  # of the ongoing transaction, -1: none
+        self.coordinator_epoch = coordinator_epoch  # of its last marker, -1: none
         self.batches: collections.deque[BatchMetadata] = collections.deque(maxlen=CACHED_BATCHES)
 
     @property
@@ -111,12 +118,15 @@ class ProducerEntry:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ProducerEntry) and \
-            (self.epoch, self.last_ms, self.txn_first_offset, self.batches) == \
-            (other.epoch, other.last_ms, other.txn_first_offset, other.batches)
+            (self.epoch, self.last_ms, self.txn_first_offset, self.coordinator_epoch,
+             self.batches) == \
+            (other.epoch, other.last_ms, other.txn_first_offset, other.coordinator_epoch,
+             other.batches)
 
     def __repr__(self) -> str:
         return f"ProducerEntry(epoch={self.epoch}, last_ms={self.last_ms}, " \
-               f"txn_first_offset={self.txn_first_offset}, batches={list(self.batches)})"
+               f"txn_first_offset={self.txn_first_offset}, " \
+               f"coordinator_epoch={self.coordinator_epoch}, batches={list(self.batches)})"
 
 
 def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
@@ -135,7 +145,8 @@ def encode_snapshot(offset: int, producers: dict[int, ProducerEntry]) -> bytes:
     parts = [_BODY_HEAD.pack(offset, len(producers))]
     for producer_id, entry in producers.items():
         parts.append(_PRODUCER.pack(producer_id, entry.epoch, entry.last_ms,
-                                    entry.txn_first_offset, len(entry.batches)))
+                                    entry.txn_first_offset, entry.coordinator_epoch,
+                                    len(entry.batches)))
         parts.extend(_BATCH.pack(*batch) for batch in entry.batches)
     body = b"".join(parts)
     return _HEADER.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, crc32c(body)) + body
@@ -147,7 +158,7 @@ def decode_snapshot(data: bytes, offset: int) -> dict[int, ProducerEntry]:
     if len(data) < _HEADER.size + _BODY_HEAD.size:
         raise CorruptSnapshotError(f"{len(data)} bytes is too short")
     magic, version, crc = _HEADER.unpack_from(data)
-    if magic != SNAPSHOT_MAGIC or version not in (1, SNAPSHOT_VERSION):
+    if magic != SNAPSHOT_MAGIC or version not in (1, 2, SNAPSHOT_VERSION):
         raise CorruptSnapshotError(f"unknown magic {magic!r} or version {version}")
     body = memoryview(data)[_HEADER.size:]
     if crc32c(body) != crc:
@@ -159,17 +170,22 @@ def decode_snapshot(data: bytes, offset: int) -> dict[int, ProducerEntry]:
     position = _BODY_HEAD.size
     try:
         for _ in range(count):
+            txn_first_offset = coordinator_epoch = -1
             if version == 1:
                 producer_id, epoch, last_ms, batches = _PRODUCER_V1.unpack_from(body, position)
-                txn_first_offset = -1
                 position += _PRODUCER_V1.size
-            else:
+            elif version == 2:
                 producer_id, epoch, last_ms, txn_first_offset, batches = \
+                    _PRODUCER_V2.unpack_from(body, position)
+                position += _PRODUCER_V2.size
+            else:
+                producer_id, epoch, last_ms, txn_first_offset, coordinator_epoch, batches = \
                     _PRODUCER.unpack_from(body, position)
                 position += _PRODUCER.size
             if batches > CACHED_BATCHES:
                 raise CorruptSnapshotError(f"{batches} batches for producer {producer_id}")
-            entry = producers[producer_id] = ProducerEntry(epoch, last_ms, txn_first_offset)
+            entry = producers[producer_id] = ProducerEntry(epoch, last_ms, txn_first_offset,
+                                                           coordinator_epoch)
             for _ in range(batches):
                 entry.batches.append(BatchMetadata(*_BATCH.unpack_from(body, position)))
                 position += _BATCH.size
@@ -248,8 +264,9 @@ class ProducerState:
         for a fenced one."""
         entry = self.producers.get(producer_id)
         if entry is None or epoch > entry.epoch:
-            txn = entry.txn_first_offset if entry is not None else -1
-            entry = self.producers[producer_id] = ProducerEntry(epoch, txn_first_offset=txn)
+            entry = self.producers[producer_id] = ProducerEntry(
+                epoch, txn_first_offset=entry.txn_first_offset if entry else -1,
+                coordinator_epoch=entry.coordinator_epoch if entry else -1)
         elif epoch < entry.epoch:
             return None
         return entry
@@ -262,13 +279,16 @@ class ProducerState:
             entry.txn_first_offset = first_offset
             self.ongoing[producer_id] = first_offset
 
-    def end_transaction(self, producer_id: int) -> int:
-        """A control batch (commit or abort marker) of the producer was appended: its
-        transaction is over. Returns the transaction's first offset, -1 if none was open."""
+    def end_transaction(self, producer_id: int, coordinator_epoch: int = -1) -> int:
+        """A control batch (commit or abort marker, written by the coordinator of
+        ``coordinator_epoch``) of the producer was appended: its transaction is over.
+        Returns the transaction's first offset, -1 if none was open."""
         first = self.ongoing.pop(producer_id, -1)
         entry = self.producers.get(producer_id)
         if entry is not None:
             entry.txn_first_offset = -1
+            if coordinator_epoch >= 0:
+                entry.coordinator_epoch = coordinator_epoch
         return first
 
     def first_unstable_offset(self) -> int | None:
@@ -295,7 +315,7 @@ class ProducerState:
         if batch.producer_id < 0:
             return
         if batch.is_control:
-            first = self.end_transaction(batch.producer_id)
+            first = self.end_transaction(batch.producer_id, batch.coordinator_epoch)
             if first >= 0 and batch.control_type == CONTROL_ABORT and \
                     self.on_abort is not None:
                 stable = min(self.ongoing.values(), default=base_offset + 1)

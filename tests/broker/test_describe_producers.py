@@ -25,8 +25,8 @@ KAFKA_TRANSACTIONS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "
 @pytest.fixture
 def open_transaction(broker) -> Iterator[tuple[str, int]]:
     """A topic of two partitions whose partition 0 has an idempotent producer's 10
-    records and a transactional producer's open transaction of 3; (topic, the
-    transaction's first offset). The transaction is aborted afterwards."""
+    records and a transactional producer's committed transaction of 1 record and open
+    one of 3; (topic, the open transaction's first offset). It is aborted afterwards."""
     topic = unique("producers")
     create_topic(broker.bootstrap, topic, partitions=2)
     produce(broker.bootstrap, topic, [b"v%d" % i for i in range(10)],
@@ -34,6 +34,9 @@ def open_transaction(broker) -> Iterator[tuple[str, int]]:
     producer = Producer({"bootstrap.servers": broker.bootstrap,
                          "transactional.id": unique("tx"), "linger.ms": 5})
     producer.init_transactions(TIMEOUT)
+    producer.begin_transaction()
+    producer.produce(topic, b"committed", partition=0)
+    producer.commit_transaction(TIMEOUT)  # its marker carries the coordinator's epoch
     producer.begin_transaction()
     offsets: list[int] = []
     for i in range(3):
@@ -53,11 +56,12 @@ def test_kafka_tool_lists_the_active_producers(broker, open_transaction):
     header, *lines = [line.split() for line in done.stdout.splitlines() if line.strip()]
     assert header == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
                       "LastTimestamp", "CurrentTransactionStartOffset"]
-    # epoch, coordinator epoch (not kept: -1), last sequence, last timestamp, txn start
+    # epoch, coordinator epoch (of the last marker), last sequence, last timestamp, start
     [transactional] = [row[1:] for row in lines if row[5] != "None"]
     [idempotent] = [row[1:] for row in lines if row[5] == "None"]
-    assert transactional[1:3] == ["-1", "2"] and transactional[4] == str(txn_start)
-    assert idempotent[:3] == ["0", "-1", "9"]
+    assert int(transactional[1]) >= 0 and transactional[2] == "3"
+    assert transactional[4] == str(txn_start)
+    assert idempotent[:3] == ["0", "-1", "9"]  # no marker: no coordinator epoch
     assert int(transactional[3]) > 0 and int(idempotent[3]) > 0
 
 
@@ -79,7 +83,9 @@ def test_errors_and_fields_per_partition(broker, open_transaction):
                        if p["current_txn_start_offset"] >= 0]
     [idempotent] = [p for p in written["active_producers"]
                     if p["current_txn_start_offset"] < 0]
-    assert (transactional["last_sequence"], transactional["coordinator_epoch"],
-            transactional["current_txn_start_offset"]) == (2, -1, txn_start)
-    assert (idempotent["producer_epoch"], idempotent["last_sequence"]) == (0, 9)
+    assert (transactional["last_sequence"], transactional["current_txn_start_offset"]) == \
+        (3, txn_start)
+    assert transactional["coordinator_epoch"] >= 0
+    assert (idempotent["producer_epoch"], idempotent["last_sequence"],
+            idempotent["coordinator_epoch"]) == (0, 9, -1)
     assert idempotent["last_timestamp"] > 0 and transactional["last_timestamp"] > 0

@@ -13,7 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pybroker._native.records import encode_batch, validate_batch
+from pybroker._native.records import (
+    CONTROL_COMMIT,
+    encode_batch,
+    encode_control_batch,
+    read_batch_header,
+    validate_batch,
+)
 from pybroker.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from pybroker.log import dump
 from pybroker.log.log import Log
@@ -72,14 +78,14 @@ def _producers() -> dict[int, ProducerEntry]:
     for i in range(7):  # more than the five cached batches
         append(table, 2**40 + 1, 3, i * 2, 2, 100 + i * 2, now=5_000 + i)
     append(table, 7, 0, INT32_MAX, 2, 200, now=9_000)  # a wrapped sequence
-    table.producers[8] = ProducerEntry(1, 10)  # an epoch bumped, no batch yet
+    table.producers[8] = ProducerEntry(1, 10, coordinator_epoch=4)  # no batch yet
     return table.producers
 
 
 def test_snapshot_round_trip():
     producers = _producers()
     data = encode_snapshot(1234, producers)
-    assert data[:4] == b"PBPS" and struct.unpack(">h", data[4:6]) == (2,)
+    assert data[:4] == b"PBPS" and struct.unpack(">h", data[4:6]) == (3,)
     restored = decode_snapshot(data, 1234)
     assert restored == producers
     assert list(restored[2**40 + 1].batches)[0] == BatchMetadata(4, 5, 104, 105, -1)
@@ -95,6 +101,31 @@ def test_a_version_1_snapshot_reads_with_no_open_transaction():
     entry = decode_snapshot(data, 50)[9]
     assert (entry.epoch, entry.last_ms, entry.txn_first_offset) == (2, 7_000, -1)
     assert list(entry.batches) == [BatchMetadata(0, 1, 48, 49, -1)]
+
+
+def test_a_version_2_snapshot_reads_with_no_coordinator_epoch():
+    """What brokers before DescribeProducers wrote: the transaction, no coordinator epoch."""
+    from pybroker._native.crc32c import crc32c
+    body = struct.pack(">qi", 50, 1) + struct.pack(">qhqqB", 9, 2, 7_000, 48, 1) + \
+        struct.pack(">iiqqq", 0, 1, 48, 49, -1)
+    data = b"PBPS" + struct.pack(">hI", 2, crc32c(body)) + body
+    entry = decode_snapshot(data, 50)[9]
+    assert (entry.epoch, entry.txn_first_offset, entry.coordinator_epoch) == (2, 48, -1)
+    assert list(entry.batches) == [BatchMetadata(0, 1, 48, 49, -1)]
+
+
+def test_a_markers_coordinator_epoch_is_its_producers(tmp_path):
+    state = ProducerState(str(tmp_path))
+    state.apply(validate_batch(encode_batch([b"a"], producer_id=4, producer_epoch=0,
+                                            base_sequence=0, transactional=True)), 30, -1, 0)
+    state.apply(read_batch_header(encode_control_batch(4, 0, CONTROL_COMMIT, 7)), 31, -1, 0)
+    assert state.producers[4].coordinator_epoch == 7
+    state.apply(validate_batch(encode_batch([b"b"], producer_id=4, producer_epoch=1,
+                                            base_sequence=0)), 32, -1, 0)
+    assert state.producers[4].coordinator_epoch == 7  # an epoch bump keeps it
+    state.take_snapshot(33)
+    assert state.load_snapshot(0, 33, 0) == 33
+    assert state.producers[4].coordinator_epoch == 7
 
 
 def test_an_open_transaction_round_trips_through_a_snapshot(tmp_path):
@@ -373,7 +404,8 @@ def test_the_dump_tool_prints_a_snapshot_and_refuses_a_torn_one(tmp_path, capsys
     assert dump.main([path]) == 0
     out = capsys.readouterr().out
     assert "producer state below offset 43" in out
-    assert "producerId: 7 producerEpoch: 2 lastAppendMs: 1000 currentTxnFirstOffset: -1 " \
+    assert "producerId: 7 producerEpoch: 2 coordinatorEpoch: -1 lastAppendMs: 1000 " \
+           "currentTxnFirstOffset: -1 " \
            "batches: [seq 0-2 offsets 40-42 timestamp -1]" in out and "OK: 1 producers" in out
     with open(path, "r+b") as f:
         f.truncate(20)

@@ -5,7 +5,7 @@ Per partition, as Kafka's ``ReplicaManager.activeProducerState``: a broker with 
 of the partition answers from its log (the leader usually; a follower too, which the
 admin client asks when given a broker id), every producer the state still holds with its
 epoch, last sequence (-1 before any batch), last timestamp (its last append's),
-coordinator epoch (-1: the markers' epoch is not kept) and the first offset of its open
+coordinator epoch (its last marker's, -1 before one) and the first offset of its open
 transaction (-1: none). A partition of a known topic without a replica here is
 NOT_LEADER_OR_FOLLOWER, an unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION.
 Python work per producer: the state holds the producers alive within
@@ -30,8 +30,6 @@ from pybroker.net.protocol.typed import (
     DescribeProducersResponseTopicResponse,
 )
 
-UNKNOWN_COORDINATOR_EPOCH = -1
-
 
 def _active_producers(ctx: RequestContext, topic: str,
                       index: int) -> list[DescribeProducersResponseProducerState]:
@@ -45,7 +43,7 @@ def _active_producers(ctx: RequestContext, topic: str,
         raise NotLeaderOrFollowerError(f"No replica of {topic}-{index} on this broker")
     return [{"producer_id": producer_id, "producer_epoch": entry.epoch,
              "last_sequence": entry.last_seq, "last_timestamp": entry.last_ms,
-             "coordinator_epoch": UNKNOWN_COORDINATOR_EPOCH,
+             "coordinator_epoch": entry.coordinator_epoch,
              "current_txn_start_offset": entry.txn_first_offset}
             for producer_id, entry in partition.producers.producers.items()]
 
