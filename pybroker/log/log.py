@@ -207,6 +207,11 @@ class Log:
         # snapshots not at a segment base, which the next snapshot replaces
         self._snapshot_offset = self._next_offset
         self._interim_snapshots: set[int] = set()
+        # an offset at or after the last abort marker any .txnindex holds (-1: none), so a
+        # read_committed fetch of a log that never aborted walks no index; entries the
+        # cleaner or retention removed leave it as it was (it only bounds the search)
+        self._last_abort_marker = max((txn.last_offset for segment in self.segments
+                                       for txn in segment.txn_index.entries), default=-1)
         self.producer_state = ProducerState(directory, producer_id_expiration_ms,
                                             on_abort=self._index_aborted)
         self.state_machines: list[LogStateMachine] = [self.producer_state]
@@ -283,6 +288,7 @@ class Log:
         segment = self.segments.floor(txn.last_offset)
         if segment is not None:
             segment.txn_index.append(txn)
+            self._last_abort_marker = max(self._last_abort_marker, txn.last_offset)
 
     def _snapshot_state(self, offset: int, interim: bool) -> None:
         """Every state machine's snapshot at ``offset`` (the log end), fsynced by the next
@@ -824,6 +830,8 @@ class Log:
         read_committed fetch from ``start`` lists. Their markers are at or after
         ``start``, so the search begins at the segment holding it and ends at the first
         entry whose last stable offset is above ``upper_bound`` (Kafka's), or the end."""
+        if self._last_abort_marker < start:
+            return []  # no marker at or after start: the common case, no walk
         found: list[AbortedTxn] = []
         segments = self.segments
         for i in range(max(segments.floor_index(start), 0), len(segments)):
