@@ -315,6 +315,12 @@ class ProducerState:
         if batch.producer_id < 0:
             return
         if batch.is_control:
+            # The marker's epoch is the producer's from now on (Kafka's
+            # appendEndTxnMarker): a coordinator fencing a producer aborts under the
+            # bumped epoch, and the fenced instance's next batch must be refused here.
+            entry = self._entry(batch.producer_id, batch.producer_epoch)
+            if entry is not None:
+                entry.last_ms = max(entry.last_ms, now_ms)
             first = self.end_transaction(batch.producer_id, batch.coordinator_epoch)
             if first >= 0 and batch.control_type == CONTROL_ABORT and \
                     self.on_abort is not None:

@@ -140,6 +140,22 @@ def test_an_open_transaction_round_trips_through_a_snapshot(tmp_path):
     assert state.expire(10**12) == 0  # a producer in a transaction is not expired
 
 
+def test_a_marker_under_a_bumped_epoch_fences_the_older_one():
+    """A coordinator fencing a producer aborts its transaction under the next epoch: the
+    fenced instance's next batch is refused on every partition that got the marker."""
+    from pybroker._native.records import CONTROL_ABORT, encode_control_batch, read_batch_header
+
+    state = ProducerState()
+    state.apply(validate_batch(encode_batch([b"a"], producer_id=4, producer_epoch=0,
+                                            base_sequence=0, transactional=True)), 30, -1, 0)
+    state.apply(read_batch_header(encode_control_batch(4, 1, CONTROL_ABORT, 0)), 31, -1, 5)
+    assert state.first_unstable_offset() is None
+    assert state.producers[4].epoch == 1 and state.producers[4].last_ms == 5
+    with pytest.raises(InvalidProducerEpochError):
+        state.check(4, 0, 1, 0)
+    assert state.check(4, 1, 0, 0) is None  # the new instance starts at sequence 0
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate", "extend", "offset", "version"])
 def test_snapshot_check_refuses_a_damaged_file(damage):
     data = bytearray(encode_snapshot(1234, _producers()))
