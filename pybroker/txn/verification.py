@@ -9,9 +9,10 @@ last stable offset, and every read_committed consumer, back for good.
 Only the first batch of a transaction on a partition is checked: once written, the
 producer has an open transaction in the partition's producer state, which its marker
 closes. As Kafka, coordinator errors a client could not act on become
-NOT_ENOUGH_REPLICAS, which producers retry; a partition not in the transaction (or a
-producer fenced there) is INVALID_TXN_STATE (Kafka's answer to transaction version 1
-clients). ``transaction.partition.verification.enable=false`` turns the check off.
+NOT_ENOUGH_REPLICAS, which producers retry; a fenced producer (an older epoch than the
+coordinator's) gets INVALID_PRODUCER_EPOCH, the error producers expect here (Kafka's
+AddPartitionsToTxnManager maps PRODUCER_FENCED to it), and a partition not in the
+transaction INVALID_TXN_STATE (Kafka's answer to transaction version 1 clients). ``transaction.partition.verification.enable=false`` turns the check off.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class PartitionVerifier:
             return ErrorCode.NONE  # no way to ask: as with verification off
         if error in _RETRIABLE:
             return ErrorCode.NOT_ENOUGH_REPLICAS
+        if error == ErrorCode.PRODUCER_FENCED:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
         if error != ErrorCode.NONE:
             return ErrorCode.INVALID_TXN_STATE
         return ErrorCode.NONE
