@@ -6,6 +6,12 @@ The client's fetcher and the Spark reader hand every fetched ``records`` blob to
 buffers, and :meth:`RecordColumns.to_arrow` wraps them as pyarrow arrays. Compressed
 batches cost one decompression call per batch (the codec libraries), nothing per record.
 
+A ``read_committed`` fetch answers with the aborted transactions of its range, each a
+producer id and the offset its transaction began at; ``add_batches`` drops their batches
+as Kafka's consumer does (``CompletedFetch``), deciding per batch from its header: a
+transactional batch is dropped while its producer has an aborted transaction begun at or
+before the batch's last offset and not yet closed by that producer's abort marker.
+
 Thread safety: an instance belongs to one thread; separate instances share nothing.
 """
 
@@ -24,6 +30,7 @@ from pybroker._native.records cimport (
     DEFAULT_MAX_DECOMPRESSED,
     PB_ATTR_COMPRESSION_MASK,
     PB_ATTR_CONTROL,
+    PB_ATTR_TRANSACTIONAL,
     PB_BATCH_HEADER_SIZE,
     PB_LOG_OVERHEAD,
     PB_OK,
@@ -31,6 +38,8 @@ from pybroker._native.records cimport (
     pb_check_batch,
     pb_err_message,
     pb_read_header,
+    pb_record,
+    pb_record_parse,
 )
 
 from pybroker.errors import CorruptRecordError
@@ -49,6 +58,18 @@ cdef object _binary_array(pa, pb_binary_builder *b, object arrow_type):
                                  null_count=b.null_count)
 
 
+cdef bint _is_abort_marker(const pb_batch_header *h, const uint8_t *batch,
+                           Py_ssize_t size) noexcept:
+    """Whether a (checked) control batch is an abort marker: its record's key is Kafka's
+    control record key, version int16 then type int16 (0 abort, 1 commit)."""
+    cdef pb_record r
+    cdef const uint8_t *p = batch + PB_BATCH_HEADER_SIZE
+    if h.attributes & PB_ATTR_COMPRESSION_MASK or h.records_count < 1:
+        return False
+    return (pb_record_parse(&p, batch + size, &r) == PB_OK and r.key_len >= 4
+            and r.key[2] == 0 and r.key[3] == 0)
+
+
 cdef class RecordColumns:
     """Growable columns: offset, timestamp, timestamp_type, key, value, headers."""
 
@@ -65,7 +86,8 @@ cdef class RecordColumns:
     def __len__(self):
         return self.cols.length
 
-    def add_batches(self, buf, int64_t min_offset=0, max_offset=None) -> int:
+    def add_batches(self, buf, int64_t min_offset=0, max_offset=None,
+                    aborted=None) -> int:
         """Append the records of every complete batch in ``buf`` (a fetch's records).
 
         Records below ``min_offset`` (a fetch answers from the start of the batch holding
@@ -81,6 +103,10 @@ cdef class RecordColumns:
         cdef int64_t next_offset = -1
         cdef int64_t limit = INT64_MAX if max_offset is None else max_offset
         cdef const uint8_t *base
+        # aborted transactions by first offset, and the producers with one begun so far
+        cdef list pending = sorted(aborted, key=lambda a: a[1]) if aborted else []
+        cdef Py_ssize_t next_pending = 0
+        cdef set aborting = set()
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         try:
             base = <const uint8_t *>view.buf
@@ -94,7 +120,15 @@ cdef class RecordColumns:
                 if rc != PB_OK:
                     raise CorruptRecordError(
                         f"batch at byte {pos}: {pb_err_message(rc).decode()}")
-                if not (h.attributes & PB_ATTR_CONTROL):
+                while next_pending < len(pending) and \
+                        pending[next_pending][1] <= h.base_offset + h.last_offset_delta:
+                    aborting.add(pending[next_pending][0])
+                    next_pending += 1
+                if h.attributes & PB_ATTR_CONTROL:
+                    if aborting and _is_abort_marker(&h, base + pos, size):
+                        aborting.discard(h.producer_id)
+                elif not (h.attributes & PB_ATTR_TRANSACTIONAL and aborting and
+                          h.producer_id in aborting):
                     self._add_one(&h, base + pos, size, min_offset, limit)
                 next_offset = h.base_offset + h.last_offset_delta + 1
                 pos += size

@@ -5,8 +5,9 @@ records are encoded and decoded natively, a whole batch per call. For general us
 Kafka client works with pybroker unchanged.
 """
 
-from pybroker.client.cluster import Cluster, TopicMetadata
+from pybroker.client.cluster import READ_COMMITTED, READ_UNCOMMITTED, Cluster, TopicMetadata
 from pybroker.client.fetcher import Fetcher
-from pybroker.client.producer import BulkProducer, ProduceStats
+from pybroker.client.producer import BulkProducer, ProducerFencedError, ProduceStats
 
-__all__ = ["BulkProducer", "Cluster", "Fetcher", "ProduceStats", "TopicMetadata"]
+__all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "BulkProducer", "Cluster", "Fetcher",
+           "ProduceStats", "ProducerFencedError", "TopicMetadata"]

@@ -29,6 +29,18 @@ sequence number per partition, so a retried batch is answered by the broker with
 original offsets instead of being written twice; retriable errors (leader moved, broker
 restarted, timeouts) are retried up to ``retries`` times each, preserving order within
 a partition. Thread safety: one calling thread per producer (plus its sender thread).
+
+Transactions: with a ``transactional_id`` the producer gets that id's producer id and a
+bumped epoch from its transaction coordinator (fencing the id's earlier producers), and
+writes between ``begin_transaction()`` and ``commit_transaction()`` /
+``abort_transaction()``. ``send_arrow`` adds the partitions it is about to write to that
+were not yet in the transaction (one AddPartitionsToTxn per call that has new ones, before
+any of their batches can be sent), batches carry the transactional bit, and commit and
+abort flush and then send EndTxn. The bookkeeping is per partition and per call, never
+per row. A transaction may also be left open on ``close()`` and ended by whoever holds
+``transaction_state()`` (the Spark writer's driver does). Fencing (PRODUCER_FENCED,
+INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED from the coordinator or a leader)
+raises ``ProducerFencedError`` and leaves the producer unusable, as Kafka's producer does.
 """
 
 from __future__ import annotations
@@ -46,12 +58,15 @@ from typing import Any
 
 from pybroker._native.partitioner import partition_rows
 from pybroker._native.records import BatchBuilder
-from pybroker.client.cluster import Cluster
+from pybroker.client.cluster import DEFAULT_TRANSACTION_TIMEOUT_MS, Cluster
 from pybroker.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
 PRODUCE, PRODUCE_VERSION = 0, 8
+ADD_PARTITIONS_TO_TXN = 24
+_FENCED = frozenset({ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH,
+                     ErrorCode.TRANSACTION_COORDINATOR_FENCED})
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 _NO_SEQUENCE_ERRORS = {ErrorCode.DUPLICATE_SEQUENCE_NUMBER}
 # Kafka's default max.message.bytes is 1048588; stay clear of it with headers included.
@@ -66,6 +81,12 @@ DEFAULT_MAX_OPEN_BYTES = 16 << 20
 # buffers back while callers take them, and append/pop are atomic.
 _POOL_SIZE = 32
 _POOLS: dict[int, collections.deque[bytearray]] = collections.defaultdict(collections.deque)
+
+
+class ProducerFencedError(KafkaError):
+    """A newer producer of the same transactional id took over (or the coordinator
+    aborted this producer's transaction past its timeout): this producer can no longer
+    write, and its open transaction is (or will be) aborted."""
 
 
 @dataclass
@@ -87,6 +108,15 @@ class ProduceStats:
     requests: int = 0
     retries: int = 0
     last_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+def _add_partitions_error(response: dict) -> int:
+    """The error of an AddPartitionsToTxn v3 answer: Kafka answers every partition, those
+    it did not get to with OPERATION_NOT_ATTEMPTED."""
+    codes = {p["partition_error_code"] for t in response["results_by_topic_v3_and_below"]
+             for p in t["results_by_partition"]}
+    codes -= {ErrorCode.NONE, ErrorCode.OPERATION_NOT_ATTEMPTED}
+    return min(codes, default=ErrorCode.NONE)
 
 
 def _binary_column(array) -> tuple:
@@ -131,9 +161,13 @@ class BulkProducer:
                  batch_bytes: int = DEFAULT_BATCH_BYTES,
                  max_open_bytes: int = DEFAULT_MAX_OPEN_BYTES, retries: int = 10,
                  request_timeout_ms: int = 30000,
-                 client_id: str = "pybroker-bulk-producer") -> None:
+                 client_id: str = "pybroker-bulk-producer",
+                 transactional_id: str | None = None,
+                 transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS) -> None:
         if compression not in CODECS:
             raise ValueError(f"compression must be one of {sorted(CODECS)}")
+        if transactional_id is not None and not idempotent:
+            raise ValueError("a transactional producer is idempotent")
         if idempotent and acks != -1:
             raise ValueError("an idempotent producer needs acks=-1 (all)")
         self.acks = acks
@@ -145,8 +179,20 @@ class BulkProducer:
         self.request_timeout_ms = request_timeout_ms
         self.cluster = Cluster(bootstrap, client_id)
         self.stats = ProduceStats()
-        self.producer_id, self.producer_epoch = (
-            self.cluster.init_producer_id() if idempotent else (-1, -1))
+        self.transactional_id = transactional_id
+        # Partitions of the open transaction (None: none open), and the fencing error
+        # that made this producer unusable.
+        self._transaction: set[tuple[str, int]] | None = None
+        self._fenced: KafkaError | None = None
+        self._produce_txn_id = b"\xff\xff" if transactional_id is None else (
+            struct.pack(">h", len(transactional_id.encode())) + transactional_id.encode())
+        try:
+            self.producer_id, self.producer_epoch = (
+                self.cluster.init_producer_id(transactional_id, transaction_timeout_ms)
+                if idempotent else (-1, -1))
+        except BaseException:
+            self.cluster.close()
+            raise
         self._sequences: dict[tuple[str, int], int] = collections.defaultdict(int)
         # The caller's open batches, and the free buffers (batch_bytes each) for new ones.
         self._open: dict[tuple[str, int], BatchBuilder] = {}
@@ -199,6 +245,94 @@ class BulkProducer:
         finally:
             self.close()
 
+    # -- transactions ---------------------------------------------------------------------
+
+    def begin_transaction(self) -> None:
+        self._check_transactional()
+        if self._transaction is not None:
+            raise KafkaError("a transaction is already open", ErrorCode.INVALID_TXN_STATE)
+        self._transaction = set()
+
+    def commit_transaction(self) -> None:
+        """Flush every batch of the open transaction, then commit it (EndTxn)."""
+        self._end_transaction(commit=True)
+
+    def abort_transaction(self) -> None:
+        """Drop the rows not yet sent, wait for the batches in flight, abort (EndTxn)."""
+        self._end_transaction(commit=False)
+
+    def transaction_state(self) -> tuple[str, int, int] | None:
+        """(transactional id, producer id, epoch): what ends this producer's open
+        transaction from another client (``Cluster.end_transaction``); None when the
+        open transaction wrote nothing, so the coordinator holds none."""
+        self._check_transactional()
+        if not self._transaction:
+            return None
+        assert self.transactional_id is not None  # checked above
+        return self.transactional_id, self.producer_id, self.producer_epoch
+
+    def _check_transactional(self) -> None:
+        if self._fenced is not None:
+            raise self._fenced
+        if self.transactional_id is None:
+            raise KafkaError("not a transactional producer", ErrorCode.INVALID_TXN_STATE)
+
+    def _end_transaction(self, commit: bool) -> None:
+        self._check_transactional()
+        if self._transaction is None:
+            raise KafkaError("no transaction is open", ErrorCode.INVALID_TXN_STATE)
+        try:
+            if commit:
+                self.flush()
+            else:  # the open batches were never sent: nothing of them to abort
+                for tp in list(self._open):
+                    self._recycle(self._open.pop(tp).buffer)
+                with self._cond:
+                    while self._unacked and self._error is None:
+                        self._cond.wait()
+            if self._transaction:  # partitions added: the coordinator holds a transaction
+                assert self.transactional_id is not None  # checked above
+                self.cluster.end_transaction(self.transactional_id, self.producer_id,
+                                             self.producer_epoch, commit)
+        except KafkaError as exc:
+            raise self._as_fencing(exc) from None
+        self._transaction = None
+
+    def _add_to_transaction(self, partitions: list[tuple[str, int]]) -> None:
+        """AddPartitionsToTxn for the partitions of the open transaction not yet in it."""
+        if self._transaction is None:
+            raise KafkaError("a transactional producer writes inside a transaction "
+                             "(begin_transaction)", ErrorCode.INVALID_TXN_STATE)
+        new = [tp for tp in partitions if tp not in self._transaction]
+        if not new:
+            return
+        by_topic: dict[str, list[int]] = collections.defaultdict(list)
+        for topic, p in new:
+            by_topic[topic].append(p)
+        assert self.transactional_id is not None  # a transaction is open
+        response = self.cluster.transaction_request(
+            self.transactional_id, ADD_PARTITIONS_TO_TXN, 3,
+            {"v3_and_below_transactional_id": self.transactional_id,
+             "v3_and_below_producer_id": self.producer_id,
+             "v3_and_below_producer_epoch": self.producer_epoch,
+             "v3_and_below_topics": [{"name": t, "partitions": ps}
+                                     for t, ps in by_topic.items()]},
+            error_of=_add_partitions_error)
+        code = _add_partitions_error(response)
+        if code != ErrorCode.NONE:
+            raise self._as_fencing(KafkaError(
+                f"AddPartitionsToTxn refused: {ErrorCode(code).name}", ErrorCode(code)))
+        self._transaction.update(new)
+
+    def _as_fencing(self, error: KafkaError) -> KafkaError:
+        """``error``; when it says this producer was fenced, as the ProducerFencedError
+        that every later call raises."""
+        if error.code in _FENCED:
+            if not isinstance(error, ProducerFencedError):
+                error = ProducerFencedError(str(error), error.code)
+            self._fenced = error
+        return error
+
     # -- encoding -------------------------------------------------------------------------
 
     def send_arrow(self, topic: str, values, keys=None, timestamps=None, headers=None,
@@ -213,6 +347,8 @@ class BulkProducer:
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
+        if self._fenced is not None:
+            raise self._fenced
         n = len(values)
         if n == 0:
             return
@@ -235,6 +371,8 @@ class BulkProducer:
                 n, meta.partitions, sticky)
             groups = [(p, starts[p], starts[p + 1]) for p in range(meta.partitions)
                       if starts[p + 1] > starts[p]]
+        if self.transactional_id is not None:
+            self._add_to_transaction([(topic, p) for p, _, _ in groups])
         # Each partition's rows are appended straight from the whole Arrow columns,
         # reading the rows in row_order (the encoder's ``rows``): no pyarrow ``take`` to
         # gather them first (14% of the Spark writer's profile).
@@ -275,7 +413,8 @@ class BulkProducer:
         count = builder.count
         sequence = self._sequences[tp] if self.producer_id >= 0 else -1
         data = builder.finish(producer_id=self.producer_id, producer_epoch=self.producer_epoch,
-                              base_sequence=sequence, compression=self.codec)
+                              base_sequence=sequence, compression=self.codec,
+                              transactional=self.transactional_id is not None)
         if self.producer_id >= 0:
             self._sequences[tp] = (sequence + count) & 0x7FFFFFFF
         buffer: bytearray | None = builder.buffer
@@ -316,6 +455,8 @@ class BulkProducer:
 
     def _raise_sender_error(self) -> None:
         """Under _cond: raise what stopped the sender thread, in the caller's thread."""
+        if isinstance(self._error, KafkaError):
+            self._error = self._as_fencing(self._error)
         if self._error is not None:
             raise self._error
 
@@ -412,8 +553,9 @@ class BulkProducer:
         with self._cond:  # a batch's first send attempt frees room for the caller
             self._unsent_bytes -= sum(len(b.data) for b in batches if not b.attempts)
             self._cond.notify_all()
-        parts: list = [struct.pack(">hhii", -1, self.acks, self.request_timeout_ms,
-                                   len(by_topic))]
+        parts: list = [self._produce_txn_id, struct.pack(">hii", self.acks,
+                                                         self.request_timeout_ms,
+                                                         len(by_topic))]
         for topic, items in by_topic.items():
             name = topic.encode()
             parts.append(struct.pack(">h", len(name)) + name + struct.pack(">i", len(items)))

@@ -77,3 +77,35 @@ def test_corruption_is_reported_and_keeps_nothing_of_that_batch():
     with pytest.raises(CorruptRecordError):
         columns.add_batches(good + bytes(bad))
     assert len(columns) == 1
+
+
+def test_aborted_transactions_are_dropped_per_batch_as_kafkas_consumer_does():
+    from pybroker._native.records import (
+        CONTROL_ABORT,
+        CONTROL_COMMIT,
+        encode_batch,
+        encode_control_batch,
+    )
+
+    def txn(values, offset, producer, sequence):
+        return encode_batch(values, base_offset=offset, producer_id=producer,
+                            producer_epoch=0, base_sequence=sequence, transactional=True)
+
+    # Producer 7 aborts its first transaction and commits its second; producer 8's
+    # transaction, interleaved, commits; producer 9 is not transactional.
+    log = (txn([b"7-aborted-a", b"7-aborted-b"], 0, 7, 0) + txn([b"8-committed"], 2, 8, 0)
+           + encode_batch([b"9-plain"], base_offset=3, producer_id=9, producer_epoch=0,
+                          base_sequence=0)
+           + encode_control_batch(7, 0, CONTROL_ABORT, 0, base_offset=4)
+           + txn([b"7-committed"], 5, 7, 2)
+           + encode_control_batch(8, 0, CONTROL_COMMIT, 0, base_offset=6)
+           + encode_control_batch(7, 0, CONTROL_COMMIT, 0, base_offset=7))
+    committed = RecordColumns()
+    assert committed.add_batches(log, 0, None, [(7, 0)]) == 8
+    assert committed.to_arrow()["value"].to_pylist() == [b"8-committed", b"9-plain",
+                                                        b"7-committed"]
+    assert committed.to_arrow()["offset"].to_pylist() == [2, 3, 5]
+    # read_uncommitted (no aborted list): every data record, never a marker's.
+    everything = RecordColumns()
+    assert everything.add_batches(log) == 8
+    assert len(everything) == 5
