@@ -5,7 +5,10 @@ Names follow Spark's own Kafka connector where one exists, so code ports by chan
 ``subscribe``, ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``, and
 producer settings prefixed ``kafka.`` (``kafka.acks``, ``kafka.compression.type``,
 ``kafka.enable.idempotence``, ``kafka.batch.size``,
-``kafka.max.in.flight.requests.per.connection``).
+``kafka.max.in.flight.requests.per.connection``, ``kafka.transaction.timeout.ms``), and
+for reads ``kafka.isolation.level``. Options of our own, in the style of Spark's
+(``maxOffsetsPerTrigger``): ``maxRowsPerPartition``, ``exactlyOnce``,
+``transactionalIdPrefix``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,14 @@ from dataclasses import dataclass
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 EARLIEST, LATEST = -2, -1
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
+# An exactly-once write's transactions stay open from each task's end until the job
+# commits, so the whole job must fit in the timeout: Kafka's producer default (60 s) would
+# abort the early tasks' transactions of any long write. The default is the broker's
+# default ceiling (transaction.max.timeout.ms = 15 min); the price of a long timeout is
+# that a driver dying before the commit stalls read_committed readers of the written
+# partitions (at their last stable offset) until the coordinator aborts.
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
 
 
 def _get(options: Mapping[str, str], *names: str, default=None):
@@ -39,11 +50,18 @@ class WriteOptions:
     idempotent: bool
     batch_bytes: int
     max_in_flight: int = 5
+    exactly_once: bool = False
+    transactional_id_prefix: str = "pybroker-spark"
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
         acks = str(_get(options, "kafka.acks", "acks", default="all"))
         idempotent = _bool(_get(options, "kafka.enable.idempotence", default="true"))
+        exactly_once = _bool(_get(options, "exactlyOnce", default="false"))
+        if exactly_once and not (idempotent and acks in ("all", "-1")):
+            raise ValueError("exactlyOnce writes need kafka.acks=all and "
+                             "kafka.enable.idempotence=true")
         return cls(
             bootstrap=_get(options, "kafka.bootstrap.servers", "bootstrap.servers",
                            default=DEFAULT_BOOTSTRAP),
@@ -55,6 +73,11 @@ class WriteOptions:
             batch_bytes=int(_get(options, "kafka.batch.size", default=1_000_000)),
             max_in_flight=int(_get(options, "kafka.max.in.flight.requests.per.connection",
                                    default=5)),
+            exactly_once=exactly_once,
+            transactional_id_prefix=_get(options, "transactionalIdPrefix",
+                                         default="pybroker-spark"),
+            transaction_timeout_ms=int(_get(options, "kafka.transaction.timeout.ms",
+                                            default=DEFAULT_TRANSACTION_TIMEOUT_MS)),
         )
 
 
@@ -66,6 +89,7 @@ class ReadOptions:
     ending: str                       # "latest" | JSON per partition
     max_offsets_per_trigger: int | None
     max_rows_per_partition: int       # batch reads split larger ranges across tasks
+    isolation_level: int = 0          # ISOLATION_LEVELS: read_committed stops at the LSO
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> ReadOptions:
@@ -73,6 +97,10 @@ class ReadOptions:
         if not topics:
             raise ValueError("option 'subscribe' (comma-separated topics) is required")
         max_per_trigger = _get(options, "maxOffsetsPerTrigger", "maxRecordsPerTrigger")
+        isolation = _get(options, "kafka.isolation.level", default="read_uncommitted")
+        if isolation not in ISOLATION_LEVELS:
+            raise ValueError(f"kafka.isolation.level must be one of "
+                             f"{', '.join(ISOLATION_LEVELS)}, not {isolation!r}")
         return cls(
             bootstrap=_get(options, "kafka.bootstrap.servers", "bootstrap.servers",
                            default=DEFAULT_BOOTSTRAP),
@@ -82,6 +110,7 @@ class ReadOptions:
             ending=_get(options, "endingOffsets", default="latest"),
             max_offsets_per_trigger=None if max_per_trigger is None else int(max_per_trigger),
             max_rows_per_partition=int(_get(options, "maxRowsPerPartition", default=2_000_000)),
+            isolation_level=ISOLATION_LEVELS[isolation],
         )
 
 

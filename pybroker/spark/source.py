@@ -6,14 +6,29 @@ record batches natively — no Python per row. Reads fetch offset ranges per par
 and decode record batches natively into Arrow columns, returned to Spark as
 ``pyarrow.RecordBatch``es. The read schema is the one Spark's own Kafka source uses.
 
-Delivery is at-least-once, as with Spark's Kafka sink: a task that is retried writes its
-rows again. Within one task the producer is idempotent, so its own retries never
-duplicate.
+Delivery is at-least-once by default, as with Spark's Kafka sink: a task that is retried
+writes its rows again. Within one task the producer is idempotent, so its own retries
+never duplicate.
+
+With ``exactlyOnce=true`` each write task writes its rows in a Kafka transaction of its
+own, under a transactional id made of ``transactionalIdPrefix``, an id of this write (of
+this query run, for streaming) and the Spark partition id, never the attempt: a retried or
+speculative attempt of the partition gets that id's producer with a bumped epoch, which
+fences the earlier attempt and aborts what it wrote. The task flushes and returns its
+transaction (id, producer id, epoch) in its commit message without ending it; the driver's
+``commit`` ends every task's transaction with EndTxn(commit) and ``abort`` with
+EndTxn(abort). ``read_committed`` readers see the rows of a write once it committed, and
+only then. Limits: the job must commit within ``kafka.transaction.timeout.ms`` of its
+first task's end (else the coordinator aborts and the commit fails); the commit is one
+EndTxn per task, so a driver dying in the middle of it leaves the write partly visible;
+a streaming micro-batch that Spark replays after a crash between the sink's commit and
+its checkpoint is written again.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import (
@@ -75,65 +90,122 @@ class PybrokerCommitMessage(WriterCommitMessage):
     batches: int
     requests: int
     retries: int
+    # exactlyOnce: (transactional id, producer id, epoch) of the task's open transaction
+    transaction: tuple[str, int, int] | None = None
 
 
-def _write_batches(options: WriteOptions, iterator) -> PybrokerCommitMessage:
-    import pyarrow as pa
-    import pyarrow.compute as pc
+def _write_batches(options: WriteOptions, iterator, write_id: str | None
+                   ) -> PybrokerCommitMessage:
+    """One task's rows; with ``write_id`` (exactlyOnce) in a transaction left open."""
+    from pyspark import TaskContext
 
     from pybroker.client import BulkProducer
 
+    transactional_id = None
+    if write_id is not None:
+        task = TaskContext.get()
+        assert task is not None  # write() runs in a Spark task
+        transactional_id = (f"{options.transactional_id_prefix}-{write_id}-"
+                            f"{task.partitionId()}")
     with BulkProducer(options.bootstrap, acks=options.acks, compression=options.compression,
                       idempotent=options.idempotent, batch_bytes=options.batch_bytes,
                       max_in_flight=options.max_in_flight,
-                      client_id="pybroker-spark-writer") as producer:
-        for batch in iterator:
-            names = batch.schema.names
-            if "value" not in names:
-                raise ValueError("the DataFrame to write needs a 'value' column")
-
-            def column(name, arrow_type=None, batch=batch, names=names):
-                if name not in names:
-                    return None
-                array = batch.column(name)
-                # Binary columns (the usual key/value) are used as they come: a cast to
-                # the same type still costs a kernel call per column per Arrow batch.
-                if arrow_type is None or array.type == arrow_type:
-                    return array
-                return array.cast(arrow_type)
-
-            values = column("value", pa.binary())
-            keys = column("key", pa.binary())
-            headers = column("headers")
-            timestamps = None
-            if "timestamp" in names:
-                timestamps = pc.cast(batch.column("timestamp").cast(pa.timestamp("ms")),
-                                     pa.int64())
-            if options.topic is not None:
-                topic_groups = [(options.topic, None)]
-            elif "topic" in names:
-                topics = batch.column("topic")
-                topic_groups = [(t, pc.equal(topics, t)) for t in pc.unique(topics).to_pylist()]
-            else:
-                raise ValueError("set the 'topic' option or give the DataFrame a 'topic' column")
-            for topic, mask in topic_groups:
-                cols = [values, keys, timestamps, headers]
-                partitions = batch.column("partition") if "partition" in names else None
-                if mask is not None:
-                    cols = [None if c is None else c.filter(mask) for c in cols]
-                    partitions = None if partitions is None else partitions.filter(mask)
-                if partitions is None or partitions.null_count == len(partitions):
-                    producer.send_arrow(topic, *cols)
-                    continue
-                for p in pc.unique(partitions).to_pylist():
-                    rows = pc.equal(partitions, p) if p is not None else pc.is_null(partitions)
-                    values_p, keys_p, timestamps_p, headers_p = (
-                        None if c is None else c.filter(rows) for c in cols)
-                    producer.send_arrow(topic, values_p, keys_p, timestamps_p, headers_p,
-                                        partition=p)
-        stats = producer.flush()
+                      client_id="pybroker-spark-writer", transactional_id=transactional_id,
+                      transaction_timeout_ms=options.transaction_timeout_ms) as producer:
+        if transactional_id is None:
+            stats = _send_batches(producer, options, iterator)
+            transaction = None
+        else:
+            producer.begin_transaction()
+            try:
+                stats = _send_batches(producer, options, iterator)
+            except BaseException:
+                _abort_quietly(producer)
+                raise
+            transaction = producer.transaction_state()
     return PybrokerCommitMessage(stats.records, stats.bytes, stats.batches, stats.requests,
-                                 stats.retries)
+                                 stats.retries, transaction)
+
+
+def _abort_quietly(producer) -> None:
+    """Abort a failing task's transaction now rather than at its timeout (a retry would
+    abort it too), keeping the task's own error the one raised."""
+    try:
+        producer.abort_transaction()
+    except Exception as exc:
+        log.warning("aborting the failed task's transaction: %s", exc)
+
+
+def _send_batches(producer, options: WriteOptions, iterator):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for batch in iterator:
+        names = batch.schema.names
+        if "value" not in names:
+            raise ValueError("the DataFrame to write needs a 'value' column")
+
+        def column(name, arrow_type=None, batch=batch, names=names):
+            if name not in names:
+                return None
+            array = batch.column(name)
+            # Binary columns (the usual key/value) are used as they come: a cast to
+            # the same type still costs a kernel call per column per Arrow batch.
+            if arrow_type is None or array.type == arrow_type:
+                return array
+            return array.cast(arrow_type)
+
+        values = column("value", pa.binary())
+        keys = column("key", pa.binary())
+        headers = column("headers")
+        timestamps = None
+        if "timestamp" in names:
+            timestamps = pc.cast(batch.column("timestamp").cast(pa.timestamp("ms")),
+                                 pa.int64())
+        if options.topic is not None:
+            topic_groups = [(options.topic, None)]
+        elif "topic" in names:
+            topics = batch.column("topic")
+            topic_groups = [(t, pc.equal(topics, t)) for t in pc.unique(topics).to_pylist()]
+        else:
+            raise ValueError("set the 'topic' option or give the DataFrame a 'topic' column")
+        for topic, mask in topic_groups:
+            cols = [values, keys, timestamps, headers]
+            partitions = batch.column("partition") if "partition" in names else None
+            if mask is not None:
+                cols = [None if c is None else c.filter(mask) for c in cols]
+                partitions = None if partitions is None else partitions.filter(mask)
+            if partitions is None or partitions.null_count == len(partitions):
+                producer.send_arrow(topic, *cols)
+                continue
+            for p in pc.unique(partitions).to_pylist():
+                rows = pc.equal(partitions, p) if p is not None else pc.is_null(partitions)
+                values_p, keys_p, timestamps_p, headers_p = (
+                    None if c is None else c.filter(rows) for c in cols)
+                producer.send_arrow(topic, values_p, keys_p, timestamps_p, headers_p,
+                                    partition=p)
+    return producer.flush()
+
+
+def _end_transactions(options: WriteOptions, messages, commit: bool) -> None:
+    """EndTxn for the transaction of every task that wrote one (the driver's side of an
+    exactlyOnce write). Aborting goes on past an error, to end as many as it can."""
+    from pybroker.client import Cluster
+    transactions = [m.transaction for m in messages
+                    if m is not None and m.transaction is not None]
+    if not transactions:
+        return
+    cluster = Cluster(options.bootstrap, "pybroker-spark-driver")
+    try:
+        for transactional_id, producer_id, epoch in transactions:
+            try:
+                cluster.end_transaction(transactional_id, producer_id, epoch, commit)
+            except Exception as exc:
+                if commit:
+                    raise
+                log.warning("aborting %s: %s", transactional_id, exc)
+    finally:
+        cluster.close()
 
 
 def _log_commit(messages, what: str) -> None:
@@ -144,32 +216,44 @@ def _log_commit(messages, what: str) -> None:
              sum(m.retries for m in done))
 
 
+def _write_id(options: WriteOptions) -> str | None:
+    """Made on the driver, once per write (per query run for streaming), and shipped to
+    every task with the writer: what makes the transactional ids of this write's tasks."""
+    return uuid.uuid4().hex if options.exactly_once else None
+
+
 class PybrokerWriter(DataSourceArrowWriter):
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         self.options = options
+        self.write_id = _write_id(options)
 
     def write(self, iterator) -> PybrokerCommitMessage:
-        return _write_batches(self.options, iterator)
+        return _write_batches(self.options, iterator, self.write_id)
 
     def commit(self, messages) -> None:
+        _end_transactions(self.options, messages, commit=True)
         _log_commit(messages, "pybroker write committed")
 
     def abort(self, messages) -> None:
-        _log_commit(messages, "pybroker write aborted (rows already written stay: "
-                              "at-least-once)")
+        _end_transactions(self.options, messages, commit=False)
+        _log_commit(messages, "pybroker write aborted" if self.options.exactly_once else
+                    "pybroker write aborted (rows already written stay: at-least-once)")
 
 
 class PybrokerStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         self.options = options
+        self.write_id = _write_id(options)
 
     def write(self, iterator) -> PybrokerCommitMessage:
-        return _write_batches(self.options, iterator)
+        return _write_batches(self.options, iterator, self.write_id)
 
     def commit(self, messages, batchId: int) -> None:
+        _end_transactions(self.options, messages, commit=True)
         _log_commit(messages, f"pybroker micro-batch {batchId} committed")
 
     def abort(self, messages, batchId: int) -> None:
+        _end_transactions(self.options, messages, commit=False)
         _log_commit(messages, f"pybroker micro-batch {batchId} aborted")
 
 
@@ -182,6 +266,7 @@ class OffsetRange(InputPartition):
     partition: int
     start: int
     end: int
+    isolation_level: int = 0
 
 
 def _offsets_of(options: ReadOptions) -> dict[str, tuple[list[int], list[int]]]:
@@ -189,7 +274,8 @@ def _offsets_of(options: ReadOptions) -> dict[str, tuple[list[int], list[int]]]:
     from pybroker.client import Cluster
     cluster = Cluster(options.bootstrap, "pybroker-spark-reader")
     try:
-        return {t: (cluster.list_offsets(t, EARLIEST), cluster.list_offsets(t, LATEST))
+        return {t: (cluster.list_offsets(t, EARLIEST),
+                    cluster.list_offsets(t, LATEST, options.isolation_level))
                 for t in options.topics}
     finally:
         cluster.close()
@@ -202,8 +288,9 @@ def _read_range(part: OffsetRange):
     from pybroker.client import Cluster, Fetcher
     cluster = Cluster(part.bootstrap, "pybroker-spark-reader")
     try:
-        for cols in Fetcher(cluster).read_range(part.topic, part.partition, part.start,
-                                                part.end, rows_per_chunk=256 * 1024):
+        fetcher = Fetcher(cluster, isolation_level=part.isolation_level)
+        for cols in fetcher.read_range(part.topic, part.partition, part.start, part.end,
+                                       rows_per_chunk=256 * 1024):
             n = len(cols["offset"])
             yield pa.RecordBatch.from_arrays([
                 cols["key"], cols["value"],
@@ -234,7 +321,8 @@ class PybrokerReader(DataSourceReader):
                 # Large ranges are split so several tasks read one partition in parallel.
                 for s in range(start, end, step):
                     parts.append(OffsetRange(self.options.bootstrap, topic, p, s,
-                                             min(s + step, end)))
+                                             min(s + step, end),
+                                             self.options.isolation_level))
         return parts
 
     def read(self, partition: InputPartition):
@@ -295,7 +383,7 @@ class PybrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 begin = start.get(topic, {}).get(p, 0)
                 if stop > begin:
                     parts.append(OffsetRange(self.options.bootstrap, topic, int(p), begin,
-                                             stop))
+                                             stop, self.options.isolation_level))
         return parts
 
     def read(self, partition: InputPartition):

@@ -1,5 +1,7 @@
 """Write options of the pybroker data source: Spark's Kafka sink names, our defaults."""
 
+import pytest
+
 from pybroker.spark.options import WriteOptions
 
 
@@ -12,3 +14,23 @@ def test_write_option_names_and_defaults():
                                 "kafka.max.in.flight.requests.per.connection": "2"})
     assert (tuned.bootstrap, tuned.acks, tuned.idempotent, tuned.batch_bytes,
             tuned.max_in_flight) == ("h:1", 1, False, 65_536, 2)
+
+
+def test_exactly_once_and_isolation_options():
+    from pybroker.spark.options import ReadOptions
+
+    default = WriteOptions.parse({"topic": "t"})
+    assert (default.exactly_once, default.transaction_timeout_ms) == (False, 900_000)
+    eos = WriteOptions.parse({"topic": "t", "exactlyOnce": "true",
+                              "transactionalIdPrefix": "nightly",
+                              "kafka.transaction.timeout.ms": "120000"})
+    assert (eos.exactly_once, eos.transactional_id_prefix, eos.transaction_timeout_ms) == (
+        True, "nightly", 120_000)
+    with pytest.raises(ValueError, match="acks=all"):
+        WriteOptions.parse({"topic": "t", "exactlyOnce": "true", "kafka.acks": "1"})
+    assert ReadOptions.parse({"subscribe": "t"}, streaming=False).isolation_level == 0
+    assert ReadOptions.parse({"subscribe": "t", "kafka.isolation.level": "read_committed"},
+                             streaming=True).isolation_level == 1
+    with pytest.raises(ValueError, match="read_committed"):
+        ReadOptions.parse({"subscribe": "t", "kafka.isolation.level": "committed"},
+                          streaming=False)

@@ -16,14 +16,19 @@ pytestmark = pytest.mark.slow
 PARTITIONS = 4
 
 
-@pytest.fixture(scope="module")
-def spark():
-    session = (SparkSession.builder.master("local[2]")
+def local_spark(master="local[2]"):
+    session = (SparkSession.builder.master(master)
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", "2g")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = local_spark()
     yield session
     session.stop()
 
