@@ -107,10 +107,18 @@ def register(subparsers: Any) -> None:
 
 @contextmanager
 def _cluster(args: argparse.Namespace) -> Iterator[Cluster]:
+    """A client for one command; a broker that refused or dropped a request (one that
+    does not know an API closes the connection) ends the command with status 1."""
     cluster = Cluster(args.bootstrap, "pybroker-txn")
     try:
         cluster.refresh()
         yield cluster
+    except KafkaError as exc:
+        print(f"error: {exc}: {exc.code.name}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except OSError as exc:
+        print(f"error: {exc} (does the broker support the request?)", file=sys.stderr)
+        raise SystemExit(1) from None
     finally:
         cluster.close()
 
