@@ -114,17 +114,22 @@ def test_read_committed_skips_an_aborted_transaction(spark, module_broker, tmp_p
         assert tags == {"first": 5_000, "second": 5_000}
         assert read(spark, bootstrap, topic, "read_uncommitted").count() == 20_000
 
-        # A streaming read_committed read gets the same rows.
+        # A streaming read_committed read gets the same rows, and an exactlyOnce
+        # streaming write (a transaction per task and micro-batch) passes them on.
+        create_topic(bootstrap, f"{topic}-copy", 2)
         query = (spark.readStream.format("pybroker")
                  .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-                 .option("startingOffsets", "earliest")
+                 .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 4000)
                  .option("kafka.isolation.level", "read_committed").load()
-                 .select(F.col("value").cast("string"))
-                 .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                 .select("value")
+                 .writeStream.format("pybroker").option("kafka.bootstrap.servers", bootstrap)
+                 .option("topic", f"{topic}-copy").option("exactlyOnce", "true")
                  .option("checkpointLocation", str(tmp_path / "cp"))
                  .trigger(availableNow=True).start())
         query.awaitTermination(120)
-        streamed = [r["value"] for r in spark.read.parquet(str(tmp_path / "out")).collect()]
-        assert sorted(streamed) == sorted(
-            [f"first-{i}" for i in range(5_000)] + [f"second-{i}" for i in range(5_000)])
+        assert len(query.recentProgress) >= 3  # several micro-batches, each committed
+        copied = read(spark, bootstrap, f"{topic}-copy", "read_committed")
+        assert sorted(r["value"].decode() for r in copied.select("value").collect()) == \
+            sorted([f"first-{i}" for i in range(5_000)] +
+                   [f"second-{i}" for i in range(5_000)])
         producer.abort_transaction()
