@@ -54,7 +54,7 @@ from pybroker.cli_group import _table
 from pybroker.client.cluster import Cluster
 from pybroker.errors import ErrorCode, KafkaError
 
-DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS, WRITE_TXN_MARKERS = 61, 65, 66, 27
+DESCRIBE_PRODUCERS, LIST_TRANSACTIONS, WRITE_TXN_MARKERS = 61, 66, 27
 # Kafka's transaction.max.timeout.ms default: no transaction outlives it at its coordinator.
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MINUTES = 15
 # States in which the coordinator drives a transaction to its end (markers pending or
@@ -153,20 +153,12 @@ def list_main(args: argparse.Namespace) -> int:
     return status
 
 
-def _describe(cluster: Cluster, transactional_id: str) -> dict:
-    """The coordinator's DescribeTransactions entry for one id (its error_code set)."""
-    response = cluster.transaction_request(
-        transactional_id, DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [transactional_id]},
-        error_of=lambda r: r["transaction_states"][0]["error_code"])
-    return response["transaction_states"][0]
-
-
 def describe_main(args: argparse.Namespace) -> int:
     rows, status = [], 0
     now = int(time.time() * 1000)
     with _cluster(args) as cluster:
         for transactional_id in args.ids:
-            state = _describe(cluster, transactional_id)
+            state = cluster.describe_transaction(transactional_id)
             if state["error_code"] != ErrorCode.NONE:
                 _error(transactional_id, state["error_code"])
                 status = 1
@@ -224,7 +216,7 @@ def abort_main(args: argparse.Namespace) -> int:
 
 
 def _abort_transactional_id(cluster: Cluster, transactional_id: str) -> int:
-    state = _describe(cluster, transactional_id)
+    state = cluster.describe_transaction(transactional_id)
     if state["error_code"] != ErrorCode.NONE:
         _error(transactional_id, state["error_code"])
         return 1
@@ -322,7 +314,7 @@ def _not_driven_by_a_coordinator(cluster: Cluster, candidates: list) -> list:
     for topic, p, producer in candidates:
         transactional_id = transactional_ids.get(producer["producer_id"])
         if transactional_id is not None:
-            state = _describe(cluster, transactional_id)
+            state = cluster.describe_transaction(transactional_id)
             if state["error_code"] == ErrorCode.NONE and \
                     state["producer_id"] == producer["producer_id"] and \
                     state["producer_epoch"] == producer["producer_epoch"] and \

@@ -23,7 +23,7 @@ from pybroker.errors import ErrorCode, KafkaError
 
 METADATA, INIT_PRODUCER_ID, LIST_OFFSETS = 3, 22, 2
 METADATA_VERSION = 9
-FIND_COORDINATOR, END_TXN = 10, 26
+FIND_COORDINATOR, END_TXN, DESCRIBE_TRANSACTIONS = 10, 26, 65
 GROUP_KEY, TRANSACTION_KEY = 0, 1  # FindCoordinator key types
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1  # isolation levels
 # Kafka's producer default (transaction.timeout.ms).
@@ -33,6 +33,8 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 60000
 _COORDINATOR_MOVED = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
 _COORDINATOR_BUSY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                                ErrorCode.CONCURRENT_TRANSACTIONS})
+# A transaction whose outcome is decided but whose markers are still being written.
+_MARKERS_PENDING = frozenset({"PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
 
 
 @dataclass
@@ -192,6 +194,35 @@ class Cluster:
         if code != ErrorCode.NONE:
             raise KafkaError(f"EndTxn({'commit' if commit else 'abort'}) of "
                              f"{transactional_id!r} refused: {ErrorCode(code).name}", code)
+
+    def describe_transaction(self, transactional_id: str) -> dict:
+        """The coordinator's DescribeTransactions entry for the id (its ``error_code``,
+        ``transaction_state``, ``producer_id``, ``producer_epoch``, ``topics``, ...)."""
+        response = self.transaction_request(
+            transactional_id, DESCRIBE_TRANSACTIONS, 0,
+            {"transactional_ids": [transactional_id]},
+            error_of=lambda r: r["transaction_states"][0]["error_code"])
+        return response["transaction_states"][0]
+
+    def wait_for_markers(self, transactional_id: str, timeout_s: float = 60.0) -> None:
+        """Wait until the coordinator wrote the markers of the id's ended transaction.
+
+        EndTxn is answered once the outcome is decided; the markers follow, so a
+        read_committed reader may not see a committed transaction yet. Once the state
+        leaves PrepareCommit/PrepareAbort every partition has its marker, and every
+        read_committed read started after sees the outcome."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            state = self.describe_transaction(transactional_id)
+            if state["error_code"] != ErrorCode.NONE:
+                raise KafkaError(f"DescribeTransactions({transactional_id!r}): "
+                                 f"{ErrorCode(state['error_code']).name}", state["error_code"])
+            if state["transaction_state"] not in _MARKERS_PENDING:
+                return
+            if time.monotonic() > deadline:
+                raise KafkaError(f"the markers of {transactional_id!r} are not written",
+                                 ErrorCode.REQUEST_TIMED_OUT)
+            time.sleep(0.02)
 
     def find_coordinator(self, key: str, key_type: int) -> int:
         """The broker id of the coordinator of ``key`` (a group id or a transactional id)."""

@@ -16,8 +16,9 @@ this query run, for streaming) and the Spark partition id, never the attempt: a 
 speculative attempt of the partition gets that id's producer with a bumped epoch, which
 fences the earlier attempt and aborts what it wrote. The task flushes and returns its
 transaction (id, producer id, epoch) in its commit message without ending it; the driver's
-``commit`` ends every task's transaction with EndTxn(commit) and ``abort`` with
-EndTxn(abort). ``read_committed`` readers see the rows of a write once it committed, and
+``commit`` ends every task's transaction with EndTxn(commit), and returns once their
+markers are written, and ``abort`` with EndTxn(abort). ``read_committed`` readers see the
+rows of a write once it committed (every read started after the write returned), and
 only then. Limits: the job must commit within ``kafka.transaction.timeout.ms`` of its
 first task's end (else the coordinator aborts and the commit fails); the commit is one
 EndTxn per task, so a driver dying in the middle of it leaves the write partly visible;
@@ -204,6 +205,9 @@ def _end_transactions(options: WriteOptions, messages, commit: bool) -> None:
                 if commit:
                     raise
                 log.warning("aborting %s: %s", transactional_id, exc)
+        if commit:  # the write returns when every read_committed reader sees it all
+            for transactional_id, _, _ in transactions:
+                cluster.wait_for_markers(transactional_id)
     finally:
         cluster.close()
 

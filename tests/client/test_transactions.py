@@ -87,6 +87,8 @@ def test_committed_aborted_and_open_transactions(module_broker):
             b"first": ROWS, b"aborted": ROWS, b"second": ROWS, b"open": ROWS}
 
         producer.commit_transaction()
+        # EndTxn is answered before the markers are written, as Kafka's is.
+        cluster.wait_for_markers("txn-levels")
         assert tags_read(cluster, topic, READ_COMMITTED) == {
             b"first": ROWS, b"second": ROWS, b"open": ROWS}
         values = confluent_read_committed(bootstrap, topic, 3 * ROWS)
@@ -119,6 +121,7 @@ def test_a_newer_producer_fences_the_older_one(module_broker):
         successor.begin_transaction()
         successor.send_arrow(topic, rows(b"successor"), KEYS)
         successor.commit_transaction()
+        cluster.wait_for_markers("txn-fencing")
         assert tags_read(cluster, topic, READ_COMMITTED) == {b"successor": ROWS}
         with pytest.raises(KafkaError):  # nothing open to commit
             successor.commit_transaction()
@@ -145,6 +148,8 @@ def test_the_driver_side_ends_a_transaction_a_closed_producer_left_open(module_b
         assert tags_read(cluster, topic, READ_COMMITTED) == {}
         cluster.end_transaction(*states[0], commit=True)
         cluster.end_transaction(*states[1], commit=False)
+        for transactional_id, _, _ in states:
+            cluster.wait_for_markers(transactional_id)
         assert tags_read(cluster, topic, READ_COMMITTED) == {b"task0": ROWS}
         assert (cluster.list_offsets(topic, -1, READ_COMMITTED) ==
                 cluster.list_offsets(topic, -1, READ_UNCOMMITTED))
