@@ -33,6 +33,18 @@ def values_seen(df):
     return row["n"], row["d"]
 
 
+def wait_for_rows(bootstrap, topic):
+    """Until some rows of the topic reached the broker (from a Spark task: a UDF that
+    fails its task only once the writer has sent something)."""
+    cluster = Cluster(bootstrap)
+    try:
+        deadline = time.monotonic() + 30
+        while sum(cluster.list_offsets(topic, -1)) == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        cluster.close()
+
+
 def test_exactly_once_write_is_visible_once_committed(spark, module_broker):
     bootstrap, topic = module_broker.bootstrap, "eos-write"
     create_topic(bootstrap, topic, 3)
@@ -64,14 +76,7 @@ def test_a_retried_task_leaves_no_duplicates(spark, module_broker):
         some of the rows before it reached the broker (the writer sends them as its
         4 KiB batches fill, so the wait is short)."""
         if row == 15_000 and TaskContext.get().attemptNumber() == 0:
-            cluster = Cluster(bootstrap)
-            try:
-                deadline = time.monotonic() + 30
-                while sum(cluster.list_offsets(topic, -1)) == 0 and \
-                        time.monotonic() < deadline:
-                    time.sleep(0.05)
-            finally:
-                cluster.close()
+            wait_for_rows(bootstrap, topic)
             raise RuntimeError("the first attempt fails")
         return str(row)
 
@@ -84,6 +89,40 @@ def test_a_retried_task_leaves_no_duplicates(spark, module_broker):
     uncommitted, _ = values_seen(read(spark, bootstrap, topic, "read_uncommitted"))
     assert uncommitted > n
     assert values_seen(read(spark, bootstrap, topic, "read_committed")) == (n, n)
+
+
+def test_a_failed_write_leaves_nothing_visible(spark, module_broker):
+    bootstrap, topic = module_broker.bootstrap, "eos-failed"
+    create_topic(bootstrap, topic, 2)
+
+    @F.udf("string")
+    def fail_in_partition_1(row):
+        """Partition 1 fails on every attempt, once partition 0 has sent rows."""
+        if TaskContext.get().partitionId() == 1 and row % 10_000 == 5_000:
+            wait_for_rows(bootstrap, topic)
+            raise RuntimeError("partition 1 fails on every attempt")
+        return str(row)
+
+    df = spark.range(0, 20_000, 1, 2).select(fail_in_partition_1("id").alias("value"))
+    with pytest.raises(Exception, match="partition 1 fails"):
+        (df.write.format("pybroker").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", topic).option("exactlyOnce", "true")
+         .option("kafka.transaction.timeout.ms", 10_000)
+         .option("kafka.batch.size", 4096).mode("append").save())
+
+    # Every transaction of the write ends aborted: by the failing task, by the driver's
+    # abort of the write, or at the latest by its timeout (a task killed mid-way).
+    cluster = Cluster(bootstrap)
+    try:
+        deadline = time.monotonic() + 60
+        while cluster.list_offsets(topic, -1, READ_COMMITTED) != \
+                cluster.list_offsets(topic, -1) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert cluster.list_offsets(topic, -1, READ_COMMITTED) == cluster.list_offsets(topic, -1)
+    finally:
+        cluster.close()
+    assert read(spark, bootstrap, topic, "read_uncommitted").count() > 0
+    assert read(spark, bootstrap, topic, "read_committed").count() == 0
 
 
 def test_read_committed_skips_an_aborted_transaction(spark, module_broker, tmp_path):
