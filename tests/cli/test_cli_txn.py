@@ -4,8 +4,10 @@ pybroker's bulk producer."""
 import pyarrow as pa
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from pybroker._native.records import encode_batch
 from pybroker.client import READ_COMMITTED, BulkProducer, Cluster
 from tests.admin.clients import unique
+from tests.broker.wire_client import WireClient, produce_body
 from tests.cli.test_cli import pybroker
 
 
@@ -63,3 +65,43 @@ def test_list_describe_and_abort_a_transactional_id(module_broker):
     again = pybroker(module_broker, "txn", "abort", tid, check=False)
     assert again.returncode == 1 and b"no open transaction" in again.stderr
 
+
+
+def hanging_transaction(broker):
+    """A transaction open on partition 1 of a new topic that no coordinator knows (a
+    producer id without a transactional id, written with the broker's verification
+    off), beside one its coordinator drives on both partitions: (topic, producer id,
+    epoch, first offset of the hanging one)."""
+    topic = unique("txn-hang")
+    _, driven_id, _ = open_transaction(broker.bootstrap, topic, unique("txn-hang-id"))
+    with WireClient(broker.bootstrap) as client:
+        init = client.request(22, 1, {"transactional_id": None,
+                                      "transaction_timeout_ms": 60_000})
+        producer_id, epoch = init["producer_id"], init["producer_epoch"]
+        batch = encode_batch([b"orphan"], producer_id=producer_id, producer_epoch=epoch,
+                             base_sequence=0, transactional=True)
+        body = produce_body(topic, 1, batch, acks=-1)
+        body["transactional_id"] = "nobody-knows-this-id"
+        answer = client.request(0, 8, body)["responses"][0]["partition_responses"][0]
+    assert answer["error_code"] == 0 and producer_id != driven_id
+    return topic, producer_id, epoch, answer["base_offset"]
+
+
+UNVERIFIED = {"transaction.partition.verification.enable": "false"}
+
+
+def test_find_hanging_tells_a_hanging_transaction_from_a_driven_one(broker_factory):
+    broker = broker_factory(**UNVERIFIED)
+    topic, producer_id, epoch, start = hanging_transaction(broker)
+    # Both transactions are open for longer than 0 minutes; only one has no coordinator.
+    found = lines(pybroker(broker, "txn", "find-hanging", "--topic", topic,
+                           "--max-transaction-timeout", "0"))
+    assert found[0] == ["TOPIC", "PARTITION", "PRODUCER-ID", "PRODUCER-EPOCH",
+                        "COORDINATOR-EPOCH", "START-OFFSET", "LAST-TIMESTAMP", "DURATION-MIN"]
+    assert [row[:4] + row[5:6] for row in found[1:]] == [
+        [topic, "1", str(producer_id), str(epoch), str(start)]]
+    # Within the default 15 minutes nothing is hanging yet.
+    assert len(lines(pybroker(broker, "txn", "find-hanging", "--topic", topic))) == 1
+    wrong = pybroker(broker, "txn", "abort", "--topic", topic, "--partition", "1",
+                     "--start-offset", str(start + 7), check=False)
+    assert wrong.returncode == 1 and b"no open transaction began at offset" in wrong.stderr
