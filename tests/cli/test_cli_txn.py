@@ -71,9 +71,9 @@ def hanging_transaction(broker):
     """A transaction open on partition 1 of a new topic that no coordinator knows (a
     producer id without a transactional id, written with the broker's verification
     off), beside one its coordinator drives on both partitions: (topic, producer id,
-    epoch, first offset of the hanging one)."""
-    topic = unique("txn-hang")
-    _, driven_id, _ = open_transaction(broker.bootstrap, topic, unique("txn-hang-id"))
+    epoch, first offset of the hanging one, transactional id of the driven one)."""
+    topic, driven = unique("txn-hang"), unique("txn-hang-id")
+    _, driven_id, _ = open_transaction(broker.bootstrap, topic, driven)
     with WireClient(broker.bootstrap) as client:
         init = client.request(22, 1, {"transactional_id": None,
                                       "transaction_timeout_ms": 60_000})
@@ -84,7 +84,7 @@ def hanging_transaction(broker):
         body["transactional_id"] = "nobody-knows-this-id"
         answer = client.request(0, 8, body)["responses"][0]["partition_responses"][0]
     assert answer["error_code"] == 0 and producer_id != driven_id
-    return topic, producer_id, epoch, answer["base_offset"]
+    return topic, producer_id, epoch, answer["base_offset"], driven
 
 
 UNVERIFIED = {"transaction.partition.verification.enable": "false"}
@@ -92,7 +92,7 @@ UNVERIFIED = {"transaction.partition.verification.enable": "false"}
 
 def test_find_hanging_tells_a_hanging_transaction_from_a_driven_one(broker_factory):
     broker = broker_factory(**UNVERIFIED)
-    topic, producer_id, epoch, start = hanging_transaction(broker)
+    topic, producer_id, epoch, start, _ = hanging_transaction(broker)
     # Both transactions are open for longer than 0 minutes; only one has no coordinator.
     found = lines(pybroker(broker, "txn", "find-hanging", "--topic", topic,
                            "--max-transaction-timeout", "0"))
@@ -105,3 +105,21 @@ def test_find_hanging_tells_a_hanging_transaction_from_a_driven_one(broker_facto
     wrong = pybroker(broker, "txn", "abort", "--topic", topic, "--partition", "1",
                      "--start-offset", str(start + 7), check=False)
     assert wrong.returncode == 1 and b"no open transaction began at offset" in wrong.stderr
+
+
+def test_abort_a_hanging_transaction_on_one_partition(broker_factory):
+    broker = broker_factory(**UNVERIFIED)
+    topic, producer_id, epoch, start, driven = hanging_transaction(broker)
+    stable, end = stable_and_end(broker.bootstrap, topic)
+    assert stable[1] == 0 < end[1]
+    done = pybroker(broker, "txn", "abort", "--topic", topic, "--partition", "1",
+                    "--start-offset", str(start))
+    assert f"producer id {producer_id} epoch {epoch}".encode() in done.stdout
+    # The marker closes the hanging transaction; the driven one still holds partition 1
+    # from offset 0 until its coordinator aborts it.
+    assert len(lines(pybroker(broker, "txn", "find-hanging", "--topic", topic,
+                              "--max-transaction-timeout", "0"))) == 1
+    assert stable_and_end(broker.bootstrap, topic)[0][1] == 0
+    pybroker(broker, "txn", "abort", driven)
+    stable, end = stable_and_end(broker.bootstrap, topic)
+    assert stable == end
