@@ -193,6 +193,8 @@ OutOfOrderSequenceError = _error("OutOfOrderSequenceError", ErrorCode.OUT_OF_ORD
 DuplicateSequenceError = _error("DuplicateSequenceError", ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
 InvalidProducerEpochError = _error("InvalidProducerEpochError", ErrorCode.INVALID_PRODUCER_EPOCH)
 UnknownProducerIdError = _error("UnknownProducerIdError", ErrorCode.UNKNOWN_PRODUCER_ID)
+TransactionCoordinatorFencedError = _error("TransactionCoordinatorFencedError",
+                                           ErrorCode.TRANSACTION_COORDINATOR_FENCED)
 NotEnoughReplicasError = _error("NotEnoughReplicasError", ErrorCode.NOT_ENOUGH_REPLICAS)
 NotLeaderOrFollowerError = _error("NotLeaderOrFollowerError", ErrorCode.NOT_LEADER_OR_FOLLOWER)
 CoordinatorNotAvailableError = _error("CoordinatorNotAvailableError",

@@ -216,10 +216,17 @@ class Partition:
         else:
             log_append_time = -1
             self._check_timestamps(config, info, now)
-        if info.producer_id >= 0 and info.base_sequence >= 0:
-            duplicate = self.log.producer_state.check(info.producer_id, info.producer_epoch,
-                                                      info.base_sequence,
-                                                      info.last_offset_delta)
+        if info.producer_id < 0:
+            return log_append_time, None
+        producers = self.log.producer_state
+        if info.is_control:  # a transaction marker
+            producers.check_marker(info.producer_id, info.producer_epoch,
+                                   info.coordinator_epoch)
+        elif info.base_sequence < 0:  # a coordinator's batch: a transactional offset commit
+            producers.check_epoch(info.producer_id, info.producer_epoch)
+        else:
+            duplicate = producers.check(info.producer_id, info.producer_epoch,
+                                        info.base_sequence, info.last_offset_delta)
             if duplicate is not None:
                 first, last = duplicate.first_offset, duplicate.last_offset
                 return log_append_time, AppendInfo(

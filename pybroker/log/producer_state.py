@@ -26,6 +26,13 @@ transaction is handed to ``on_abort`` as the aborted-transaction index's entry
 replay alike. A marker's coordinator epoch becomes its producer's (Kafka's
 ``coordinatorEpoch``, which DescribeProducers reports).
 
+A batch a coordinator writes for a producer (a transactional offset commit, a marker)
+carries no sequence: only its epoch is checked (``check_epoch``), and a marker's
+coordinator epoch must not go back (``check_marker``: TRANSACTION_COORDINATOR_FENCED, as
+Kafka's ``appendEndTxnMarker``). A marker of a newer epoch moves the producer to it (its
+cached batches go, as at any epoch bump), a marker of an unknown producer makes its
+entry, and a coordinator's transactional batch opens the producer's transaction.
+
 Snapshots: ``<20-digit offset>.snapshot`` in the partition directory, the state of the
 batches below that offset, written when a segment rolls and when the log closes, deleted
 with the segment that starts at its offset, and above a truncation. Kafka's layout in
@@ -65,7 +72,11 @@ from typing import NamedTuple
 
 from pybroker._native.crc32c import crc32c
 from pybroker._native.records import CONTROL_ABORT, BatchInfo
-from pybroker.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from pybroker.errors import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 from pybroker.log.checkpoints import fsync_dir
 from pybroker.log.state_machine import snapshot_path
 from pybroker.log.transaction_index import AbortedTxn
@@ -247,6 +258,26 @@ class ProducerState:
                 f"expected {current + 1 if current != INT32_MAX else 0}")
         return None
 
+    def check_epoch(self, producer_id: int, epoch: int) -> None:
+        """Validate a batch a coordinator writes for a producer (no sequence): its epoch
+        must not be older than the producer's. Raises InvalidProducerEpochError."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"Producer {producer_id} epoch {epoch} is older than the current {entry.epoch}")
+
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """Validate a transaction marker (Kafka's ``appendEndTxnMarker``): its producer
+        epoch as ``check_epoch``, and its transaction coordinator epoch not below the last
+        one this partition saw for the producer (a zombie coordinator's marker).
+        Raises InvalidProducerEpochError or TransactionCoordinatorFencedError."""
+        self.check_epoch(producer_id, epoch)
+        entry = self.producers.get(producer_id)
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"Marker of producer {producer_id} from coordinator epoch {coordinator_epoch}"
+                f" (zombie), {entry.coordinator_epoch} (current)")
+
     def record(self, producer_id: int, epoch: int, first_seq: int, last_offset_delta: int,
                first_offset: int, timestamp: int, now_ms: int) -> None:
         """Remember an appended batch (after :meth:`check`, or when replaying the log)."""
@@ -330,6 +361,10 @@ class ProducerState:
         if batch.base_sequence >= 0:
             self.record(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                         batch.last_offset_delta, base_offset, log_append_time, now_ms)
+        else:  # a coordinator's batch for the producer (a transactional offset commit)
+            entry = self._entry(batch.producer_id, batch.producer_epoch)
+            if entry is not None:
+                entry.last_ms = max(entry.last_ms, now_ms)
         if batch.is_transactional:
             self.begin_transaction(batch.producer_id, batch.producer_epoch, base_offset)
 

@@ -14,13 +14,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pybroker._native.records import (
+    CONTROL_ABORT,
     CONTROL_COMMIT,
     encode_batch,
     encode_control_batch,
     read_batch_header,
     validate_batch,
 )
-from pybroker.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from pybroker.errors import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 from pybroker.log import dump
 from pybroker.log.log import Log
 from pybroker.log.log_config import LogConfig
@@ -126,6 +131,55 @@ def test_a_markers_coordinator_epoch_is_its_producers(tmp_path):
     state.take_snapshot(33)
     assert state.load_snapshot(0, 33, 0) == 33
     assert state.producers[4].coordinator_epoch == 7
+
+
+def _apply(state: ProducerState, data: bytes, offset: int) -> None:
+    """Check and apply a batch as ``Partition.append`` does for a coordinator's batch."""
+    info = read_batch_header(data)
+    if info.is_control:
+        state.check_marker(info.producer_id, info.producer_epoch, info.coordinator_epoch)
+    else:
+        state.check_epoch(info.producer_id, info.producer_epoch)
+    state.apply(info, offset, -1, 1_000)
+
+
+def test_markers_are_fenced_by_producer_and_coordinator_epoch():
+    """Kafka's marker checks: an older producer epoch is INVALID_PRODUCER_EPOCH, an
+    older coordinator epoch TRANSACTION_COORDINATOR_FENCED; a marker of a newer epoch
+    moves the producer to it, so its next batch starts again at sequence 0."""
+    state = ProducerState()
+    assert append(state, 5, 1, 0, 2, 10) == 10
+    state.begin_transaction(5, 1, 10)
+    _apply(state, encode_control_batch(5, 1, CONTROL_COMMIT, 3), 12)
+    assert state.first_unstable_offset() is None
+    with pytest.raises(TransactionCoordinatorFencedError):
+        _apply(state, encode_control_batch(5, 1, CONTROL_COMMIT, 2), 13)
+    _apply(state, encode_control_batch(5, 2, CONTROL_ABORT, 3), 13)  # epoch bumped
+    assert state.producers[5].epoch == 2 and not state.producers[5].batches
+    with pytest.raises(InvalidProducerEpochError):
+        _apply(state, encode_control_batch(5, 1, CONTROL_ABORT, 4), 14)
+    with pytest.raises(InvalidProducerEpochError):  # a coordinator's data batch too
+        _apply(state, encode_batch([b"o"], producer_id=5, producer_epoch=1,
+                                   transactional=True), 14)
+    with pytest.raises(OutOfOrderSequenceError):
+        append(state, 5, 2, 2, 1, 14)
+    assert append(state, 5, 2, 0, 1, 14) == 14
+    assert state.producers[5].coordinator_epoch == 3  # kept across epochs
+    _apply(state, encode_control_batch(6, 0, CONTROL_COMMIT, 4), 15)  # an unknown producer
+    assert state.producers[6].coordinator_epoch == 4
+    with pytest.raises(TransactionCoordinatorFencedError):
+        _apply(state, encode_control_batch(6, 0, CONTROL_COMMIT, 3), 16)
+
+
+def test_a_coordinators_transactional_batch_opens_the_producers_transaction():
+    """A transactional offset commit carries no sequence: it opens the transaction all
+    the same, and its marker closes it."""
+    state = ProducerState()
+    _apply(state, encode_batch([b"o"], [b"k"], producer_id=8, producer_epoch=4,
+                               transactional=True), 20)
+    assert state.first_unstable_offset() == 20 and state.producers[8].epoch == 4
+    _apply(state, encode_control_batch(8, 4, CONTROL_COMMIT, 0), 21)
+    assert state.first_unstable_offset() is None
 
 
 def test_an_open_transaction_round_trips_through_a_snapshot(tmp_path):
