@@ -1,9 +1,9 @@
 """Followers: each partition this broker follows is fetched from its leader and appended
 as the leader wrote it (docs/REPLICATION.md, "Followers"; Kafka's ReplicaFetcherThread).
 
-One ``LeaderFetcher`` per leader broker: one asyncio task and one TCP connection (client id
-``pybroker-replica-<broker id>``), requests one at a time. Wire (Kafka's framing, a 4-byte
-big-endian size, then the frame; the codec builds and reads the bodies):
+One ``LeaderFetcher`` per leader broker: one asyncio task and one TCP connection (a
+``PeerClient``, peer.py; client id ``pybroker-replica-<broker id>``), requests one at a
+time. Wire (the codec builds and reads the bodies):
 
     OffsetForLeaderEpoch v3  replica_id, [topic, [partition, current_leader_epoch,
                              leader_epoch]] -> [topic, [error_code, partition,
@@ -37,9 +37,9 @@ Partitions that received data move to the end of the request (Kafka's fetcher do
 same), so under ``max_bytes`` every partition gets its turn to be first, and so its
 oversize first batch (KIP-74).
 
-Responses are received into a buffer of the frame's size (``BufferedProtocol``: the
-kernel copies into it, nothing else does), large ones a ``FrameBuffer`` from the
-process's frame pool; the records are memoryviews into it that the log writes from directly. Appends and
+Responses are received into a buffer of the frame's size (peer.py), large ones a
+``FrameBuffer`` from the process's frame pool; the records are memoryviews into it that
+the log writes from directly. Appends and
 truncations are synchronous, and every response is applied only to partitions that are
 still this fetcher's in the same state and epoch as when the request went out: ``remove``
 therefore never finds an append in progress, and nothing is appended after it returns.
@@ -52,15 +52,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Protocol
 
-from pybroker._native.framebuffer import FrameBuffer
 from pybroker._native.records import HEADER_SIZE, read_batch_header, scan_log
 from pybroker.errors import CorruptRecordError, ErrorCode, KafkaError
 from pybroker.log.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
-from pybroker.net import frame_pool
-from pybroker.net.connection import LARGE_FRAME
-from pybroker.net.protocol import codec
+from pybroker.repl.peer import REQUEST_TIMEOUT_S, PeerClient, recycle
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
@@ -72,15 +69,6 @@ log = logging.getLogger("pybroker.fetcher")
 
 FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
 FETCH_VERSION, OFFSET_FOR_LEADER_EPOCH_VERSION = 11, 3
-# Kafka's replica.socket.timeout.ms default: a leader that neither answers nor closes
-# (paused, cut off) costs at most this much before the fetcher connects again.
-REQUEST_TIMEOUT_S = 30.0
-MAX_RESPONSE_BYTES = 1 << 30  # a size prefix above this is garbage, not a response
-
-# a response frame without its size prefix: large ones come from the frame pool
-Frame = bytearray | FrameBuffer
-
-
 class LeaderAddress(Protocol):
     """Where a leader is: ``BrokerInfo``, or what a LeaderAndIsr names."""
 
@@ -90,88 +78,6 @@ class LeaderAddress(Protocol):
     def host(self) -> str: ...
     @property
     def port(self) -> int: ...
-
-
-class _LeaderConnection(asyncio.BufferedProtocol):
-    """One connection to a leader, one request at a time. A response's size prefix is
-    received into 4 bytes, then the frame into a buffer of exactly its size."""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self._size = bytearray(4)
-        self._frame: Frame | None = None
-        self._target: memoryview = memoryview(self._size)  # what is being filled
-        self._filled = 0
-        self._waiter: asyncio.Future[Frame] | None = None
-        self.error: BaseException | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # a TCP connection's
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._target[self._filled:]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self._filled += nbytes
-        if self._filled < len(self._target):
-            return
-        self._filled = 0
-        frame = self._frame
-        if frame is None:
-            size = int.from_bytes(self._size, "big", signed=True)
-            if not 0 < size <= MAX_RESPONSE_BYTES:
-                self._fail(ConnectionError(f"bad response size {size}"))
-                return
-            if size > LARGE_FRAME:
-                frame = frame_pool.frames.take(size)
-                frame.ensure(size)  # a leader's answer: its size is trusted
-            else:
-                frame = bytearray(size)
-            self._frame, self._target = frame, memoryview(frame)
-            return
-        self._frame, self._target = None, memoryview(self._size)
-        waiter, self._waiter = self._waiter, None
-        if waiter is None:
-            self._fail(ConnectionError("a response nobody asked for"))
-        elif not waiter.done():
-            waiter.set_result(frame)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(exc or ConnectionError("connection closed by the leader"))
-
-    def _fail(self, exc: BaseException) -> None:
-        if self.error is None:
-            self.error = exc
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(exc)
-        self.close()
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.abort()
-
-    async def request(self, data: bytes, timeout_s: float) -> Frame:
-        """Send one request frame, return the response frame (without its size). Any
-        failure, timeout or cancellation closes the connection: a late response must
-        never be read as the answer to the next request."""
-        if self.error is not None:
-            raise ConnectionError(f"connection failed: {self.error}")
-        waiter: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
-        self._waiter = waiter
-        try:
-            assert self.transport is not None
-            self.transport.write(data)
-            # asyncio.timeout, not wait_for: before Python 3.12, wait_for returns the result
-            # when the task is cancelled in the loop iteration that the answer arrives in
-            # (CPython gh-86296), so a stop() landing on a busy follower's answer was lost,
-            # the fetcher ran on and stop() awaited it forever.
-            async with asyncio.timeout(timeout_s):
-                return await waiter
-        except BaseException:
-            self._waiter = None
-            self.close()
-            raise
 
 
 class _PartitionState:
@@ -193,10 +99,8 @@ class LeaderFetcher:
 
     def __init__(self, leader: LeaderAddress, broker_id: int, config: BrokerConfig) -> None:
         self.leader_id: int = leader.broker_id
-        self.host: str = leader.host
-        self.port: int = leader.port
         self.broker_id = broker_id
-        self.client_id = f"pybroker-replica-{broker_id}"
+        self.peer = PeerClient(leader.host, leader.port, f"pybroker-replica-{broker_id}")
         self.max_wait_ms: int = config["replica.fetch.wait.max.ms"]
         self.min_bytes: int = config["replica.fetch.min.bytes"]
         self.max_bytes: int = config["replica.fetch.response.max.bytes"]
@@ -206,14 +110,11 @@ class LeaderFetcher:
         self.bytes = 0      # record bytes appended
         self.fetches = 0    # Fetch responses received
         self.errors = 0     # connection errors and partition errors
-        self.connects = 0
-        self._conn: _LeaderConnection | None = None
-        self._correlation = 0
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
-        return f"LeaderFetcher(broker {self.leader_id} at {self.host}:{self.port})"
+        return f"LeaderFetcher(broker {self.leader_id} at {self.peer.host}:{self.peer.port})"
 
     # membership ------------------------------------------------------------------------
 
@@ -228,7 +129,7 @@ class LeaderFetcher:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)  # a cancel of ours raises
         finally:
-            self._disconnect()
+            self.peer.close()
 
     def add(self, partition: Partition) -> None:
         self.states[(partition.topic, partition.index)] = _PartitionState(partition)
@@ -244,19 +145,17 @@ class LeaderFetcher:
 
     def move_to(self, host: str, port: int) -> None:
         """The leader registered again at another address: connect there."""
-        if (host, port) != (self.host, self.port):
-            self.host, self.port = host, port
-            self._disconnect()
+        self.peer.move_to(host, port)
 
     def state_of(self, partition: Partition) -> _PartitionState | None:
         state = self.states.get((partition.topic, partition.index))
         return state if state is not None and state.partition is partition else None
 
     def stats(self) -> dict[str, int | str | bool]:
-        return {"leader": self.leader_id, "address": f"{self.host}:{self.port}",
+        return {"leader": self.leader_id, "address": f"{self.peer.host}:{self.peer.port}",
                 "partitions": len(self.states), "bytes": self.bytes, "fetches": self.fetches,
-                "errors": self.errors, "connects": self.connects,
-                "connected": self._conn is not None and self._conn.error is None}
+                "errors": self.errors, "connects": self.peer.connects,
+                "connected": self.peer.connected}
 
     # the loop ----------------------------------------------------------------------------
 
@@ -271,12 +170,12 @@ class LeaderFetcher:
                 self.errors += 1
                 log.warning("%r: %s: %s; retrying in %.1f s", self, type(exc).__name__, exc,
                             self.backoff_s)
-                self._disconnect()
+                self.peer.close()
                 await asyncio.sleep(self.backoff_s)
             except Exception:
                 self.errors += 1
                 log.exception("%r failed; retrying in %.1f s", self, self.backoff_s)
-                self._disconnect()
+                self.peer.close()
                 await asyncio.sleep(self.backoff_s)
 
     async def _step(self) -> bool:
@@ -306,34 +205,6 @@ class LeaderFetcher:
                 await self._wakeup.wait()
         except TimeoutError:
             pass
-
-    async def _request(self, api_key: int, version: int, body: dict, timeout_s: float
-                       ) -> tuple[dict, Frame]:
-        conn = self._conn
-        if conn is None or conn.error is not None:
-            conn = await self._connect()
-        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
-        frame = await conn.request(codec.encode_request(api_key, version, self._correlation,
-                                                        body, self.client_id), timeout_s)
-        correlation, offset = codec.read_response_header(api_key, version, frame)
-        if correlation != self._correlation:
-            raise ConnectionError(f"correlation id {correlation}, expected {self._correlation}")
-        return codec.decode_response(api_key, version, frame, offset), frame
-
-    async def _connect(self) -> _LeaderConnection:
-        self._disconnect()
-        loop = asyncio.get_running_loop()
-        async with asyncio.timeout(REQUEST_TIMEOUT_S):
-            _, conn = await loop.create_connection(_LeaderConnection, self.host, self.port)
-        self._conn = conn
-        self.connects += 1
-        log.info("%r: connected", self)
-        return conn
-
-    def _disconnect(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
 
     def _delay(self, state: _PartitionState, code: int) -> None:
         self.errors += 1
@@ -368,9 +239,9 @@ class LeaderFetcher:
             return
         body = {"replica_id": self.broker_id, "topics": [
             {"topic": name, "partitions": parts} for name, parts in topics.items()]}
-        response, _ = await self._request(OFFSET_FOR_LEADER_EPOCH,
-                                          OFFSET_FOR_LEADER_EPOCH_VERSION, body,
-                                          REQUEST_TIMEOUT_S)
+        response, _ = await self.peer.request(OFFSET_FOR_LEADER_EPOCH,
+                                              OFFSET_FOR_LEADER_EPOCH_VERSION, body,
+                                              REQUEST_TIMEOUT_S)
         for t in response["topics"]:
             for p in t["partitions"]:
                 key = (t["topic"], p["partition"])
@@ -410,8 +281,8 @@ class LeaderFetcher:
                 "topics": [{"topic": name, "partitions": parts}
                            for name, parts in topics.items()],
                 "forgotten_topics_data": [], "rack_id": ""}
-        response, frame = await self._request(FETCH, FETCH_VERSION, body,
-                                              self.max_wait_ms / 1000 + REQUEST_TIMEOUT_S)
+        response, frame = await self.peer.request(
+            FETCH, FETCH_VERSION, body, self.max_wait_ms / 1000 + REQUEST_TIMEOUT_S)
         self.fetches += 1
         if response["error_code"]:
             for state, _ in sent.values():
@@ -419,7 +290,7 @@ class LeaderFetcher:
             return
         self._apply(response, sent)
         del response
-        _recycle(frame)
+        recycle(frame)
 
     def _apply(self, response: dict, sent: dict[tuple[str, int],
                                                 tuple[_PartitionState, int]]) -> None:
@@ -586,13 +457,6 @@ def whole_batches_end(records: memoryview | bytes) -> int:
     if rest >= HEADER_SIZE and read_batch_header(records, end).size <= rest:
         raise CorruptRecordError(f"bad batch at byte {end} of a fetch response: {scan.error}")
     return end
-
-
-def _recycle(frame: Frame) -> None:
-    """Give a large response frame back to the pool (it keeps it only if nothing still
-    exports it)."""
-    if isinstance(frame, FrameBuffer):
-        frame_pool.frames.give(frame)
 
 
 def _code_name(code: int) -> str:
