@@ -8,7 +8,8 @@ It is three parts over one map of groups, each in its own module:
   timers and the group state machine;
 - ``CommittedOffsets`` (offsets.py): OffsetCommit, OffsetFetch, OffsetDelete, expiry and
   group deletion, with the tombstones that let the log cleaner compact
-  ``__consumer_offsets``;
+  ``__consumer_offsets``; TxnOffsetCommit's commits pending until the producer's marker
+  (txn_offsets.py, ``complete_transaction``);
 - ``OffsetsPartitions`` (offsets_partitions.py): which ``__consumer_offsets`` partitions
   this broker leads, their groups loaded through the log's sliced replay when it becomes
   leader and unloaded when it stops.
@@ -78,7 +79,7 @@ class GroupCoordinator:
                                      self._spawn)
         self.offsets = CommittedOffsets(self.groups, self._store, config, partition_exists)
         self.partitions = OffsetsPartitions(self.groups, self._store, self.membership,
-                                            self.now_ms, self._spawn)
+                                            self.now_ms, self._spawn, self.offsets.pending)
         self._next_expiry = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -251,13 +252,46 @@ class GroupCoordinator:
             return {(c.topic, c.partition): error for c in commits}
         return self.offsets.commit_now(group, commits, retention_ms, self.now_ms())
 
+    async def commit_transactional_offsets(
+            self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+            group_instance_id: str | None, generation: int, commits: list[OffsetCommit]
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """TxnOffsetCommit: the commits written in the producer's transaction, answered
+        once the ISR has them; the group's offsets only once the producer's COMMIT
+        marker is written to the group's offsets partition (``complete_transaction``).
+        Whether the transaction may write there is the transaction coordinator's check."""
+        if not group_id:
+            return {(c.topic, c.partition): ErrorCode.INVALID_GROUP_ID for c in commits}
+        group, error = self._admit_commit(group_id, member_id, group_instance_id, generation,
+                                          transactional=True)
+        if group is None:
+            return {(c.topic, c.partition): error for c in commits}
+        return await self.offsets.commit_transactional(group, producer_id, producer_epoch,
+                                                       commits, self.now_ms())
+
+    def complete_transaction(self, offsets_partition: int, producer_id: int,
+                             commit: bool) -> None:
+        """A marker of ``producer_id`` was written to ``__consumer_offsets`` partition
+        ``offsets_partition`` and replicated (the marker append calls this): the
+        producer's transactional commits there become their groups' committed offsets
+        (``commit``) or are dropped."""
+        self.offsets.complete_transaction(offsets_partition, producer_id, commit,
+                                          self.now_ms())
+
+    def unstable_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                         ) -> set[tuple[str, int]]:
+        """Which ``partitions`` of the group have a transactional commit pending (KIP-447:
+        OffsetFetch with ``require_stable`` answers UNSTABLE_OFFSET_COMMIT for them)."""
+        return self.offsets.unstable(group_id, partitions)
+
     def _admit_commit(self, group_id: str, member_id: str, instance_id: str | None,
-                      generation: int) -> tuple[Group | None, ErrorCode]:
+                      generation: int, transactional: bool = False
+                      ) -> tuple[Group | None, ErrorCode]:
         error = self.coordinator_error(group_id)
         if error:
             return None, error
         return self.membership.admit_commit(group_id, member_id, instance_id, generation,
-                                            self.now_ms())
+                                            self.now_ms(), transactional)
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> dict[tuple[str, int], OffsetAndMetadata | None]:

@@ -594,18 +594,22 @@ class Membership:
     # OffsetCommit ----------------------------------------------------------------------
 
     def admit_commit(self, group_id: str, member_id: str, instance_id: str | None,
-                     generation: int, now: int) -> tuple[Group | None, ErrorCode]:
+                     generation: int, now: int, transactional: bool = False
+                     ) -> tuple[Group | None, ErrorCode]:
         """May this member commit into the group now? The group (created without members
         for a commit outside any generation), or the error every partition gets. A
-        commit proves the member is alive, as a heartbeat does."""
+        commit proves the member is alive, as a heartbeat does. A transactional commit
+        (TxnOffsetCommit) may come from outside the group's members (its versions before
+        3 name none) and during a rebalance, and creates the group it names, as Kafka's."""
         group = self.groups.get(group_id)
         if group is None:
-            if generation >= 0:  # a member of a group this coordinator does not know
+            if generation >= 0 and not transactional:  # a member of a group not known here
                 return None, ErrorCode.ILLEGAL_GENERATION
-            group = self.groups[group_id] = Group(group_id, now)  # offsets-only group
-        error = self._validate_commit(group, member_id, instance_id, generation)
+            group = Group(group_id, now)  # offsets-only group
+        error = self._validate_commit(group, member_id, instance_id, generation, transactional)
         if error:
             return None, error
+        self.groups.setdefault(group_id, group)
         member = group.members.get(member_id)
         if member is not None:
             member.heartbeat_deadline = now + member.session_timeout_ms
@@ -614,7 +618,7 @@ class Membership:
 
     @staticmethod
     def _validate_commit(group: Group, member_id: str, instance_id: str | None,
-                         generation: int) -> ErrorCode:
+                         generation: int, transactional: bool) -> ErrorCode:
         if group.is_in(GroupState.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation < 0 and group.is_in(GroupState.EMPTY):
@@ -625,9 +629,9 @@ class Membership:
                 return error
             if generation != group.generation:
                 return ErrorCode.ILLEGAL_GENERATION
-        else:
+        elif not transactional:
             return ErrorCode.UNKNOWN_MEMBER_ID  # anonymous commit into an active group
-        if group.is_in(GroupState.COMPLETING_REBALANCE):
+        if group.is_in(GroupState.COMPLETING_REBALANCE) and not transactional:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 

@@ -273,10 +273,13 @@ class OffsetStore:
                 if p.log is not None and p.is_leader]
 
     def append(self, group_id: str, records: list[tuple[bytes, bytes | None]],
-               now_ms: int) -> Written | None:
+               now_ms: int, producer_id: int = -1, producer_epoch: int = -1
+               ) -> Written | None:
         """Write ``(key, value)`` records of one group as one batch (``value`` None =
-        tombstone); where they went, None when nothing was written. Raises
-        ``KafkaError`` if the log refuses them."""
+        tombstone), a transactional batch of the producer when ``producer_id`` is given
+        (a transactional offset commit: no sequence, the producer's epoch is checked);
+        where they went, None when nothing was written. Raises ``KafkaError`` if the log
+        refuses them."""
         if self._offsets_topic is None or not records:
             return None
         from pybroker._native.records import encode_batch, validate_batch
@@ -284,7 +287,9 @@ class OffsetStore:
         partition = self._offsets_topic.writable(self.partition_for(group_id))
         keys: list[bytes | None] = [k for k, _ in records]
         values = [v for _, v in records]
-        buf = bytearray(encode_batch(values, keys, [now_ms] * len(records)))
+        buf = bytearray(encode_batch(values, keys, [now_ms] * len(records),
+                                     producer_id=producer_id, producer_epoch=producer_epoch,
+                                     transactional=producer_id >= 0))
         partition.append(memoryview(buf), validate_batch(buf))
         return Written(partition, partition.log.log_end_offset)
 
@@ -308,16 +313,23 @@ def store_error(exc: KafkaError) -> ErrorCode:
         return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
     if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:  # leadership moved
         return ErrorCode.NOT_COORDINATOR
+    if exc.code == ErrorCode.INVALID_PRODUCER_EPOCH:  # a transactional commit's producer
+        return ErrorCode.INVALID_PRODUCER_EPOCH
     return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 def data_records(info: BatchInfo, data: memoryview, start: int) -> list[Record] | None:
     """The records at or after ``start`` of a batch read back from the log, None for a
-    control or transactional batch (the coordinator writes neither)."""
-    from pybroker._native.records import decode_records
-
+    control or transactional batch (outside a transaction, what a coordinator writes)."""
     if info.is_control or info.is_transactional:
         return None
+    return batch_records(info, data, start)
+
+
+def batch_records(info: BatchInfo, data: memoryview, start: int) -> list[Record]:
+    """The records at or after ``start`` of a batch read back from the log."""
+    from pybroker._native.records import decode_records
+
     batch = decode_records(data)
     if info.base_offset < start:  # the log starts inside this batch
         batch = [r for r in batch if r.offset >= start]

@@ -16,6 +16,14 @@ is), and every offset and the metadata of a group deleted (DeleteGroups) or empt
 expired; the log cleaner then drops the key's older records. Tombstones are not waited for: a lost one is written
 again by the next expiry pass, as Kafka does.
 
+Transactional commits (TxnOffsetCommit) are written the same way as a transactional
+batch of the producer's id and epoch, and wait in ``pending`` (one ``PendingOffsets`` per
+offsets partition, txn_offsets.py) until the producer's marker is written to that
+partition (``complete_transaction``, called by the marker append): committed, they become
+the group's offsets unless a later write of the same key overtook them; aborted, they
+are dropped. Committed commits and tombstones overtake the pending writes of their keys
+below them in the log, so the live state is what a load replays.
+
 Whether the member may commit at all (its generation, its id) is membership's decision
 (``Membership.admit_commit``), taken before a commit gets here. Not thread-safe: every
 method runs on the broker's event loop thread.
@@ -30,6 +38,8 @@ from typing import NamedTuple
 from pybroker.coordinator import offset_store as records
 from pybroker.coordinator.config import CoordinatorConfig
 from pybroker.coordinator.group import Group, GroupState, OffsetAndMetadata
+from pybroker.coordinator.offset_store import OffsetKey
+from pybroker.coordinator.txn_offsets import PendingOffsets
 from pybroker.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("pybroker.coordinator")
@@ -52,6 +62,7 @@ class _Pending(NamedTuple):
     group: Group
     accepted: dict[TopicPartition, OffsetAndMetadata]
     written: records.Written | None
+    record_offsets: range  # where each accepted offset's record is, in order
 
 
 class CommittedOffsets:
@@ -65,6 +76,9 @@ class CommittedOffsets:
         self._store = store
         self.config = config
         self._partition_exists = partition_exists
+        # offsets partition -> the transactional commits waiting for their marker there
+        self.pending: dict[int, PendingOffsets[OffsetKey, OffsetAndMetadata]] = {}
+        self._unwritten = 0  # record offsets stood in for when there is no offsets topic
 
     # OffsetCommit ----------------------------------------------------------------------
 
@@ -89,10 +103,56 @@ class CommittedOffsets:
             self._apply(pending, ErrorCode.NONE, results)
         return {(c.topic, c.partition): results[(c.topic, c.partition)] for c in commits}
 
-    def _write(self, group: Group, commits: list[OffsetCommit], retention_ms: int, now: int
+    async def commit_transactional(self, group: Group, producer_id: int, producer_epoch: int,
+                                   commits: list[OffsetCommit], now: int
+                                   ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: write the commits as a transactional batch of the producer
+        and answer once the ISR has them; they are pending (for the producer's marker)
+        from then on."""
+        results, write = self._write(group, commits, -1, now, producer_id, producer_epoch)
+        if write is not None:
+            error = ErrorCode.NONE if write.written is None or write.written.committed() \
+                else await self._store.replicated(write.written)
+            if not error and self.groups.get(group.group_id) is group:
+                pending = self.pending.setdefault(
+                    self._store.partition_for(group.group_id), PendingOffsets())
+                for ((topic, partition), offset), at in zip(
+                        write.accepted.items(), write.record_offsets, strict=True):
+                    pending.write(producer_id, OffsetKey(group.group_id, topic, partition),
+                                  offset, at)
+            results.update(dict.fromkeys(write.accepted, error))
+        return {(c.topic, c.partition): results[(c.topic, c.partition)] for c in commits}
+
+    def complete_transaction(self, offsets_partition: int, producer_id: int, commit: bool,
+                             now: int) -> None:
+        """The producer's marker was written to ``offsets_partition`` (and replicated):
+        its pending commits there become their groups' offsets, or are dropped."""
+        pending = self.pending.get(offsets_partition)
+        if pending is None:
+            return
+        for key, offset in pending.end(producer_id, commit):
+            group = self.groups.get(key.group)
+            if group is None:  # known only by its pending offsets (a load found them so)
+                group = self.groups[key.group] = Group(key.group, now)
+            if not group.is_in(GroupState.DEAD):
+                group.offsets[(key.topic, key.partition)] = offset
+        if not pending:
+            del self.pending[offsets_partition]
+
+    def unstable(self, group_id: str, partitions: list[TopicPartition]) -> set[TopicPartition]:
+        """The ``partitions`` of the group with a transactional commit pending (OffsetFetch
+        with ``require_stable`` answers UNSTABLE_OFFSET_COMMIT for them)."""
+        pending = self.pending.get(self._store.partition_for(group_id))
+        if pending is None:
+            return set()
+        return {tp for tp in partitions if pending.is_pending(OffsetKey(group_id, *tp))}
+
+    def _write(self, group: Group, commits: list[OffsetCommit], retention_ms: int, now: int,
+               producer_id: int = -1, producer_epoch: int = -1
                ) -> tuple[dict[TopicPartition, ErrorCode], _Pending | None]:
-        """Vet and write a commit: the errors of the partitions refused, and the written
-        ones to apply (None when none was)."""
+        """Vet and write a commit (in the producer's transaction when ``producer_id`` is
+        given): the errors of the partitions refused, and the written ones to apply (None
+        when none was)."""
         results: dict[TopicPartition, ErrorCode] = {}
         accepted: dict[TopicPartition, OffsetAndMetadata] = {}
         for c in commits:
@@ -114,11 +174,13 @@ class CommittedOffsets:
         try:
             written = self._store.append(group_id, [(records.offset_key(group_id, t, p),
                                                      records.offset_value(o))
-                                                    for (t, p), o in accepted.items()], now)
+                                                    for (t, p), o in accepted.items()], now,
+                                         producer_id, producer_epoch)
         except KafkaError as exc:
             results.update(dict.fromkeys(accepted, records.store_error(exc)))
             return results, None
-        return results, _Pending(group, accepted, written)
+        return results, _Pending(group, accepted, written,
+                                 self._record_offsets(written, len(accepted)))
 
     def _apply(self, pending: _Pending, error: ErrorCode,
                results: dict[TopicPartition, ErrorCode]) -> None:
@@ -127,7 +189,30 @@ class CommittedOffsets:
         group = pending.group
         if not error and self.groups.get(group.group_id) is group:
             group.offsets.update(pending.accepted)
+            transactional = self.pending.get(self._store.partition_for(group.group_id))
+            if transactional:
+                for (topic, partition), at in zip(pending.accepted, pending.record_offsets,
+                                                  strict=True):
+                    transactional.committed(OffsetKey(group.group_id, topic, partition), at)
         results.update(dict.fromkeys(pending.accepted, error))
+
+    def _overtake(self, group_id: str, partitions: list[TopicPartition],
+                  written: records.Written | None) -> None:
+        """Tombstones of the group's ``partitions`` were written, after any pending
+        transactional commit of them: those cannot become the offsets any more."""
+        at = self._record_offsets(written, len(partitions))[-1:]
+        transactional = self.pending.get(self._store.partition_for(group_id))
+        if transactional and at:
+            for topic, partition in partitions:
+                transactional.committed(OffsetKey(group_id, topic, partition), at[0])
+
+    def _record_offsets(self, written: records.Written | None, count: int) -> range:
+        """Where the last ``count`` records written are in the offsets partition; with no
+        offsets topic (nothing written), numbers in the order of the writes instead."""
+        if written is not None:
+            return range(written.end_offset - count, written.end_offset)
+        self._unwritten += count
+        return range(self._unwritten - count, self._unwritten)
 
     # OffsetFetch, OffsetDelete ---------------------------------------------------------
 
@@ -182,10 +267,12 @@ class CommittedOffsets:
                 skip = group.subscribed_topics() or set()
             else:
                 continue
-            expired = [tp for tp, o in group.offsets.items() if tp[0] not in skip and (
-                now >= o.expire_timestamp if o.expire_timestamp >= 0 else
-                now - (group.state_timestamp if since_empty else o.commit_timestamp)
-                >= retention)]
+            unstable = self.unstable(group.group_id, list(group.offsets))  # kept, as Kafka
+            expired = [tp for tp, o in group.offsets.items()
+                       if tp[0] not in skip and tp not in unstable and (
+                           now >= o.expire_timestamp if o.expire_timestamp >= 0 else
+                           now - (group.state_timestamp if since_empty else o.commit_timestamp)
+                           >= retention)]
             try:
                 if group.is_in(GroupState.EMPTY) and len(expired) == len(group.offsets) \
                         and not group.pending_members:
@@ -221,18 +308,25 @@ class CommittedOffsets:
     def _drop(self, group: Group, partitions: list[TopicPartition], now: int) -> None:
         """Write a tombstone for each of the group's ``partitions``, then forget their
         offsets. Raises ``KafkaError`` (and keeps them) if the tombstones were refused."""
-        self._store.append(group.group_id, [(records.offset_key(group.group_id, t, p), None)
-                                            for t, p in partitions], now)
+        written = self._store.append(
+            group.group_id, [(records.offset_key(group.group_id, t, p), None)
+                             for t, p in partitions], now)
         for tp in partitions:
             del group.offsets[tp]
+        self._overtake(group.group_id, partitions, written)
 
     def remove_group(self, group: Group, now: int) -> None:
         """Delete an Empty group: tombstones for its offsets and its metadata, then it is
         Dead and gone. Raises ``KafkaError`` (and keeps the group) if they were refused."""
         group_id = group.group_id
+        transactional = self.pending.get(self._store.partition_for(group_id))
+        # the partitions of its pending transactional commits get tombstones too (Kafka's)
+        partitions = list(dict.fromkeys([*group.offsets, *(
+            (k.topic, k.partition) for k in (transactional.keys() if transactional else ())
+            if k.group == group_id)]))
         tombstones: list[tuple[bytes, bytes | None]] = [
-            (records.offset_key(group_id, t, p), None) for t, p in group.offsets]
+            (records.offset_key(group_id, t, p), None) for t, p in partitions]
         tombstones.append((records.group_key(group_id), None))
-        self._store.append(group_id, tombstones, now)
+        self._overtake(group_id, partitions, self._store.append(group_id, tombstones, now))
         group.transition_to(GroupState.DEAD, now)
         del self.groups[group_id]

@@ -13,7 +13,10 @@ leads or no longer leads; a partition it was told nothing of is led elsewhere.
 A load replays the partition's log up to its end of the moment the load starts, through
 the log's ``replay_in_slices`` (pybroker/log/state_machine.py): at most ``LOAD_SLICE_S``
 of loop time at a time, so a large offsets topic never holds the event loop, at start-up
-or at a failover. Only the last value of each key matters (the log cleaner may already
+or at a failover. Transactional offset commits wait for their producer's marker in the
+replay and are then applied or dropped, in log order (txn_offsets.py ``OffsetsReplay``);
+those whose transaction is still open are installed pending. Only the last value of each
+key matters (the log cleaner may already
 have removed the older ones): the raw bytes of the last one are kept per key, and only
 those are parsed and built into groups, ``_INSTALL_STEP`` at a time. Requests for those
 groups get COORDINATOR_LOAD_IN_PROGRESS meanwhile, and the partitions load one at a time,
@@ -35,11 +38,11 @@ from typing import TYPE_CHECKING
 from pybroker.coordinator import offset_store as records
 from pybroker.coordinator.group import Group, GroupState, OffsetAndMetadata
 from pybroker.coordinator.membership import Membership
+from pybroker.coordinator.txn_offsets import OffsetsReplay, PendingOffsets
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log.state_machine import replay_in_slices
 
 if TYPE_CHECKING:
-    from pybroker._native.records import BatchInfo
     from pybroker.broker.partition import Partition
 
 log = logging.getLogger("pybroker.coordinator")
@@ -63,14 +66,17 @@ class _Led:
 
 class OffsetsPartitions:
     """See module doc. ``groups`` is the coordinator's: loads fill it, unloads empty it;
-    ``membership`` restores a loaded group's members; ``spawn`` runs a load as a
-    background task the coordinator cancels when it stops."""
+    ``pending`` (``CommittedOffsets.pending``) likewise with the transactional commits
+    still open; ``membership`` restores a loaded group's members; ``spawn`` runs a load
+    as a background task the coordinator cancels when it stops."""
 
     def __init__(self, groups: dict[str, Group], store: records.OffsetStore,
                  membership: Membership, now_ms: Callable[[], int],
-                 spawn: Callable[[Coroutine[object, object, None]], asyncio.Task[None]]
+                 spawn: Callable[[Coroutine[object, object, None]], asyncio.Task[None]],
+                 pending: dict[int, PendingOffsets[records.OffsetKey, OffsetAndMetadata]]
                  ) -> None:
         self.groups = groups
+        self._pending = pending
         self._store = store
         self._membership = membership
         self._now_ms = now_ms
@@ -128,11 +134,12 @@ class OffsetsPartitions:
         except Exception:
             log.exception("%s-%d: loading the groups failed", records.OFFSETS_TOPIC, index)
             replayed = None
-        loaded = -1
+        loaded = count = -1
         if replayed is not None:
-            latest, count = replayed
+            count = replayed.count
+            self._install_pending(index, replayed.pending)
             slice_end = time.monotonic() + LOAD_SLICE_S
-            for loaded in self._install(latest):
+            for loaded in self._install(replayed.latest):
                 if time.monotonic() >= slice_end:
                     await asyncio.sleep(0)
                     slice_end = time.monotonic() + LOAD_SLICE_S
@@ -150,24 +157,15 @@ class OffsetsPartitions:
             del self._led[index]
             self._unload(index)
 
-    async def _replay(self, index: int, led: _Led) -> tuple[dict[bytes, bytes | None], int] | None:
-        """The last value of each key of the partition, and the record count; None when
-        this broker stopped leading it meanwhile."""
-        latest: dict[bytes, bytes | None] = {}
-        count = 0
+    async def _replay(self, index: int, led: _Led) -> OffsetsReplay | None:
+        """The partition read back (the last value of each key, the transactional commits
+        still pending); None when this broker stopped leading it meanwhile."""
         if not self._still_led(index, led):
             return None
-        start = led.partition.log.log_start_offset
-
-        def consume(info: BatchInfo, data: memoryview) -> None:
-            nonlocal count
-            batch = records.data_records(info, data, start)
-            if batch is not None:
-                count += records.latest_values(latest, batch)
-
-        reached = await replay_in_slices(led.partition.log, start, consume,
+        replay = OffsetsReplay(led.partition.log.log_start_offset)
+        reached = await replay_in_slices(led.partition.log, replay.start, replay.add,
                                          lambda: self._still_led(index, led), LOAD_SLICE_S)
-        return None if reached is None else (latest, count)
+        return None if reached is None else replay
 
     def _still_led(self, index: int, led: _Led) -> bool:
         return led.partition.is_leader and self._led.get(index) is led
@@ -175,6 +173,7 @@ class OffsetsPartitions:
     def _unload(self, index: int) -> None:
         """Drop the groups of an offsets partition this broker no longer leads."""
         now = self._now_ms()
+        self._pending.pop(index, None)
         gone = [g for g in self.groups.values()
                 if self._store.partition_for(g.group_id) == index]
         for group in gone:
@@ -201,6 +200,22 @@ class OffsetsPartitions:
     def loading(self) -> bool:
         """Whether a partition's groups are still loading (ListGroups says so)."""
         return any(led.loading for led in self._led.values())
+
+    def _install_pending(self, index: int, replayed: PendingOffsets[bytes, bytes | None]
+                         ) -> None:
+        """The transactional commits the replay found still waiting for their marker."""
+        pending: PendingOffsets[records.OffsetKey, OffsetAndMetadata] = PendingOffsets()
+        for producer_id, raw_key, write in replayed.items():
+            try:
+                key = records.parse_key(raw_key)
+                if isinstance(key, records.OffsetKey) and write.value is not None:
+                    pending.write(producer_id, key, records.parse_offset_value(write.value),
+                                  write.record_offset)
+                    pending.committed(key, replayed.committed_at(raw_key))
+            except (KafkaError, UnicodeDecodeError) as exc:
+                log.warning("%s: skipping unreadable record: %s", records.OFFSETS_TOPIC, exc)
+        if pending:
+            self._pending[index] = pending
 
     def _install(self, latest: dict[bytes, bytes | None]) -> Iterator[int]:
         """Build the groups of the last value of each key, yielding the groups built so

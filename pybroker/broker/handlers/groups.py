@@ -3,7 +3,7 @@
     FindCoordinator (10) v0-6   JoinGroup (11) v0-9     Heartbeat (12) v0-4
     LeaveGroup (13) v0-5        SyncGroup (14) v0-5     DescribeGroups (15) v0-5
     ListGroups (16) v0-5        OffsetCommit (8) v0-9   OffsetFetch (9) v0-9
-    DeleteGroups (42) v0-2      OffsetDelete (47) v0
+    DeleteGroups (42) v0-2      OffsetDelete (47) v0    TxnOffsetCommit (28) v0-4
 
 Each handler maps the decoded request dict onto one coordinator call and its result onto
 the response dict of the same version; the group semantics live in the coordinator
@@ -21,6 +21,8 @@ answered at once, so none holds the drain up.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
@@ -40,6 +42,7 @@ from pybroker.net.protocol.typed import (
     ListGroupsRequest,
     ListGroupsResponse,
     OffsetCommitRequest,
+    OffsetCommitRequestTopic,
     OffsetCommitResponse,
     OffsetDeleteRequest,
     OffsetDeleteResponse,
@@ -48,6 +51,9 @@ from pybroker.net.protocol.typed import (
     OffsetFetchRequestTopics,
     SyncGroupRequest,
     SyncGroupResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitRequestTopic,
+    TxnOffsetCommitResponse,
 )
 
 _GROUP_KEY = 0
@@ -160,48 +166,82 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
         request["group_id"], request.get("member_id") or "", request.get("group_instance_id"),
         request.get("generation_id_or_member_epoch", -1), commits,
         request.get("retention_time_ms", -1))
-    return {"throttle_time_ms": 0, "topics": [
-        {"name": t["name"], "partitions": [
-            {"partition_index": p["partition_index"],
-             "error_code": results[(t["name"], p["partition_index"])]}
-            for p in t["partitions"]]}
-        for t in topics]}
+    return {"throttle_time_ms": 0, "topics": _committed_topics(topics, results)}
+
+
+@handler(api_key=28, versions=(0, 4))
+async def txn_offset_commit(ctx: RequestContext,
+                            request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+    """Offsets committed in a producer's transaction: the group's once the transaction
+    commits (the coordinator keeps them pending until the producer's marker)."""
+    coordinator = ctx.broker.group_coordinator
+    topics = request["topics"]
+    commits = [OffsetCommit(t["name"], p["partition_index"], p["committed_offset"],
+                            p.get("committed_leader_epoch", -1), p["committed_metadata"])
+               for t in topics for p in t["partitions"]]
+    results = await coordinator.commit_transactional_offsets(
+        request["group_id"], request["producer_id"], request["producer_epoch"],
+        request.get("member_id", ""), request.get("group_instance_id"),
+        request.get("generation_id", -1), commits)
+    return {"throttle_time_ms": 0, "topics": _committed_topics(topics, results)}
+
+
+def _committed_topics(topics: list[OffsetCommitRequestTopic] | list[TxnOffsetCommitRequestTopic],
+                      results: dict[tuple[str, int], ErrorCode]) -> list[Any]:
+    """A commit's answer (OffsetCommit's, TxnOffsetCommit's: the same shape): each
+    partition of the request with its error code."""
+    return [{"name": t["name"], "partitions": [
+        {"partition_index": p["partition_index"],
+         "error_code": results[(t["name"], p["partition_index"])]}
+        for p in t["partitions"]]}
+        for t in topics]
 
 
 def _fetched_topics(
         coordinator: GroupCoordinator, group_id: str,
         topics: list[OffsetFetchRequestTopic] | list[OffsetFetchRequestTopics] | None,
+        require_stable: bool = False,
 ) -> list[dict]:
+    """The committed offsets asked for; with ``require_stable`` (KIP-447) a partition
+    whose transactional commit is pending gets UNSTABLE_OFFSET_COMMIT instead."""
     wanted = None if topics is None else \
         [(t["name"], p) for t in topics for p in t["partition_indexes"]]
     offsets = coordinator.fetch_offsets(group_id, wanted)
+    unstable = coordinator.unstable_offsets(group_id, list(offsets)) if require_stable \
+        else set()
     by_topic: dict[str, list[dict]] = {}
     for (topic, partition), o in offsets.items():
+        if (topic, partition) in unstable:
+            o, error = None, ErrorCode.UNSTABLE_OFFSET_COMMIT
+        else:
+            error = ErrorCode.NONE
         by_topic.setdefault(topic, []).append({
             "partition_index": partition,
             "committed_offset": o.offset if o else -1,
             "committed_leader_epoch": o.leader_epoch if o else -1,
             "metadata": o.metadata if o else "",
-            "error_code": ErrorCode.NONE})
+            "error_code": error})
     return [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
 
 
 @handler(api_key=9, versions=(0, 9))
 async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> dict:
     coordinator = ctx.broker.group_coordinator
+    require_stable = request.get("require_stable", False)
     if ctx.api_version >= 8:
         groups = []
         for g in request["groups"]:
             error = coordinator.coordinator_error(g["group_id"])
             groups.append({"group_id": g["group_id"], "error_code": error, "topics":
                            [] if error else _fetched_topics(coordinator, g["group_id"],
-                                                            g["topics"])})
+                                                            g["topics"], require_stable)})
         return {"throttle_time_ms": 0, "groups": groups}
     group_id = request["group_id"]
     error = coordinator.coordinator_error(group_id)
     if not error:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
-                "topics": _fetched_topics(coordinator, group_id, request["topics"])}
+                "topics": _fetched_topics(coordinator, group_id, request["topics"],
+                                          require_stable)}
     if ctx.api_version >= 2:
         return {"throttle_time_ms": 0, "error_code": error, "topics": []}
     # v0-v1 have no top-level error: each partition asked for carries it
