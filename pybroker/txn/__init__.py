@@ -6,5 +6,6 @@ topic's config and the partition of a transactional id. ``load``: the transactio
 partition rebuilt from its log when this broker becomes its leader. ``partitions``: which
 ``__transaction_state`` partitions this broker leads, loaded. ``coordinator``: the
 transaction coordinator the handlers talk to. ``markers``: how it writes a transaction's
-commit or abort markers to the transaction's partitions. ``config``: its settings.
+commit or abort markers to the transaction's partitions, here or through their leaders
+(and the WriteTxnMarkers handler, here). ``config``: its settings.
 """

@@ -1,17 +1,34 @@
-"""Transaction markers: the commit or abort control batch the transaction coordinator has
-written to each partition of a transaction once its outcome is decided (Kafka's
-``TransactionMarkerChannelManager`` and the partition side of ``WriteTxnMarkers``).
+"""Transaction markers: the one way a commit or abort marker reaches a partition.
 
-``MarkerWriter.write`` is the coordinator's one way to write them: a partition this
-broker leads gets the marker through ``Partition.append`` (the one append entry of a
-partition), answered once the ISR has it, as an acks=all produce.
+The transaction coordinator ends a transaction by writing a marker (a control batch:
+Kafka's ``EndTransactionMarker``, ``records.encode_control_batch``) to every partition
+the transaction wrote to, and retries each partition until it is written. Here:
+
+- ``append_markers(broker, marker, timeout_s)``: the partitions of a marker this broker
+  leads, each appended through ``Partition.append`` (the one append entry, whose producer
+  state refuses a marker of an older producer epoch, INVALID_PRODUCER_EPOCH, or of an
+  older transaction coordinator epoch, TRANSACTION_COORDINATOR_FENCED) and answered once
+  the high watermark has passed it (acks=all, with min.insync.replicas checked first).
+  A marker written to a ``__consumer_offsets`` partition then settles the producer's
+  pending transactional offset commits there (``GroupCoordinator.complete_transaction``).
+  The WriteTxnMarkers handler (api key 27) calls it for the markers it is sent.
+- ``MarkerWriter.write(marker)``: for the coordinator. Partitions led here go through
+  ``append_markers``; those led by other brokers (a cluster) get one WriteTxnMarkers
+  request per leader, over a connection per broker kept open (``PeerClient``); all of
+  them at once. Every partition gets an error code: NONE when written;
+  UNKNOWN_TOPIC_OR_PARTITION when its topic is gone (the coordinator takes that as
+  done, as Kafka drops such a partition); anything else is worth a retry
+  (NOT_LEADER_OR_FOLLOWER while no leader is known or leadership moved,
+  NETWORK_EXCEPTION or REQUEST_TIMED_OUT when a leader did not answer).
+
+Not thread-safe: the event loop thread only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from pybroker._native.records import (
@@ -20,57 +37,166 @@ from pybroker._native.records import (
     encode_control_batch,
     read_batch_header,
 )
-from pybroker.errors import ErrorCode, KafkaError
+from pybroker.coordinator.offset_store import OFFSETS_TOPIC
+from pybroker.errors import (
+    ErrorCode,
+    KafkaError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+)
+from pybroker.log.log import AppendInfo
+from pybroker.repl.peer import PeerClient
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
+    from pybroker.broker.partition import Partition
 
 log = logging.getLogger("pybroker.txn")
+
+WRITE_TXN_MARKERS = 27
+WRITE_TXN_MARKERS_VERSION = 1
+# Kafka appends markers with request.timeout.ms (30 s) as the wait for the ISR.
+MARKER_TIMEOUT_S = 30.0
 
 TopicPartition = tuple[str, int]
 
 # the coordinator's way to write a transaction's markers (``MarkerWriter.write``)
 MarkerWrite = Callable[["TxnMarker"], Awaitable[dict[TopicPartition, ErrorCode]]]
 
-MARKER_TIMEOUT_S = 30.0  # how long a marker waits for the ISR before the coordinator retries
-
 
 class TxnMarker(NamedTuple):
-    """The outcome of one producer's transaction, to be written to ``partitions``."""
+    """A transaction's end, to write to each of ``partitions``."""
 
     producer_id: int
     producer_epoch: int
-    commit: bool
+    commit: bool  # False: abort
     coordinator_epoch: int
     partitions: frozenset[TopicPartition]
 
 
-class MarkerWriter:
-    """Writes a transaction's markers to the partitions this broker leads."""
+async def append_markers(broker: Broker, marker: TxnMarker, timeout_s: float = MARKER_TIMEOUT_S
+                         ) -> dict[TopicPartition, ErrorCode]:
+    """Write ``marker`` to its partitions, which this broker should lead (module doc)."""
+    codes = await asyncio.gather(*(_append_marker(broker, marker, topic, index, timeout_s)
+                                   for topic, index in marker.partitions))
+    return dict(zip(marker.partitions, codes, strict=True))
 
-    def __init__(self, broker: Broker) -> None:
+
+async def _append_marker(broker: Broker, marker: TxnMarker, topic: str, index: int,
+                         timeout_s: float) -> ErrorCode:
+    try:
+        partition = _leader(broker, topic, index)
+        batch = bytearray(encode_control_batch(
+            marker.producer_id, marker.producer_epoch,
+            CONTROL_COMMIT if marker.commit else CONTROL_ABORT, marker.coordinator_epoch))
+        appended = partition.append(memoryview(batch), read_batch_header(batch))
+        if not isinstance(appended, AppendInfo):
+            appended = await appended
+    except KafkaError as exc:
+        return exc.code
+    code = ErrorCode(await partition.wait_for_high_watermark(appended.last_offset + 1,
+                                                             timeout_s))
+    if code == ErrorCode.NONE and topic == OFFSETS_TOPIC:
+        broker.group_coordinator.complete_transaction(index, marker.producer_id, marker.commit)
+    return code
+
+
+def _leader(broker: Broker, topic: str, index: int) -> Partition:
+    """The partition if this broker may write a marker to it now, or the KafkaError."""
+    try:
+        partition = broker.topics.partition(topic, index)
+    except UnknownTopicOrPartitionError:
+        if broker.metadata.partition_exists(topic, index):  # no replica here
+            raise NotLeaderOrFollowerError(f"{topic}-{index} is led elsewhere") from None
+        raise
+    if not partition.is_leader or partition.log is None:
+        raise NotLeaderOrFollowerError(f"This broker is not the leader of {topic}-{index}")
+    if len(partition.isr) < partition.config.min_insync_replicas:
+        raise NotEnoughReplicasError(
+            f"{topic}-{index}: the ISR of {len(partition.isr)} is below min.insync.replicas "
+            f"{partition.config.min_insync_replicas}")
+    return partition
+
+
+class MarkerWriter:
+    """Writes markers for the transaction coordinator, wherever their partitions are led
+    (module doc). ``close`` drops the connections to other brokers."""
+
+    def __init__(self, broker: Broker, timeout_s: float = MARKER_TIMEOUT_S) -> None:
         self._broker = broker
+        self._timeout_s = timeout_s
+        self._peers: dict[int, PeerClient] = {}
 
     async def write(self, marker: TxnMarker) -> dict[TopicPartition, ErrorCode]:
-        """The marker appended to each partition: NONE where the ISR has it, else the
-        reason (the coordinator retries those; UNKNOWN_TOPIC_OR_PARTITION: the topic is
-        gone, nothing to write)."""
-        return {tp: await self._write_local(marker, tp) for tp in sorted(marker.partitions)}
+        """Each partition's error code once its marker is replicated, or why not."""
+        metadata = self._broker.metadata
+        results: dict[TopicPartition, ErrorCode] = {}
+        local: set[TopicPartition] = set()
+        remote: dict[int, set[TopicPartition]] = {}
+        for tp in marker.partitions:
+            leader = metadata.leader_of(*tp)
+            if leader is None:
+                results[tp] = ErrorCode.NOT_LEADER_OR_FOLLOWER \
+                    if metadata.partition_exists(*tp) else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif leader.broker_id == self._broker.broker_id:
+                local.add(tp)
+            else:
+                self._peer(leader.broker_id, leader.host, leader.port)
+                remote.setdefault(leader.broker_id, set()).add(tp)
+        writes = [append_markers(self._broker, marker._replace(partitions=frozenset(local)),
+                                 self._timeout_s)] if local else []
+        writes.extend(self._send(leader_id, marker._replace(partitions=frozenset(tps)))
+                      for leader_id, tps in remote.items())
+        for written in await asyncio.gather(*writes):
+            results.update(written)
+        return results
 
-    async def _write_local(self, marker: TxnMarker, tp: TopicPartition) -> ErrorCode:
-        topic, index = tp
+    def _peer(self, broker_id: int, host: str, port: int) -> PeerClient:
+        peer = self._peers.get(broker_id)
+        if peer is None:
+            peer = self._peers[broker_id] = PeerClient(
+                host, port, f"pybroker-txn-markers-{self._broker.broker_id}")
+        else:
+            peer.move_to(host, port)
+        return peer
+
+    async def _send(self, leader_id: int, marker: TxnMarker) -> dict[TopicPartition, ErrorCode]:
+        """WriteTxnMarkers for ``marker`` to the broker leading its partitions."""
         try:
-            partition = self._broker.topics.led_partition(topic, index)
-            batch = bytearray(encode_control_batch(
-                marker.producer_id, marker.producer_epoch,
-                CONTROL_COMMIT if marker.commit else CONTROL_ABORT, marker.coordinator_epoch))
-            appended = partition.append(memoryview(batch), read_batch_header(batch))
-            if isinstance(appended, asyncio.Future):
-                appended = await appended
-            return ErrorCode(await partition.wait_for_high_watermark(
-                appended.last_offset + 1, MARKER_TIMEOUT_S))
-        except KafkaError as exc:
-            return ErrorCode(exc.code)
+            response, _ = await self._peers[leader_id].request(
+                WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request_body([marker]),
+                self._timeout_s + 5)
+        except TimeoutError:
+            return dict.fromkeys(marker.partitions, ErrorCode.REQUEST_TIMED_OUT)
+        except (OSError, EOFError, KafkaError) as exc:
+            log.warning("WriteTxnMarkers to broker %d failed: %s", leader_id, exc)
+            self._peers[leader_id].close()
+            return dict.fromkeys(marker.partitions, ErrorCode.NETWORK_EXCEPTION)
+        answered = {(t["name"], p["partition_index"]): ErrorCode(p["error_code"])
+                    for m in response["markers"] for t in m["topics"]
+                    for p in t["partitions"]}
+        # a partition the answer does not name was not written
+        return {tp: answered.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR) for tp in marker.partitions}
 
     async def close(self) -> None:
-        pass
+        peers, self._peers = self._peers, {}
+        for peer in peers.values():
+            peer.close()
+
+
+def request_body(markers: Iterable[TxnMarker]) -> dict:
+    """A WriteTxnMarkers request's body (v0-1) naming ``markers``."""
+    return {"markers": [{
+        "producer_id": m.producer_id, "producer_epoch": m.producer_epoch,
+        "transaction_result": m.commit, "coordinator_epoch": m.coordinator_epoch,
+        "topics": [{"name": topic, "partition_indexes": indexes}
+                   for topic, indexes in _by_topic(m.partitions).items()]}
+        for m in markers]}
+
+
+def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, index in sorted(partitions):
+        by_topic.setdefault(topic, []).append(index)
+    return by_topic

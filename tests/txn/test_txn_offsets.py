@@ -1,0 +1,174 @@
+"""Offsets committed in a transaction (TxnOffsetCommit, api key 28) over real sockets:
+pending until the producer's marker reaches the group's ``__consumer_offsets``
+partition (WriteTxnMarkers), the group's offsets if it commits, dropped if it aborts;
+OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT meanwhile (KIP-447). A
+broker killed with SIGKILL rebuilds the same from its log: committed, aborted and still
+pending transactions, and a plain commit that overtook a pending one."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+
+from pybroker.coordinator.offset_store import OFFSETS_TOPIC, partition_for
+from pybroker.coordinator.txn_offsets import PendingOffsets
+from pybroker.errors import ErrorCode
+from pybroker.net.protocol import codec
+from tests.broker.wire_client import WireClient
+from tests.txn.test_markers import new_topic, producer_id, write_markers
+
+OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, SYNC_GROUP, TXN_OFFSET_COMMIT = 8, 9, 11, 14, 28
+OFFSETS_PARTITIONS = 3
+
+
+def txn_commit(client: WireClient, group: str, pid: int, topic: str,
+               offsets: dict[int, int], epoch: int = 0, version: int = 3,
+               **member: object) -> dict[int, int]:
+    """TxnOffsetCommit of ``{partition: offset}``: each partition's error code."""
+    body = codec.with_defaults(TXN_OFFSET_COMMIT, version, {
+        "transactional_id": "t-" + group, "group_id": group, "producer_id": pid,
+        "producer_epoch": epoch, **member, "topics": [{"name": topic, "partitions": [
+            {"partition_index": p, "committed_offset": o, "committed_metadata": "m"}
+            for p, o in offsets.items()]}]})
+    response = client.request(TXN_OFFSET_COMMIT, version, body)
+    return {p["partition_index"]: p["error_code"]
+            for t in response["topics"] for p in t["partitions"]}
+
+
+def fetch(client: WireClient, group: str, topic: str, partitions: list[int],
+          require_stable: bool = False) -> dict[int, tuple[int, int]]:
+    """OffsetFetch v7: ``{partition: (committed offset, error code)}``."""
+    response = client.request(OFFSET_FETCH, 7, {
+        "group_id": group, "topics": [{"name": topic, "partition_indexes": partitions}],
+        "require_stable": require_stable})
+    assert response["error_code"] == 0
+    return {p["partition_index"]: (p["committed_offset"], p["error_code"])
+            for t in response["topics"] for p in t["partitions"]}
+
+
+def end_txn(client: WireClient, group: str, pid: int, commit: bool, epoch: int = 0) -> None:
+    """The transaction coordinator's marker to the group's offsets partition."""
+    index = partition_for(group, OFFSETS_PARTITIONS)
+    assert write_markers(client, (pid, epoch, commit, 0, OFFSETS_TOPIC, [index])) == [
+        {(OFFSETS_TOPIC, index): ErrorCode.NONE}]
+
+
+def test_transactional_offsets_are_the_groups_once_committed_and_after_a_crash(
+        broker_factory):
+    broker = broker_factory(offsets_topic_num_partitions=OFFSETS_PARTITIONS)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    unstable = ErrorCode.UNSTABLE_OFFSET_COMMIT
+    with WireClient(broker.bootstrap) as client:
+        topic = new_topic(client, partitions=3)
+        pid = producer_id(client)
+        assert txn_commit(client, group, pid, topic, {0: 42}) == {0: 0}
+        assert fetch(client, group, topic, [0], require_stable=True) == {0: (-1, unstable)}
+        assert fetch(client, group, topic, [0]) == {0: (-1, 0)}  # nothing committed yet
+        end_txn(client, group, pid, commit=True)
+        assert fetch(client, group, topic, [0], require_stable=True) == {0: (42, 0)}
+
+        assert txn_commit(client, group, pid, topic, {0: 50}) == {0: 0}
+        end_txn(client, group, pid, commit=False)
+        assert fetch(client, group, topic, [0], require_stable=True) == {0: (42, 0)}
+
+        # Still open at the crash: 77 for partition 0, and 5 for partition 1, which a plain
+        # commit written after it overtakes (the later record wins when both commit).
+        assert txn_commit(client, group, pid, topic, {0: 77, 1: 5}) == {0: 0, 1: 0}
+        response = client.request(OFFSET_COMMIT, 8, codec.with_defaults(OFFSET_COMMIT, 8, {
+            "group_id": group, "topics": [{"name": topic, "partitions": [
+                {"partition_index": 1, "committed_offset": 9}]}]}))
+        assert response["topics"][0]["partitions"][0]["error_code"] == 0
+        before = fetch(client, group, topic, [0, 1], require_stable=True)
+        assert before == {0: (-1, unstable), 1: (-1, unstable)}
+        assert fetch(client, group, topic, [0, 1]) == {0: (42, 0), 1: (9, 0)}
+    broker.restart(signal.SIGKILL)
+    with WireClient(broker.bootstrap) as client:
+        assert fetch(client, group, topic, [0, 1], require_stable=True) == before
+        assert fetch(client, group, topic, [0, 1]) == {0: (42, 0), 1: (9, 0)}
+        end_txn(client, group, pid, commit=True)
+        assert fetch(client, group, topic, [0, 1], require_stable=True) == \
+            {0: (77, 0), 1: (9, 0)}
+    broker.restart(signal.SIGKILL)
+    with WireClient(broker.bootstrap) as client:
+        assert fetch(client, group, topic, [0, 1, 2], require_stable=True) == \
+            {0: (77, 0), 1: (9, 0), 2: (-1, 0)}
+
+
+def test_a_fenced_producer_cannot_commit_offsets(module_broker):
+    """Once the coordinator's marker moved the producer to a newer epoch on the offsets
+    partition, a commit of the old epoch is INVALID_PRODUCER_EPOCH (Kafka's append check
+    on ``__consumer_offsets``)."""
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with WireClient(module_broker.bootstrap) as client:
+        topic = new_topic(client)
+        pid = producer_id(client)
+        assert txn_commit(client, group, pid, topic, {0: 3}) == {0: 0}
+        index = partition_for(group, 50)
+        assert write_markers(client, (pid, 1, False, 0, OFFSETS_TOPIC, [index])) == [
+            {(OFFSETS_TOPIC, index): ErrorCode.NONE}]
+        assert txn_commit(client, group, pid, topic, {0: 4}, epoch=0) == \
+            {0: ErrorCode.INVALID_PRODUCER_EPOCH}
+        assert txn_commit(client, group, pid, topic, {0: 4}, epoch=1) == {0: 0}
+        assert txn_commit(client, group, pid, "no-such-topic", {0: 4}, epoch=1) == \
+            {0: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+        assert txn_commit(client, "", pid, topic, {0: 4}, epoch=1) == \
+            {0: ErrorCode.INVALID_GROUP_ID}
+
+
+def test_member_checks_of_version_3(module_broker):
+    """Kafka's checks where a group has members: a commit naming a member must name one
+    of the group (UNKNOWN_MEMBER_ID), in its generation (ILLEGAL_GENERATION); a static
+    member's instance id must be its own (FENCED_INSTANCE_ID). A commit naming no member
+    (versions 0-2 cannot) is accepted, unlike a plain OffsetCommit."""
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with WireClient(module_broker.bootstrap) as client:
+        topic = new_topic(client)
+        pid = producer_id(client)
+        join = codec.with_defaults(JOIN_GROUP, 5, {
+            "group_id": group, "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000,
+            "member_id": "", "group_instance_id": "instance-1", "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}]})
+        joined = client.request(JOIN_GROUP, 5, join)
+        assert joined["error_code"] == 0
+        member, generation = joined["member_id"], joined["generation_id"]
+        synced = client.request(SYNC_GROUP, 3, {
+            "group_id": group, "generation_id": generation, "member_id": member,
+            "group_instance_id": "instance-1", "assignments": [
+                {"member_id": member, "assignment": b""}]})
+        assert synced["error_code"] == 0
+        assert txn_commit(client, group, pid, topic, {0: 1}, member_id="someone",
+                          generation_id=generation) == {0: ErrorCode.UNKNOWN_MEMBER_ID}
+        assert txn_commit(client, group, pid, topic, {0: 1}, member_id=member,
+                          generation_id=generation + 1) == {0: ErrorCode.ILLEGAL_GENERATION}
+        assert txn_commit(client, group, pid, topic, {0: 1}, member_id="other",
+                          group_instance_id="instance-1", generation_id=generation) == \
+            {0: ErrorCode.FENCED_INSTANCE_ID}
+        assert txn_commit(client, group, pid, topic, {0: 1}, member_id=member,
+                          group_instance_id="instance-1", generation_id=generation) == {0: 0}
+        assert txn_commit(client, group, pid, topic, {0: 2}, version=2) == {0: 0}
+        plain = client.request(OFFSET_COMMIT, 2, codec.with_defaults(OFFSET_COMMIT, 2, {
+            "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+            "topics": [{"name": topic, "partitions": [
+                {"partition_index": 0, "committed_offset": 2}]}]}))
+        assert plain["topics"][0]["partitions"][0]["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_the_latest_committed_write_of_a_key_wins_in_log_order():
+    """Kafka's rule when transactional and plain commits of a key mix: a pending write
+    is applied at its commit marker only if no write of the key committed later in the
+    log overtook it; it counts as pending until its marker all the same."""
+    pending: PendingOffsets[str, str] = PendingOffsets()
+    pending.write(1, "k", "a@5", 5)
+    pending.write(2, "k", "b@7", 7)
+    assert pending.end(2, commit=True) == [("k", "b@7")]
+    assert pending.end(1, commit=True) == []  # b@7 is later in the log
+    pending.write(3, "k", "c@8", 8)
+    pending.committed("k", 10)  # a plain commit after it
+    assert pending.is_pending("k")
+    assert pending.end(3, commit=True) == [] and not pending.is_pending("k")
+    pending.committed("k", 11)  # nothing pending: nothing to remember
+    pending.write(4, "k", "d@12", 12)
+    pending.write(4, "j", "d@13", 13)
+    assert pending.end(4, commit=False) == [] and not pending
+    pending.write(5, "k", "e@14", 14)
+    assert pending.end(5, commit=True) == [("k", "e@14")]
