@@ -3,18 +3,22 @@ pending until the producer's marker reaches the group's ``__consumer_offsets``
 partition (WriteTxnMarkers), the group's offsets if it commits, dropped if it aborts;
 OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT meanwhile (KIP-447). A
 broker killed with SIGKILL rebuilds the same from its log: committed, aborted and still
-pending transactions, and a plain commit that overtook a pending one."""
+pending transactions, and a plain commit that overtook a pending one. confluent-kafka's
+consume-transform-produce loop commits its offsets with its transaction only."""
 
 from __future__ import annotations
 
 import signal
 import uuid
 
+from confluent_kafka import Consumer, Producer, TopicPartition
+
 from pybroker.coordinator.offset_store import OFFSETS_TOPIC, partition_for
 from pybroker.coordinator.txn_offsets import PendingOffsets
 from pybroker.errors import ErrorCode
 from pybroker.net.protocol import codec
 from tests.broker.wire_client import WireClient
+from tests.txn.test_coordinator_clients import WAIT_S, consume_values
 from tests.txn.test_markers import new_topic, producer_id, write_markers
 
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, SYNC_GROUP, TXN_OFFSET_COMMIT = 8, 9, 11, 14, 28
@@ -172,3 +176,57 @@ def test_the_latest_committed_write_of_a_key_wins_in_log_order():
     assert pending.end(4, commit=False) == [] and not pending
     pending.write(5, "k", "e@14", 14)
     assert pending.end(5, commit=True) == [("k", "e@14")]
+
+
+def test_consume_transform_produce_commits_offsets_only_with_the_transaction(broker_factory):
+    """confluent-kafka's exactly-once loop: a group member reads, a transactional producer
+    writes the results and ``send_offsets_to_transaction`` (AddOffsetsToTxn, then
+    TxnOffsetCommit with the member's id and generation, KIP-447). An aborted round leaves
+    the group's committed offset where the last committed round put it, for the consumer
+    and after a SIGKILL."""
+    broker = broker_factory(offsets_topic_num_partitions=OFFSETS_PARTITIONS)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with WireClient(broker.bootstrap) as client:
+        source, sink = new_topic(client), new_topic(client)
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(6):
+        plain.produce(source, b"in-%d" % i, partition=0)
+    assert plain.flush(WAIT_S) == 0
+    producer = Producer({"bootstrap.servers": broker.bootstrap,
+                         "transactional.id": f"t-{group}"})
+    producer.init_transactions(WAIT_S)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    consumer.subscribe([source])
+
+    def transform(count: int, commit: bool) -> None:
+        producer.begin_transaction()
+        got = 0
+        while got < count:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                producer.produce(sink, message.value().replace(b"in", b"out"), partition=0)
+                got += 1
+        producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                             consumer.consumer_group_metadata(), WAIT_S)
+        if commit:
+            producer.commit_transaction(WAIT_S)
+        else:
+            producer.abort_transaction(WAIT_S)
+
+    def committed() -> int:
+        return consumer.committed([TopicPartition(source, 0)], WAIT_S)[0].offset
+
+    try:
+        transform(3, commit=True)
+        assert committed() == 3
+        transform(3, commit=False)
+        assert committed() == 3
+    finally:
+        consumer.close()
+    assert consume_values(broker.bootstrap, sink, "read_committed", 3) == \
+        [b"out-0", b"out-1", b"out-2"]
+    broker.restart(signal.SIGKILL)
+    with WireClient(broker.bootstrap) as client:
+        assert fetch(client, group, source, [0], require_stable=True) == {0: (3, 0)}
