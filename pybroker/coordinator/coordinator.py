@@ -278,6 +278,11 @@ class GroupCoordinator:
         self.offsets.complete_transaction(offsets_partition, producer_id, commit,
                                           self.now_ms())
 
+    def offsets_partition_error(self, offsets_partition: int) -> ErrorCode:
+        """``coordinator_error`` for the groups of an offsets partition: NONE when they are
+        coordinated here now (a marker may be written there)."""
+        return self.partitions.coordinator_error_of(offsets_partition)
+
     def unstable_offsets(self, group_id: str, partitions: list[tuple[str, int]]
                          ) -> set[tuple[str, int]]:
         """Which ``partitions`` of the group have a transactional commit pending (KIP-447:

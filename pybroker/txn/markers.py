@@ -10,7 +10,9 @@ the transaction wrote to, and retries each partition until it is written. Here:
   older transaction coordinator epoch, TRANSACTION_COORDINATOR_FENCED) and answered once
   the high watermark has passed it (acks=all, with min.insync.replicas checked first).
   A marker written to a ``__consumer_offsets`` partition then settles the producer's
-  pending transactional offset commits there (``GroupCoordinator.complete_transaction``).
+  pending transactional offset commits there (``GroupCoordinator.complete_transaction``);
+  none is written while that partition's groups load (NOT_LEADER_OR_FOLLOWER, as Kafka
+  answers then: the coordinator retries).
   The WriteTxnMarkers handler (api key 27) calls it for the markers it is sent.
 - ``MarkerWriter.write(marker)``: for the coordinator. Partitions led here go through
   ``append_markers``; those led by other brokers (a cluster) get one WriteTxnMarkers
@@ -87,6 +89,11 @@ async def _append_marker(broker: Broker, marker: TxnMarker, topic: str, index: i
                          timeout_s: float) -> ErrorCode:
     try:
         partition = _leader(broker, topic, index)
+        if topic == OFFSETS_TOPIC and \
+                broker.group_coordinator.offsets_partition_error(index) != ErrorCode.NONE:
+            # Its groups are loading (or leaving): a marker now would not reach the pending
+            # offsets the load is rebuilding. Kafka tells the coordinator to retry thus.
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         batch = bytearray(encode_control_batch(
             marker.producer_id, marker.producer_epoch,
             CONTROL_COMMIT if marker.commit else CONTROL_ABORT, marker.coordinator_epoch))

@@ -9,6 +9,7 @@ consume-transform-produce loop commits its offsets with its transaction only."""
 from __future__ import annotations
 
 import signal
+import time
 import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -41,10 +42,17 @@ def txn_commit(client: WireClient, group: str, pid: int, topic: str,
 
 def fetch(client: WireClient, group: str, topic: str, partitions: list[int],
           require_stable: bool = False) -> dict[int, tuple[int, int]]:
-    """OffsetFetch v7: ``{partition: (committed offset, error code)}``."""
-    response = client.request(OFFSET_FETCH, 7, {
-        "group_id": group, "topics": [{"name": topic, "partition_indexes": partitions}],
-        "require_stable": require_stable})
+    """OffsetFetch v7: ``{partition: (committed offset, error code)}``, once the group's
+    offsets partition has loaded (after a restart)."""
+    deadline = time.monotonic() + 30
+    while True:
+        response = client.request(OFFSET_FETCH, 7, {
+            "group_id": group, "topics": [{"name": topic, "partition_indexes": partitions}],
+            "require_stable": require_stable})
+        if response["error_code"] != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or \
+                time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert response["error_code"] == 0
     return {p["partition_index"]: (p["committed_offset"], p["error_code"])
             for t in response["topics"] for p in t["partitions"]}
