@@ -1,5 +1,7 @@
 """A connection from this broker to another, over the Kafka protocol: what the replica
-fetcher (fetcher.py) and the transaction marker writer (pybroker/txn/markers.py) use.
+fetcher (fetcher.py), the transaction marker writer (pybroker/txn/markers.py) and the
+produce path's KIP-890 question (pybroker/txn/verification.py) use; ``Peers`` keeps one
+per peer broker for the latter two.
 
 ``PeerClient`` is one broker's address, client id and connection: ``request(api_key,
 version, body, timeout_s)`` encodes a request with the codec, sends it, and decodes the
@@ -107,12 +109,16 @@ class PeerConnection(asyncio.BufferedProtocol):
         try:
             assert self.transport is not None
             self.transport.write(data)
-            # asyncio.timeout, not wait_for: before Python 3.12, wait_for returns the result
+            # asyncio.wait, not wait_for: before Python 3.12, wait_for returns the result
             # when the task is cancelled in the loop iteration that the answer arrives in
             # (CPython gh-86296), so a stop() landing on a busy follower's answer was lost,
-            # the fetcher ran on and stop() awaited it forever.
-            async with asyncio.timeout(timeout_s):
-                return await waiter
+            # the fetcher ran on and stop() awaited it forever. Nor asyncio.timeout, which
+            # needs a task: a handler's first step may run outside one (the produce path
+            # asks a transaction coordinator from there).
+            await asyncio.wait((waiter,), timeout=timeout_s)
+            if not waiter.done():
+                raise TimeoutError(f"no answer in {timeout_s} s")
+            return waiter.result()
         except BaseException:
             self._waiter = None
             self.close()
@@ -160,8 +166,16 @@ class PeerClient:
     async def _connect(self) -> PeerConnection:
         self.close()
         loop = asyncio.get_running_loop()
-        async with asyncio.timeout(REQUEST_TIMEOUT_S):
-            _, conn = await loop.create_connection(PeerConnection, self.host, self.port)
+        connecting = loop.create_task(loop.create_connection(PeerConnection, self.host,
+                                                             self.port))
+        try:
+            await asyncio.wait((connecting,), timeout=REQUEST_TIMEOUT_S)  # (as in request)
+            if not connecting.done():
+                raise TimeoutError(f"{self!r}: no connection in {REQUEST_TIMEOUT_S} s")
+        except BaseException:
+            _abandon(connecting)
+            raise
+        _, conn = connecting.result()
         self._conn = conn
         self.connects += 1
         log.info("%r: connected", self)
@@ -177,6 +191,38 @@ class PeerClient:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+class Peers:
+    """A ``PeerClient`` per peer broker, made on first use and kept open: the broker's own
+    requests to the others (transaction markers, KIP-890's question to a transaction
+    coordinator) go through them."""
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self._clients: dict[int, PeerClient] = {}
+
+    def client(self, broker_id: int, host: str, port: int) -> PeerClient:
+        """The client of broker ``broker_id``, now at ``host:port``."""
+        client = self._clients.get(broker_id)
+        if client is None:
+            client = self._clients[broker_id] = PeerClient(host, port, self.client_id)
+        else:
+            client.move_to(host, port)
+        return client
+
+    def close(self) -> None:
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            client.close()
+
+
+def _abandon(connecting: asyncio.Task[tuple[asyncio.BaseTransport, PeerConnection]]) -> None:
+    """A connection attempt nobody waits for any more: stopped, or closed if it was made."""
+    if not connecting.done():
+        connecting.cancel()
+    elif not connecting.cancelled() and connecting.exception() is None:
+        connecting.result()[0].close()
 
 
 def recycle(frame: Frame) -> None:
