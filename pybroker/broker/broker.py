@@ -76,7 +76,7 @@ from pybroker.net.server import Server
 from pybroker.txn.config import TxnConfig
 from pybroker.txn.coordinator import TxnCoordinator
 from pybroker.txn.markers import MarkerWriter
-from pybroker.txn.verification import PartitionVerifier
+from pybroker.txn.verification import PartitionVerifier, ask_over
 
 log = logging.getLogger("pybroker.broker")
 
@@ -169,7 +169,7 @@ class Broker:
         txn_config = self.txn_coordinator.config
         self.txn_verifier = PartitionVerifier(
             self.broker_id, self.txn_coordinator, self.metadata.coordinator_for_transaction,
-            None, txn_config.partition_verification)
+            ask_over(self.markers.peers), txn_config.partition_verification)
         self._coordinator_started = True
         await self.group_coordinator.start()
         await self.txn_coordinator.start()

@@ -48,11 +48,12 @@ from pybroker.errors import (
     UnknownTopicOrPartitionError,
 )
 from pybroker.log.log import AppendInfo
-from pybroker.repl.peer import PeerClient
+from pybroker.repl.peer import Peers
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
     from pybroker.broker.partition import Partition
+    from pybroker.metadata import Endpoint
 
 log = logging.getLogger("pybroker.txn")
 
@@ -128,19 +129,20 @@ def _leader(broker: Broker, topic: str, index: int) -> Partition:
 
 class MarkerWriter:
     """Writes markers for the transaction coordinator, wherever their partitions are led
-    (module doc). ``close`` drops the connections to other brokers."""
+    (module doc). ``peers``: its connections to the other brokers (the broker's other
+    requests to them may share them); ``close`` closes them."""
 
     def __init__(self, broker: Broker, timeout_s: float = MARKER_TIMEOUT_S) -> None:
         self._broker = broker
         self._timeout_s = timeout_s
-        self._peers: dict[int, PeerClient] = {}
+        self.peers = Peers(f"pybroker-broker-{broker.broker_id}")
 
     async def write(self, marker: TxnMarker) -> dict[TopicPartition, ErrorCode]:
         """Each partition's error code once its marker is replicated, or why not."""
         metadata = self._broker.metadata
         results: dict[TopicPartition, ErrorCode] = {}
         local: set[TopicPartition] = set()
-        remote: dict[int, set[TopicPartition]] = {}
+        remote: dict[Endpoint, set[TopicPartition]] = {}
         for tp in marker.partitions:
             leader = metadata.leader_of(*tp)
             if leader is None:
@@ -149,36 +151,26 @@ class MarkerWriter:
             elif leader.broker_id == self._broker.broker_id:
                 local.add(tp)
             else:
-                self._peer(leader.broker_id, leader.host, leader.port)
-                remote.setdefault(leader.broker_id, set()).add(tp)
+                remote.setdefault(leader, set()).add(tp)
         writes = [append_markers(self._broker, marker._replace(partitions=frozenset(local)),
                                  self._timeout_s)] if local else []
-        writes.extend(self._send(leader_id, marker._replace(partitions=frozenset(tps)))
-                      for leader_id, tps in remote.items())
+        writes.extend(self._send(leader, marker._replace(partitions=frozenset(tps)))
+                      for leader, tps in remote.items())
         for written in await asyncio.gather(*writes):
             results.update(written)
         return results
 
-    def _peer(self, broker_id: int, host: str, port: int) -> PeerClient:
-        peer = self._peers.get(broker_id)
-        if peer is None:
-            peer = self._peers[broker_id] = PeerClient(
-                host, port, f"pybroker-txn-markers-{self._broker.broker_id}")
-        else:
-            peer.move_to(host, port)
-        return peer
-
-    async def _send(self, leader_id: int, marker: TxnMarker) -> dict[TopicPartition, ErrorCode]:
+    async def _send(self, leader: Endpoint, marker: TxnMarker
+                    ) -> dict[TopicPartition, ErrorCode]:
         """WriteTxnMarkers for ``marker`` to the broker leading its partitions."""
         try:
-            response, _ = await self._peers[leader_id].request(
+            response, _ = await self.peers.client(*leader).request(
                 WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request_body([marker]),
                 self._timeout_s + 5)
         except TimeoutError:
             return dict.fromkeys(marker.partitions, ErrorCode.REQUEST_TIMED_OUT)
         except (OSError, EOFError, KafkaError) as exc:
-            log.warning("WriteTxnMarkers to broker %d failed: %s", leader_id, exc)
-            self._peers[leader_id].close()
+            log.warning("WriteTxnMarkers to broker %d failed: %s", leader.broker_id, exc)
             return dict.fromkeys(marker.partitions, ErrorCode.NETWORK_EXCEPTION)
         answered = {(t["name"], p["partition_index"]): ErrorCode(p["error_code"])
                     for m in response["markers"] for t in m["topics"]
@@ -187,9 +179,7 @@ class MarkerWriter:
         return {tp: answered.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR) for tp in marker.partitions}
 
     async def close(self) -> None:
-        peers, self._peers = self._peers, {}
-        for peer in peers.values():
-            peer.close()
+        self.peers.close()
 
 
 def request_body(markers: Iterable[TxnMarker]) -> dict:

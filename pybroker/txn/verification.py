@@ -12,7 +12,10 @@ closes. As Kafka, coordinator errors a client could not act on become
 NOT_ENOUGH_REPLICAS, which producers retry; a fenced producer (an older epoch than the
 coordinator's) gets INVALID_PRODUCER_EPOCH, the error producers expect here (Kafka's
 AddPartitionsToTxnManager maps PRODUCER_FENCED to it), and a partition not in the
-transaction INVALID_TXN_STATE (Kafka's answer to transaction version 1 clients). ``transaction.partition.verification.enable=false`` turns the check off.
+transaction INVALID_TXN_STATE (Kafka's answer to transaction version 1 clients).
+``transaction.partition.verification.enable=false`` turns the check off. A coordinator
+on another broker is asked over the broker's connection to it (``ask_over``, the
+``Peers`` the marker writer keeps).
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from pybroker.errors import ErrorCode
+from pybroker.errors import ErrorCode, KafkaError
 from pybroker.txn.markers import TopicPartition
 
 if TYPE_CHECKING:
     from pybroker.metadata import Endpoint
+    from pybroker.repl.peer import Peers
     from pybroker.txn.coordinator import TxnCoordinator
 
 # coordinator answers a producer retries: it is told NOT_ENOUGH_REPLICAS (Kafka's mapping)
@@ -35,6 +39,41 @@ _RETRIABLE = frozenset((ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVA
 # ``ask_remote(coordinator, transactional_id, producer_id, producer_epoch, partition)``:
 # AddPartitionsToTxn v4 verify_only to another broker, its answer for the partition
 RemoteVerify = Callable[["Endpoint", str, int, int, TopicPartition], Awaitable[ErrorCode]]
+
+
+ADD_PARTITIONS_TO_TXN, VERIFY_VERSION = 24, 4  # the batched version, with verify_only
+VERIFY_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms for its inter-broker requests
+
+
+def ask_over(peers: Peers) -> RemoteVerify:
+    """``ask_remote`` over the broker's connections to the others: AddPartitionsToTxn v4
+    with ``verify_only`` to the coordinator, its answer for the partition (a connection
+    that fails is COORDINATOR_NOT_AVAILABLE, which the producer retries)."""
+
+    async def ask(coordinator: Endpoint, transactional_id: str, producer_id: int,
+                  producer_epoch: int, partition: TopicPartition) -> ErrorCode:
+        topic, index = partition
+        body = {"transactions": [{
+            "transactional_id": transactional_id, "producer_id": producer_id,
+            "producer_epoch": producer_epoch, "verify_only": True,
+            "topics": [{"name": topic, "partitions": [index]}]}]}
+        try:
+            response, _ = await peers.client(*coordinator).request(
+                ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, body, VERIFY_TIMEOUT_S)
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT
+        except (OSError, EOFError, KafkaError):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if response["error_code"]:
+            return ErrorCode(response["error_code"])
+        for result in response["results_by_transaction"]:
+            for t in result["topic_results"]:
+                for p in t["results_by_partition"]:
+                    if (t["name"], p["partition_index"]) == partition:
+                        return ErrorCode(p["partition_error_code"])
+        return ErrorCode.UNKNOWN_SERVER_ERROR  # an answer that does not name it
+
+    return ask
 
 
 class PartitionVerifier:
