@@ -8,6 +8,7 @@ consume-transform-produce loop commits its offsets with its transaction only."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 import uuid
@@ -17,6 +18,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from pybroker.coordinator.offset_store import OFFSETS_TOPIC, partition_for
 from pybroker.coordinator.txn_offsets import PendingOffsets
 from pybroker.errors import ErrorCode
+from pybroker.log.checkpoints import read_offsets
+from pybroker.log.log_cleaner import CHECKPOINT_FILE
 from pybroker.net.protocol import codec
 from tests.broker.wire_client import WireClient
 from tests.txn.test_coordinator_clients import WAIT_S, consume_values
@@ -238,3 +241,39 @@ def test_consume_transform_produce_commits_offsets_only_with_the_transaction(bro
     broker.restart(signal.SIGKILL)
     with WireClient(broker.bootstrap) as client:
         assert fetch(client, group, source, [0], require_stable=True) == {0: (3, 0)}
+
+
+def test_an_aborted_commit_does_not_cost_the_committed_offset_once_compacted(broker_factory):
+    """The log cleaner compacts ``__consumer_offsets``: an aborted transactional commit
+    of a key written after its committed one must not make the cleaner drop the latter,
+    or the next load would find no offset for the group."""
+    broker = broker_factory(offsets_topic_num_partitions=1, offsets_topic_segment_bytes=4096,
+                            log_cleaner_backoff_ms=100)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with WireClient(broker.bootstrap) as client:
+        topic = new_topic(client, partitions=4)
+        pid = producer_id(client)
+        assert txn_commit(client, group, pid, topic, {0: 42}) == {0: 0}
+        assert write_markers(client, (pid, 0, True, 0, OFFSETS_TOPIC, [0])) == [
+            {(OFFSETS_TOPIC, 0): ErrorCode.NONE}]
+        assert txn_commit(client, group, pid, topic, {0: 50}) == {0: 0}
+        assert write_markers(client, (pid, 0, False, 0, OFFSETS_TOPIC, [0])) == [
+            {(OFFSETS_TOPIC, 0): ErrorCode.NONE}]
+        listed = client.request(2, 5, {"replica_id": -1, "isolation_level": 0, "topics": [{
+            "name": OFFSETS_TOPIC, "partitions": [{"partition_index": 0, "timestamp": -1,
+                                                   "current_leader_epoch": -1}]}]})
+        past_abort = listed["topics"][0]["partitions"][0]["offset"]
+        for i in range(300):  # another group's commits: segments for the cleaner
+            body = codec.with_defaults(OFFSET_COMMIT, 8, {"group_id": "filler", "topics": [{
+                "name": topic, "partitions": [{"partition_index": p, "committed_offset": i}
+                                              for p in range(4)]}]})
+            assert client.request(OFFSET_COMMIT, 8, body)["topics"][0]["partitions"][0][
+                "error_code"] == 0
+    checkpoint = os.path.join(broker.data_dir, CHECKPOINT_FILE)
+    deadline = time.monotonic() + 30
+    while read_offsets(checkpoint).get((OFFSETS_TOPIC, 0), -1) <= past_abort:
+        assert time.monotonic() < deadline, "the cleaner did not clean past the abort"
+        time.sleep(0.1)
+    broker.restart(signal.SIGKILL)
+    with WireClient(broker.bootstrap) as client:
+        assert fetch(client, group, topic, [0], require_stable=True) == {0: (42, 0)}
