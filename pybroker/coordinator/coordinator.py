@@ -144,7 +144,7 @@ class GroupCoordinator:
     def lead_every_partition(self) -> None:
         """Where leadership never moves (one node): every group is coordinated here, the
         existing offsets partitions load in slices from now on."""
-        self.partitions.lead_every_partition()
+        self.partitions.lead_every_partition(self._store.led_partitions())
 
     def follow_leadership(self, subscribe: Callable[[Callable[[Partition, bool], None]], None]
                           ) -> None:
