@@ -288,10 +288,16 @@ class CommittedOffsets:
         return expired_total
 
     def topics_deleted(self, names: set[str], now: int) -> int:
-        """Drop every group's offsets of the topics ``names`` (deleted); how many."""
+        """Drop every group's offsets of the topics ``names`` (deleted), pending
+        transactional ones included (their tombstones overtake them); how many."""
         removed = 0
         for group in list(self.groups.values()):
             gone = [tp for tp in group.offsets if tp[0] in names]
+            transactional = self.pending.get(self._store.partition_for(group.group_id))
+            if transactional:
+                gone += [(key.topic, key.partition) for key in transactional.keys()
+                         if key.group == group.group_id and key.topic in names
+                         and (key.topic, key.partition) not in group.offsets]
             if not gone or group.is_in(GroupState.DEAD):
                 continue
             try:
@@ -312,7 +318,7 @@ class CommittedOffsets:
             group.group_id, [(records.offset_key(group.group_id, t, p), None)
                              for t, p in partitions], now)
         for tp in partitions:
-            del group.offsets[tp]
+            group.offsets.pop(tp, None)  # (only pending, for a deleted topic's)
         self._overtake(group.group_id, partitions, written)
 
     def remove_group(self, group: Group, now: int) -> None:

@@ -277,3 +277,21 @@ def test_an_aborted_commit_does_not_cost_the_committed_offset_once_compacted(bro
     broker.restart(signal.SIGKILL)
     with WireClient(broker.bootstrap) as client:
         assert fetch(client, group, topic, [0], require_stable=True) == {0: (42, 0)}
+
+
+def test_pending_offsets_of_a_deleted_topic_do_not_come_back_with_the_commit(
+        broker_factory):
+    """Kafka drops a deleted topic's pending transactional offsets with its committed
+    ones: the transaction committing later must not bring them back."""
+    from confluent_kafka.admin import AdminClient
+
+    broker = broker_factory(offsets_topic_num_partitions=OFFSETS_PARTITIONS)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with WireClient(broker.bootstrap) as client:
+        topic = new_topic(client, partitions=1)
+        pid = producer_id(client)
+        assert txn_commit(client, group, pid, topic, {0: 42}) == {0: 0}
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.delete_topics([topic])[topic].result(WAIT_S)
+        end_txn(client, group, pid, commit=True)
+        assert fetch(client, group, topic, [0], require_stable=True) == {0: (-1, 0)}
