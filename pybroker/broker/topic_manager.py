@@ -51,6 +51,7 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,7 @@ from pybroker.errors import (
     InvalidReplicationFactorError,
     InvalidTopicError,
     KafkaError,
+    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     TopicAlreadyExistsError,
     UnknownLeaderEpochError,
@@ -181,6 +183,29 @@ class TopicManager:
         if topic is None or not 0 <= index < len(topic.partitions):
             raise UnknownTopicOrPartitionError(f"{name}-{index}")
         return topic.partitions[index]
+
+    def leader_for_write(self, name: str, index: int, all_in_sync: bool,
+                         exists_in_cluster: Callable[[str, int], bool]) -> Partition:
+        """The partition if this broker may append to it now (produce, transaction
+        markers), else the ``KafkaError`` to answer: UNKNOWN_TOPIC_OR_PARTITION where the
+        cluster has no such partition, NOT_LEADER_OR_FOLLOWER where another broker leads
+        it, and with ``all_in_sync`` (acks=all) NOT_ENOUGH_REPLICAS while the ISR is below
+        ``min.insync.replicas``."""
+        try:
+            partition = self.partition(name, index)
+        except UnknownTopicOrPartitionError:
+            if exists_in_cluster(name, index):  # no replica here: another broker leads it
+                raise NotLeaderOrFollowerError(
+                    f"This broker is not the leader of {name}-{index}") from None
+            raise
+        if not partition.is_leader or partition.log is None:
+            raise NotLeaderOrFollowerError(f"This broker is not the leader of {name}-{index}")
+        if all_in_sync and len(partition.isr) < partition.config.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"The size of the current ISR {len(partition.isr)} is insufficient to "
+                f"satisfy the min.isr requirement of {partition.config.min_insync_replicas} "
+                f"for partition {name}-{index}")
+        return partition
 
     def led_partition(self, name: str, index: int, current_leader_epoch: int = -1) -> Partition:
         """The partition if this broker leads it, in the client's leader epoch if it names

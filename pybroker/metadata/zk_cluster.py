@@ -59,8 +59,6 @@ from pybroker.errors import (
     ErrorCode,
     InvalidReplicaAssignmentError,
     KafkaError,
-    NotEnoughReplicasError,
-    NotLeaderOrFollowerError,
     TopicAlreadyExistsError,
     UnknownTopicIdError,
 )
@@ -393,16 +391,8 @@ class ClusterInternalTopic:
         return self._topics.get(self.name)
 
     def writable(self, index: int) -> Partition:
-        topic = self._topics.get(self.name)
-        partition = topic.partitions[index] \
-            if topic is not None and index < len(topic.partitions) else None
-        if partition is None or partition.log is None or not partition.is_leader:
-            raise NotLeaderOrFollowerError(f"{self.name}-{index} is not led here")
-        if len(partition.isr) < partition.config.min_insync_replicas:
-            raise NotEnoughReplicasError(
-                f"{self.name}-{index}: ISR {partition.isr} is below "
-                f"min.insync.replicas={partition.config.min_insync_replicas}")
-        return partition
+        # a partition not here (yet) is led elsewhere, as the controller creates it
+        return self._topics.leader_for_write(self.name, index, True, lambda *_: True)
 
 
 def _describe(info: TopicInfo, live: dict[int, Endpoint]) -> TopicAnswer:

@@ -43,16 +43,12 @@ from pybroker.coordinator.offset_store import OFFSETS_TOPIC
 from pybroker.errors import (
     ErrorCode,
     KafkaError,
-    NotEnoughReplicasError,
-    NotLeaderOrFollowerError,
-    UnknownTopicOrPartitionError,
 )
 from pybroker.log.log import AppendInfo
 from pybroker.repl.peer import Peers
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
-    from pybroker.broker.partition import Partition
     from pybroker.metadata import Endpoint
 
 log = logging.getLogger("pybroker.txn")
@@ -89,7 +85,8 @@ async def append_markers(broker: Broker, marker: TxnMarker, timeout_s: float = M
 async def _append_marker(broker: Broker, marker: TxnMarker, topic: str, index: int,
                          timeout_s: float) -> ErrorCode:
     try:
-        partition = _leader(broker, topic, index)
+        partition = broker.topics.leader_for_write(topic, index, True,
+                                                   broker.metadata.partition_exists)
         if topic == OFFSETS_TOPIC and \
                 broker.group_coordinator.offsets_partition_error(index) != ErrorCode.NONE:
             # Its groups are loading (or leaving): a marker now would not reach the pending
@@ -108,23 +105,6 @@ async def _append_marker(broker: Broker, marker: TxnMarker, topic: str, index: i
     if code == ErrorCode.NONE and topic == OFFSETS_TOPIC:
         broker.group_coordinator.complete_transaction(index, marker.producer_id, marker.commit)
     return code
-
-
-def _leader(broker: Broker, topic: str, index: int) -> Partition:
-    """The partition if this broker may write a marker to it now, or the KafkaError."""
-    try:
-        partition = broker.topics.partition(topic, index)
-    except UnknownTopicOrPartitionError:
-        if broker.metadata.partition_exists(topic, index):  # no replica here
-            raise NotLeaderOrFollowerError(f"{topic}-{index} is led elsewhere") from None
-        raise
-    if not partition.is_leader or partition.log is None:
-        raise NotLeaderOrFollowerError(f"This broker is not the leader of {topic}-{index}")
-    if len(partition.isr) < partition.config.min_insync_replicas:
-        raise NotEnoughReplicasError(
-            f"{topic}-{index}: the ISR of {len(partition.isr)} is below min.insync.replicas "
-            f"{partition.config.min_insync_replicas}")
-    return partition
 
 
 class MarkerWriter:

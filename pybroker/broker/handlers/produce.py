@@ -81,10 +81,7 @@ from pybroker.errors import (
     InvalidRecordError,
     KafkaError,
     MessageTooLargeError,
-    NotEnoughReplicasError,
-    NotLeaderOrFollowerError,
     RecordValidationError,
-    UnknownTopicOrPartitionError,
 )
 from pybroker.log.log import AppendInfo
 from pybroker.net.connection import CloseConnection
@@ -110,22 +107,8 @@ def _error(index: int, code: int, message: str | None = None,
 
 def _leader(ctx: RequestContext, topic: str, index: int, acks: int) -> Partition:
     """The partition, if this broker may append to it now, or the KafkaError to answer."""
-    try:
-        partition = ctx.broker.topics.partition(topic, index)
-    except UnknownTopicOrPartitionError:
-        # a partition of the cluster with no replica here: another broker leads it
-        if ctx.broker.metadata.partition_exists(topic, index):
-            raise NotLeaderOrFollowerError(
-                f"This broker is not the leader of {topic}-{index}") from None
-        raise
-    if not partition.is_leader:
-        raise NotLeaderOrFollowerError(f"This broker is not the leader of {topic}-{index}")
-    if acks == -1 and len(partition.isr) < partition.config.min_insync_replicas:
-        raise NotEnoughReplicasError(
-            f"The size of the current ISR {len(partition.isr)} is insufficient to satisfy "
-            f"the min.isr requirement of {partition.config.min_insync_replicas} for "
-            f"partition {topic}-{index}")
-    return partition
+    return ctx.broker.topics.leader_for_write(topic, index, acks == -1,
+                                              ctx.broker.metadata.partition_exists)
 
 
 def _check_size(partition: Partition, records: Any) -> None:
