@@ -5,7 +5,7 @@
 ``Group``/``Member`` state machine (group.py, member.py); ``CommittedOffsets``
 (offsets.py: commit, fetch, delete, expire); ``OffsetsPartitions``
 (offsets_partitions.py: the ``__consumer_offsets`` partitions led here, loaded and
-unloaded as leadership moves). ``OffsetStore`` (offset_store.py) writes their records to
+unloaded as leadership moves). ``CoordinatorLog`` (offset_store.py) writes their records to
 ``__consumer_offsets`` in Kafka's layouts. The request handlers in
 ``pybroker/broker/handlers/groups.py`` translate wire dicts to the coordinator's methods.
 """

@@ -22,8 +22,8 @@ answered NOT_COORDINATOR and no new one parks. One task wakes every ``TICK_S`` t
 membership timers and, every ``offsets.retention.check.interval.ms``, the expiry; tests
 drive ``poll(now)`` with their own clock instead.
 
-Records go to ``__consumer_offsets`` (``OffsetStore``, over the control plane's
-``OffsetsTopic``) before the request that caused them is answered, in Kafka's layouts;
+Records go to ``__consumer_offsets`` (``CoordinatorLog``, over the control plane's
+``InternalTopic``) before the request that caused them is answered, in Kafka's layouts;
 the topic is compacted by the log cleaner on every replica, like any compacted topic.
 
 The semantics follow Kafka's classic ``GroupCoordinator``; departures are noted where
@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING
 
-from pybroker.coordinator import offset_store as records
+from pybroker.coordinator import internal_topic
 from pybroker.coordinator.config import CoordinatorConfig
 from pybroker.coordinator.group import Group, GroupState, OffsetAndMetadata
 from pybroker.coordinator.membership import (
@@ -61,7 +61,7 @@ TICK_S = 0.1  # timer resolution; session timeouts are seconds, so 100 ms is ple
 
 
 class GroupCoordinator:
-    def __init__(self, offsets_topic: records.OffsetsTopic | None = None,
+    def __init__(self, offsets_topic: internal_topic.InternalTopic | None = None,
                  config: CoordinatorConfig | None = None,
                  clock: Callable[[], float] = time.time,
                  partition_exists: Callable[[str, int], bool] | None = None) -> None:
@@ -71,8 +71,8 @@ class GroupCoordinator:
         self._closing = False  # shutdown began: long polls are answered, none parks
         self.config = config = config or CoordinatorConfig()
         self._clock = clock
-        self._store = records.OffsetStore(offsets_topic, config.offsets_topic_num_partitions,
-                                          config.offsets_commit_timeout_ms)
+        self._store = internal_topic.CoordinatorLog(
+            offsets_topic, config.offsets_topic_num_partitions, config.offsets_commit_timeout_ms)
         self._background: set[asyncio.Task[None]] = set()  # replication waits, loads
         self.groups: dict[str, Group] = {}
         self.membership = Membership(self.groups, self._store, config, self.now_ms,
@@ -351,7 +351,7 @@ class GroupCoordinator:
                 try:
                     self.offsets.remove_group(group, now)
                 except KafkaError as exc:
-                    results[group_id] = records.store_error(exc)
+                    results[group_id] = internal_topic.store_error(exc)
                     continue
                 results[group_id] = ErrorCode.NONE
         return results

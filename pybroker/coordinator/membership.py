@@ -14,7 +14,7 @@ Persistence: a group's metadata (generation, protocol, leader, members with thei
 subscriptions and assignments) is written to ``__consumer_offsets`` when a generation
 completes, when the leader's assignment arrives and when a static member takes over its
 old id. The leader's SyncGroup and a static takeover are answered once the record is
-committed (``OffsetStore.replicated``); a group whose record never got there rebalances.
+committed (``CoordinatorLog.replicated``); a group whose record never got there rebalances.
 ``restore`` rebuilds a group from its last record when its partition loads.
 
 Every call here is for a group this broker coordinates: the ``GroupCoordinator`` answers
@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable, Coroutine, Iterable
 from typing import NamedTuple, TypeVar
 
+from pybroker.coordinator import internal_topic
 from pybroker.coordinator import offset_store as records
 from pybroker.coordinator.config import CoordinatorConfig
 from pybroker.coordinator.group import Group, GroupState
@@ -88,7 +89,7 @@ class Membership:
     and the partition loads); ``spawn`` runs a background task the coordinator cancels
     when it stops."""
 
-    def __init__(self, groups: dict[str, Group], store: records.OffsetStore,
+    def __init__(self, groups: dict[str, Group], store: internal_topic.CoordinatorLog,
                  config: CoordinatorConfig, now_ms: Callable[[], int],
                  spawn: Callable[[Coroutine[object, object, None]], asyncio.Task[None]]
                  ) -> None:
@@ -311,7 +312,7 @@ class Membership:
                 written = self._store_group(group, now)
             except KafkaError as exc:
                 revert()
-                future.set_result(JoinResult(records.store_error(exc), ""))
+                future.set_result(JoinResult(internal_topic.store_error(exc), ""))
                 return
             # The old leader id is returned so that a restarted leader does not compute an
             # assignment a Stable group would never distribute.
@@ -327,7 +328,7 @@ class Membership:
         self._maybe_prepare_rebalance(group, f"static member {instance_id} rejoined", now)
 
     async def _answer_static_rejoin(self, group: Group, instance_id: str, new_id: str,
-                                    written: records.Written,
+                                    written: internal_topic.Written,
                                     future: asyncio.Future[JoinResult], answer: JoinResult,
                                     revert: Callable[[], None]) -> None:
         """A static member's takeover is answered once its record is committed; refused,
@@ -479,7 +480,7 @@ class Membership:
             try:
                 written = self._store_group(group, now)
             except KafkaError as exc:
-                self._assignment_failed(group, records.store_error(exc), now)
+                self._assignment_failed(group, internal_topic.store_error(exc), now)
             else:
                 if written is None or written.committed():
                     self._assignment_stored(group, now)
@@ -499,7 +500,7 @@ class Membership:
         self._prepare_rebalance(group, "storing the assignment failed", now)
 
     async def _await_assignment(self, group: Group, generation: int,
-                                written: records.Written) -> None:
+                                written: internal_topic.Written) -> None:
         """The group turns Stable (and the syncs are answered) once its assignment is
         committed, unless the rebalance moved on meanwhile."""
         error = await self._store.replicated(written)
@@ -573,7 +574,7 @@ class Membership:
                                 group.protocol_type or "", protocol, members)
 
 
-    def _store_group(self, group: Group, now: int) -> records.Written | None:
+    def _store_group(self, group: Group, now: int) -> internal_topic.Written | None:
         protocol = group.protocol_name
         record = records.GroupRecord(
             group.protocol_type or "", group.generation, protocol, group.leader_id,

@@ -7,7 +7,7 @@ The committed offsets of a group live in ``Group.offsets``, rebuilt from the las
 before it is answered and enters ``Group.offsets`` only once committed (the high
 watermark passed it): where the ISR is this broker alone (one node) the answer comes
 without suspending (``Written.committed``); otherwise it waits for the ISR
-(``OffsetStore.replicated``), so OffsetFetch never shows an offset a failover could lose.
+(``CoordinatorLog.replicated``), so OffsetFetch never shows an offset a failover could lose.
 
 Removal writes a tombstone (a null value) for each key, where Kafka writes one: the
 offsets DeleteOffsets names, offsets past ``offsets.retention``, the offsets of deleted
@@ -35,6 +35,7 @@ import logging
 from collections.abc import Callable
 from typing import NamedTuple
 
+from pybroker.coordinator import internal_topic
 from pybroker.coordinator import offset_store as records
 from pybroker.coordinator.config import CoordinatorConfig
 from pybroker.coordinator.group import Group, GroupState, OffsetAndMetadata
@@ -61,7 +62,7 @@ class _Pending(NamedTuple):
 
     group: Group
     accepted: dict[TopicPartition, OffsetAndMetadata]
-    written: records.Written | None
+    written: internal_topic.Written | None
     record_offsets: range  # where each accepted offset's record is, in order
 
 
@@ -69,7 +70,7 @@ class CommittedOffsets:
     """See module doc. ``groups`` is the coordinator's (shared with membership and the
     partition loads); ``partition_exists`` vets committed partitions (None: any)."""
 
-    def __init__(self, groups: dict[str, Group], store: records.OffsetStore,
+    def __init__(self, groups: dict[str, Group], store: internal_topic.CoordinatorLog,
                  config: CoordinatorConfig,
                  partition_exists: Callable[[str, int], bool] | None) -> None:
         self.groups = groups
@@ -177,7 +178,7 @@ class CommittedOffsets:
                                                     for (t, p), o in accepted.items()], now,
                                          producer_id, producer_epoch)
         except KafkaError as exc:
-            results.update(dict.fromkeys(accepted, records.store_error(exc)))
+            results.update(dict.fromkeys(accepted, internal_topic.store_error(exc)))
             return results, None
         return results, _Pending(group, accepted, written,
                                  self._record_offsets(written, len(accepted)))
@@ -197,7 +198,7 @@ class CommittedOffsets:
         results.update(dict.fromkeys(pending.accepted, error))
 
     def _overtake(self, group_id: str, partitions: list[TopicPartition],
-                  written: records.Written | None) -> None:
+                  written: internal_topic.Written | None) -> None:
         """Tombstones of the group's ``partitions`` were written, after any pending
         transactional commit of them: those cannot become the offsets any more."""
         at = self._record_offsets(written, len(partitions))[-1:]
@@ -206,7 +207,7 @@ class CommittedOffsets:
             for topic, partition in partitions:
                 transactional.committed(OffsetKey(group_id, topic, partition), at[0])
 
-    def _record_offsets(self, written: records.Written | None, count: int) -> range:
+    def _record_offsets(self, written: internal_topic.Written | None, count: int) -> range:
         """Where the last ``count`` records written are in the offsets partition; with no
         offsets topic (nothing written), numbers in the order of the writes instead."""
         if written is not None:
@@ -243,7 +244,7 @@ class CommittedOffsets:
         try:
             self._drop(group, doomed, now)
         except KafkaError as exc:
-            return records.store_error(exc), {}
+            return internal_topic.store_error(exc), {}
         return ErrorCode.NONE, results
 
     # removal ---------------------------------------------------------------------------

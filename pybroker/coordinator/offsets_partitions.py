@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine, Iterator
 
+from pybroker.coordinator import internal_topic
 from pybroker.coordinator import offset_store as records
 from pybroker.coordinator.group import Group, GroupState, OffsetAndMetadata
 from pybroker.coordinator.led_partitions import LedPartition, LedPartitions
@@ -48,7 +49,7 @@ class OffsetsPartitions(LedPartitions):
     still open; ``membership`` restores a loaded group's members; ``spawn`` runs a load
     as a background task the coordinator cancels when it stops."""
 
-    def __init__(self, groups: dict[str, Group], store: records.OffsetStore,
+    def __init__(self, groups: dict[str, Group], store: internal_topic.CoordinatorLog,
                  membership: Membership, now_ms: Callable[[], int],
                  spawn: Callable[[Coroutine[object, object, None]], asyncio.Task[None]],
                  pending: dict[int, PendingOffsets[records.OffsetKey, OffsetAndMetadata]]

@@ -32,7 +32,7 @@ from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
 from pybroker._native.records import CONTROL_COMMIT
-from pybroker.coordinator import offset_store as records
+from pybroker.coordinator import internal_topic
 
 if TYPE_CHECKING:
     from pybroker._native.records import BatchInfo
@@ -119,7 +119,7 @@ class OffsetsReplay:
                                                info.control_type == CONTROL_COMMIT):
                 self.latest[key] = value
             return
-        batch = records.batch_records(info, data, self.start)
+        batch = internal_topic.batch_records(info, data, self.start)
         if info.is_transactional:
             self.count += len(batch)
             for record in batch:
@@ -127,7 +127,7 @@ class OffsetsReplay:
                     self.pending.write(info.producer_id, record.key, record.value,
                                        record.offset)
             return
-        self.count += records.latest_values(self.latest, batch)
+        self.count += internal_topic.latest_values(self.latest, batch)
         if self.pending:
             for record in batch:
                 if record.key is not None:

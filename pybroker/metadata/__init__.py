@@ -16,7 +16,7 @@ These two modules (with ``pybroker/cluster/`` behind the second) are the only co
 knows which mode the broker runs in; everything else asks the interface. As Kafka's
 ``MetadataSupport`` (ZkSupport / RaftSupport behind one interface): a handler never tests
 a flag. The group coordinator they build is told by them which offsets partitions it
-leads (all, at once; or as leadership moves) and given their ``OffsetsTopic``: where
+leads (all, at once; or as leadership moves) and given their ``InternalTopic``: where
 ``__consumer_offsets`` is and which of its partitions may be written.
 """
 

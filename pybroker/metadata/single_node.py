@@ -362,7 +362,7 @@ class SingleNodeMetadata:
 
 class SingleNodeInternalTopic:
     """A coordinator's internal topic on one node (``__consumer_offsets``,
-    ``__transaction_state``; the coordinators' ``OffsetsTopic``): every partition led
+    ``__transaction_state``; the coordinators' ``InternalTopic``): every partition led
     here; created on first use, its partition count the existing topic's, else the
     configured one."""
 

@@ -371,7 +371,7 @@ class ZkClusterMetadata:
 
 class ClusterInternalTopic:
     """A coordinator's internal topic on a member of a cluster (``__consumer_offsets``,
-    ``__transaction_state``; the coordinators' ``OffsetsTopic``): the controller creates
+    ``__transaction_state``; the coordinators' ``InternalTopic``): the controller creates
     it, ``partition_count`` gives its partition count as the cluster knows it (None while
     it has no such topic), and only the partitions this broker leads, with enough of an
     ISR, are written."""

@@ -38,7 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
-from pybroker.coordinator.offset_store import OffsetsTopic, OffsetStore, store_error
+from pybroker.coordinator.internal_topic import CoordinatorLog, InternalTopic, store_error
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.txn.config import TxnConfig
 from pybroker.txn.markers import MarkerWrite, TopicPartition, TxnMarker
@@ -81,13 +81,13 @@ class TxnCoordinator:
     ``ProducerIdManager``); ``write_markers``: the ``MarkerWriter``'s ``write``;
     ``partition_exists`` vets the partitions a transaction adds."""
 
-    def __init__(self, txn_topic: OffsetsTopic | None, config: TxnConfig,
+    def __init__(self, txn_topic: InternalTopic | None, config: TxnConfig,
                  new_producer_id: Callable[[], Awaitable[int]],
                  write_markers: MarkerWrite,
                  partition_exists: Callable[[str, int], bool],
                  clock: Callable[[], float] = time.time) -> None:
         self.config = config
-        self._store = OffsetStore(txn_topic, config.state_log_num_partitions,
+        self._store = CoordinatorLog(txn_topic, config.state_log_num_partitions,
                                   config.write_timeout_ms)
         self._new_producer_id = new_producer_id
         self._write_markers = write_markers

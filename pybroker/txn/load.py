@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from pybroker.coordinator.offset_store import data_records, latest_values
+from pybroker.coordinator.internal_topic import data_records, latest_values
 from pybroker.errors import KafkaError
 from pybroker.log.state_machine import REPLAY_SLICE_S, replay_in_slices
 from pybroker.txn.records import TRANSACTION_STATE_TOPIC, parse_txn_key, parse_txn_value

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 
-from pybroker.coordinator.offset_store import decode_versioned, partition_for
+from pybroker.coordinator.internal_topic import decode_versioned, partition_for
 from pybroker.errors import CorruptRecordError
 from pybroker.net.protocol.codec import encode_data
 from pybroker.txn.state import TxnMetadata, TxnState

@@ -22,7 +22,8 @@ from pybroker.coordinator import (
     OffsetCommit,
     offsets_partitions,
 )
-from pybroker.coordinator.offset_store import OFFSETS_TOPIC, offsets_topic_config, partition_for
+from pybroker.coordinator.internal_topic import partition_for
+from pybroker.coordinator.offset_store import OFFSETS_TOPIC, offsets_topic_config
 from pybroker.errors import ErrorCode
 from pybroker.log.log_config import LogConfig
 from pybroker.metadata.zk_cluster import ClusterInternalTopic

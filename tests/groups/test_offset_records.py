@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pybroker.coordinator import internal_topic
 from pybroker.coordinator import offset_store as rec
 from pybroker.coordinator.consumer_protocol import (
     assignment_partitions,
@@ -23,15 +24,15 @@ from pybroker.net.protocol.codec import encode_data
     ("\U0001F600", 0xD83D * 31 + 0xDE00),  # a surrogate pair counts as two units
 ])
 def test_java_string_hash(text: str, expected: int) -> None:
-    assert rec.java_string_hash(text) == expected
+    assert internal_topic.java_string_hash(text) == expected
 
 
 def test_partition_for_matches_kafka_abs() -> None:
-    assert rec.partition_for("polygenelubricants", 50) == 0  # Utils.abs(MIN_VALUE) == 0
-    assert rec.partition_for("abc", 50) == 96354 % 50
-    assert rec.partition_for("hello", 7) == 99162322 % 7
-    assert rec.java_string_hash("zzzzzz") < 0  # overflowed: abs() before the modulo
-    assert rec.partition_for("zzzzzz", 50) == abs(rec.java_string_hash("zzzzzz")) % 50
+    assert internal_topic.partition_for("polygenelubricants", 50) == 0  # Utils.abs(MIN_VALUE) == 0
+    assert internal_topic.partition_for("abc", 50) == 96354 % 50
+    assert internal_topic.partition_for("hello", 7) == 99162322 % 7
+    assert internal_topic.java_string_hash("zzzzzz") < 0  # overflowed: abs() before the modulo
+    assert internal_topic.partition_for("zzzzzz", 50) == abs(internal_topic.java_string_hash("zzzzzz")) % 50
 
 
 def test_offset_commit_key_and_value_golden_bytes() -> None:

@@ -17,7 +17,8 @@ from pybroker.coordinator import (
     OffsetCommit,
     offsets_partitions,
 )
-from pybroker.coordinator.offset_store import OFFSETS_TOPIC, partition_for
+from pybroker.coordinator.internal_topic import partition_for
+from pybroker.coordinator.offset_store import OFFSETS_TOPIC
 from pybroker.errors import ErrorCode
 from pybroker.log.log_manager import LogManager
 from pybroker.metadata.single_node import offsets_topic

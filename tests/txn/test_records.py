@@ -113,7 +113,7 @@ def test_unreadable_values_are_corrupt_records(data):
     ("spark-exactly-once-0", 1393730805, 5),
 ])
 def test_partition_is_kafkas_for_the_java_hash(transactional_id, java_hash, partition):
-    from pybroker.coordinator.offset_store import java_string_hash
+    from pybroker.coordinator.internal_topic import java_string_hash
 
     assert java_string_hash(transactional_id) == java_hash
     assert partition_of(transactional_id, 50) == partition

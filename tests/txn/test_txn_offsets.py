@@ -15,7 +15,8 @@ import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from pybroker.coordinator.offset_store import OFFSETS_TOPIC, partition_for
+from pybroker.coordinator.internal_topic import partition_for
+from pybroker.coordinator.offset_store import OFFSETS_TOPIC
 from pybroker.coordinator.txn_offsets import PendingOffsets
 from pybroker.errors import ErrorCode
 from pybroker.log.checkpoints import read_offsets
