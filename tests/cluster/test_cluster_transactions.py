@@ -50,16 +50,25 @@ def test_markers_reach_the_partitions_other_brokers_lead(zk_connect, tmp_path):
         assert sorted(values) == sorted(b"c-%d-%d" % (r, p) for r in (0, 2)
                                         for p in range(PARTITIONS))
         for p, leader in leaders.items():
-            answer = cluster.request(leader, FETCH, 11, {
-                "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
-                "isolation_level": 1, "session_id": 0, "session_epoch": -1,
-                "topics": [{"topic": TOPIC, "partitions": [
-                    {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20,
-                     "current_leader_epoch": -1, "log_start_offset": -1}]}],
-                "forgotten_topics_data": [], "rack_id": ""})
-            fetched = answer["responses"][0]["partitions"][0]
             # three records and three markers, all stable
-            assert fetched["high_watermark"] == fetched["last_stable_offset"] == 6, fetched
+            assert stable_offsets(cluster, TOPIC, p, leader) == (6, 6)
+
+
+def stable_offsets(cluster: LocalCluster, topic: str, partition: int,
+                   leader: int) -> tuple[int, int] | None:
+    """(high watermark, last stable offset) of a partition as its leader answers a
+    read_committed Fetch; None when it refuses (it does not lead the partition now)."""
+    answer = cluster.request(leader, FETCH, 11, {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+        "isolation_level": 1, "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": topic, "partitions": [
+            {"partition": partition, "fetch_offset": 0, "partition_max_bytes": 1 << 20,
+             "current_leader_epoch": -1, "log_start_offset": -1}]}],
+        "forgotten_topics_data": [], "rack_id": ""})
+    fetched = answer["responses"][0]["partitions"][0]
+    if fetched["error_code"] != 0:
+        return None
+    return fetched["high_watermark"], fetched["last_stable_offset"]
 
 
 def test_a_leader_asks_the_coordinator_on_another_broker(zk_connect, tmp_path):
