@@ -87,6 +87,7 @@ def test_new_coordinator_resumes_a_prepared_commit(zk_connect, tmp_path):
             cluster.resume(outsider)
         seen = consume_values(cluster.bootstrap, TOPIC, "read_committed", len(values), WAIT)
         _assert_exactly(seen, values, "after the coordinator died in PrepareCommit")
+        _wait_stable(cluster)  # every marker written, the old coordinator still down
 
         _rejoin(cluster, coordinator)
 
@@ -190,6 +191,10 @@ def _rejoin(cluster: LocalCluster, broker_id: int) -> None:
     cluster.restart(broker_id)
     cluster.wait_for(lambda: _whole_isr(cluster), WAIT,
                      what=f"broker {broker_id} back in every ISR of {TOPIC}")
+    _wait_stable(cluster)
+
+
+def _wait_stable(cluster: LocalCluster) -> None:
     for partition in range(PARTITIONS):
         cluster.wait_for(lambda p=partition: _stable(cluster, p), WAIT,
                          what=f"{TOPIC}-{partition}: last stable offset at the high "
