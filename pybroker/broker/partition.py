@@ -83,7 +83,8 @@ class Partition:
     __slots__ = ("topic", "index", "log", "deleted", "_waiters", "_queue",
                  "_writer", "_inline_below", "broker_id", "is_leader", "leader_id",
                  "leader_epoch", "replicas", "isr", "zk_version", "followers",
-                 "epoch_start_offset", "isr_pending", "isr_listener", "_hw_waiters")
+                 "epoch_start_offset", "isr_pending", "isr_listener", "_hw_waiters",
+                 "bytes_in", "messages_in", "bytes_out")
 
     def __init__(self, topic: str, index: int, log: Any, broker_id: int = 0,
                  is_leader: bool = True, internal: bool = False) -> None:
@@ -115,6 +116,11 @@ class Partition:
         self.isr_listener: Callable[[Partition, list[int]], None] | None = None
         # acks=all appends waiting for the high watermark: (end offset, future)
         self._hw_waiters: list[tuple[int, asyncio.Future[int]]] = []
+        # what producers appended and consumers were sent, counted per batch appended
+        # and per partition answered (never per record): the metrics' per-topic sums
+        self.bytes_in = 0
+        self.messages_in = 0
+        self.bytes_out = 0
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
@@ -235,6 +241,8 @@ class Partition:
         return log_append_time, None
 
     def _after_append(self, appended: AppendInfo) -> AppendInfo:
+        self.bytes_in += appended.size
+        self.messages_in += appended.records_count
         if len(self.isr) == 1:  # the ISR is this replica: written is committed
             self.log.high_watermark = appended.last_offset + 1
         if self._waiters:

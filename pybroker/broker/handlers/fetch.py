@@ -122,12 +122,14 @@ def _refused(hints: LeaderHints | None, name: str | None, index: int, code: int)
 
 
 def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
-          committed: bool, follower: bool = False) -> tuple[list, int, bool]:
-    """One pass over the partitions: (response topics, bytes found, any partition error)."""
+          committed: bool, follower: bool = False) -> tuple[list, int, bool, list]:
+    """One pass over the partitions: (response topics, bytes found, any partition error,
+    (partition, bytes) of each partition with records)."""
     remaining = max_bytes
     total = 0
     errors = False
     out = []
+    found: list[tuple[Partition, int]] = []
     for key, parts in wanted:
         out_parts: list[tuple] = []
         for index, partition, code, offset, partition_max, leader in parts:
@@ -154,6 +156,7 @@ def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
                         records = result.regions
                         total += result.size
                         remaining -= result.size
+                        found.append((partition, result.size))
                         if committed:
                             aborted = [(txn.producer_id, txn.first_offset) for txn in
                                        plog.aborted_transactions(offset, lso)]
@@ -163,7 +166,7 @@ def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
                                   plog.log_start_offset, None, b"", None))
                 errors = True
         out.append((key, out_parts))
-    return out, total, errors
+    return out, total, errors, found
 
 
 @handler(api_key=1, versions=(4, 17))
@@ -182,11 +185,14 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request["max_wait_ms"] / 1000
     while True:
-        topics, total, errors = _read(wanted, max_bytes, committed, replica_id >= 0)
+        topics, total, errors, found = _read(wanted, max_bytes, committed, replica_id >= 0)
         remaining = deadline - loop.time()
         if total >= min_bytes or errors or remaining <= 0 or broker.shutting_down:
             break
         await _wait_for_append(ctx, loop, wanted, remaining)
+    if replica_id < 0:  # a consumer's: Kafka's BytesOut leaves replication out
+        for partition, size in found:
+            partition.bytes_out += size
     parts, _ = build_fetch(version, ctx.correlation_id, 0, ErrorCode.NONE, 0, topics,
                            endpoints)
     return Encoded(parts)
