@@ -149,6 +149,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "offsets.commit.timeout.ms": (int, 5000),
     "stats.file": (str, None),
     "stats.interval.ms": (int, 1000),
+    "metrics.listener": (str, None),
     "log.level": (str, "INFO"),
 }
 

@@ -35,6 +35,9 @@ sendfile/splice vs bytes sent from memory) and request counts are written as JSO
 they changed, on SIGUSR1 at once, and at shutdown; with them the log cleaner's state of
 each compacted partition (``LogCleaner.states``: checkpoint, dirty ratio), which
 ``pybroker topic describe --data-dir`` reads (Kafka's protocol carries no cleaner state).
+The same counters (``stats``), with per-topic, per-partition and per-group figures, are
+served to Prometheus on ``metrics.listener`` (:mod:`pybroker.broker.metrics`, its own
+thread; it asks the loop for each snapshot).
 
 Not thread-safe: everything runs on the event loop thread.
 """
@@ -42,6 +45,7 @@ Not thread-safe: everything runs on the event loop thread.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import os
@@ -55,11 +59,12 @@ from typing import Any
 from pybroker.broker import collector
 from pybroker.broker import handlers as handler_registry
 from pybroker.broker.files import STATS_FILE, read_json, write_json
+from pybroker.broker.metrics import MetricsServer
 from pybroker.broker.producer_ids import ProducerIdManager
 from pybroker.broker.request import Encoded, RequestContext
 from pybroker.broker.topic_manager import TopicManager
 from pybroker.broker.validation import ValidationPool
-from pybroker.config import BrokerConfig
+from pybroker.config import BrokerConfig, parse_address
 from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log.checkpoints import fsync_dir, replace_file
@@ -100,7 +105,7 @@ class Broker:
                  "markers", "txn_verifier", "validation_pool",
                  "server", "advertised", "shutting_down", "requests", "_tasks", "_logs_open",
                  "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
-                 "_stats_last")
+                 "_stats_last", "requests_by_api", "metrics_server")
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -122,6 +127,8 @@ class Broker:
         self.advertised: tuple[str, int] = ("127.0.0.1", 0)
         self.shutting_down = False
         self.requests = 0
+        self.requests_by_api: collections.Counter[int] = collections.Counter()
+        self.metrics_server: MetricsServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._logs_open = False  # what shutdown has to stop: the parts start() got to
         self.cleaner: LogCleaner | None = None
@@ -194,6 +201,10 @@ class Broker:
         bound = self.server.start()
         self.advertised = self.config.advertised(bound)
         await self.metadata.start()
+        if config["metrics.listener"]:
+            self.metrics_server = MetricsServer(self, *parse_address(config["metrics.listener"]))
+            self.metrics_server.start()
+            log.info("metrics: serving http://%s:%d/metrics", *self.metrics_server.address)
         self._tasks = [asyncio.create_task(t) for t in (
             self._every(self.config["log.retention.check.interval.ms"], self._retention),
             self._every(self.config["log.flush.scheduler.interval.ms"], logs.flush_due),
@@ -259,6 +270,8 @@ class Broker:
         started = time.monotonic()
         for task in self._tasks:
             task.cancel()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
         if self.server is not None:
             self.server.stop_accepting()
             self.topics.stopping = True  # a topic being created: its other logs come at start
@@ -356,6 +369,7 @@ class Broker:
             "copied_bytes": copied,
             "zero_copy_fraction": zero / (zero + copied) if zero + copied else 0.0,
             "requests": self.requests,
+            "requests_by_api": dict(self.requests_by_api),
             "connections": len(self.server.connections) if self.server else 0,
             "accepted": self.server.accepted if self.server else 0,
             "refused": self.server.refused if self.server else 0,
@@ -389,6 +403,7 @@ class Broker:
         except KafkaError as exc:
             raise CloseConnection(f"unreadable request header: {exc}") from None
         self.requests += 1
+        self.requests_by_api[api_key] += 1
         entry = self.handlers.get(api_key)
         if entry is None:
             raise CloseConnection(f"unknown API key {api_key}")

@@ -1,0 +1,200 @@
+"""Prometheus metrics: ``GET /metrics`` in the text exposition format (version 0.0.4) on
+the opt-in ``metrics.listener=HOST:PORT``.
+
+Threads: the HTTP server (stdlib ``http.server``) runs on its own daemon thread, so a slow
+or stuck scraper never holds the event loop. It never reads the broker's state itself:
+each scrape asks the loop, through ``call_soon_threadsafe``, to take a snapshot
+(``samples``: plain tuples of numbers, built from the same counters as the stats file,
+``Broker.stats``), waits for it at most ``SNAPSHOT_TIMEOUT_S`` (else 503), and formats
+the text on its own thread. The loop's share of a scrape is one walk over the partitions
+and the groups' committed offsets: no record is read.
+
+Names follow the Prometheus JMX exporter's common Kafka rules where Kafka has the metric
+(``kafka_server_brokertopicmetrics_bytesin_total{topic}``, ``kafka_log_log_size``, ...),
+so dashboards and alerts written for Kafka read pybroker; what Kafka lacks is
+``pybroker_``: the zero-copy counters and the consumer lag the broker computes per group
+and partition (the committed offset against the partition's high watermark).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import http.server
+import logging
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from pybroker.net.protocol.codec import api_name
+
+if TYPE_CHECKING:
+    from pybroker.broker.broker import Broker
+
+log = logging.getLogger("pybroker.metrics")
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+SNAPSHOT_TIMEOUT_S = 5.0
+
+Labels = tuple[tuple[str, str], ...]
+# (name, type, help, [(labels, value)])
+Family = tuple[str, str, str, list[tuple[Labels, float]]]
+
+
+def samples(broker: Broker) -> list[Family]:
+    """The broker's metrics now; runs on the event loop."""
+    stats = broker.stats()
+    bytes_in: dict[str, int] = collections.Counter()
+    bytes_out: dict[str, int] = collections.Counter()
+    messages_in: dict[str, int] = collections.Counter()
+    log_size: list[tuple[Labels, float]] = []
+    segments: list[tuple[Labels, float]] = []
+    high_watermarks: dict[tuple[str, int], int] = {}
+    partitions = leaders = under_replicated = 0
+    for partition in broker.topics.partitions():
+        plog = partition.log
+        if plog is None:
+            continue  # a partition of the cluster with no replica here
+        topic = partition.topic
+        partitions += 1
+        bytes_in[topic] += partition.bytes_in
+        bytes_out[topic] += partition.bytes_out
+        messages_in[topic] += partition.messages_in
+        labels = (("topic", topic), ("partition", str(partition.index)))
+        log_size.append((labels, plog.size()))
+        segments.append((labels, len(plog.segments)))
+        high_watermarks[(topic, partition.index)] = plog.high_watermark
+        if partition.is_leader:
+            leaders += 1
+            under_replicated += len(partition.isr) < len(partition.replicas)
+    lag: list[tuple[Labels, float]] = []
+    states: list[tuple[Labels, float]] = []
+    members: list[tuple[Labels, float]] = []
+    for group in broker.group_coordinator.groups.values():
+        states.append(((("group", group.group_id), ("state", group.state.value)), 1))
+        members.append(((("group", group.group_id),), len(group.members)))
+        for (topic, index), committed in group.offsets.items():
+            hw = high_watermarks.get((topic, index))
+            if hw is not None:
+                lag.append(((("group", group.group_id), ("topic", topic),
+                             ("partition", str(index))), max(hw - committed.offset, 0)))
+
+    def per_topic(counts: dict[str, int]) -> list[tuple[Labels, float]]:
+        return [((("topic", topic),), value) for topic, value in sorted(counts.items())]
+
+    return [
+        ("kafka_server_brokertopicmetrics_bytesin_total", "counter",
+         "Bytes appended by producers, per topic", per_topic(bytes_in)),
+        ("kafka_server_brokertopicmetrics_bytesout_total", "counter",
+         "Bytes sent to consumers (not followers), per topic", per_topic(bytes_out)),
+        ("kafka_server_brokertopicmetrics_messagesin_total", "counter",
+         "Records appended by producers, per topic", per_topic(messages_in)),
+        ("kafka_network_requestmetrics_requests_total", "counter",
+         "Requests received, per API",
+         [((("request", api_name(key) or str(key)),), count)
+          for key, count in sorted(stats["requests_by_api"].items())]),
+        ("kafka_server_replicamanager_partitioncount", "gauge",
+         "Partitions with a replica on this broker", [((), partitions)]),
+        ("kafka_server_replicamanager_leadercount", "gauge",
+         "Partitions this broker leads", [((), leaders)]),
+        ("kafka_server_replicamanager_underreplicatedpartitions", "gauge",
+         "Led partitions whose ISR is smaller than their replica set",
+         [((), under_replicated)]),
+        ("kafka_log_log_size", "gauge", "Bytes in the partition's log segments", log_size),
+        ("kafka_log_log_numlogsegments", "gauge", "Segments of the partition's log", segments),
+        ("pybroker_connections", "gauge", "Open client connections",
+         [((), stats["connections"])]),
+        ("pybroker_zero_copy_bytes_total", "counter",
+         "Bytes sent with sendfile/splice", [((), stats["zero_copy_bytes"])]),
+        ("pybroker_copied_bytes_total", "counter",
+         "Bytes sent from memory", [((), stats["copied_bytes"])]),
+        ("pybroker_group_lag", "gauge",
+         "High watermark minus the group's committed offset, per partition", lag),
+        ("pybroker_group_state", "gauge", "1 for the group's current state", states),
+        ("pybroker_group_members", "gauge", "Members of the group", members),
+    ]
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render(families: Iterable[Family]) -> bytes:
+    """The text exposition format, version 0.0.4."""
+    lines: list[str] = []
+    for name, kind, help_text, values in families:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        for labels, value in values:
+            label_text = ",".join(f'{key}="{_escape(text)}"' for key, text in labels)
+            lines.append(f"{name}{{{label_text}}} {value}" if labels else f"{name} {value}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+class MetricsServer:
+    """The HTTP listener of ``metrics.listener``; ``start`` on the loop, ``stop`` at
+    shutdown."""
+
+    def __init__(self, broker: Broker, host: str, port: int) -> None:
+        self._broker = broker
+        self._loop = asyncio.get_running_loop()
+        self._http = http.server.ThreadingHTTPServer((host, port), self._handler_class())
+        self._http.daemon_threads = True
+        self._thread = threading.Thread(target=self._http.serve_forever,
+                                        name="metrics-http", daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._http.server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+        self._thread.join()
+
+    def snapshot(self) -> list[Family]:
+        """The broker's samples, taken on the loop; called from an HTTP thread."""
+        result: concurrent.futures.Future[list[Family]] = concurrent.futures.Future()
+
+        def take() -> None:
+            if result.set_running_or_notify_cancel():
+                try:
+                    result.set_result(samples(self._broker))
+                except BaseException as exc:
+                    result.set_exception(exc)
+
+        self._loop.call_soon_threadsafe(take)
+        try:
+            return result.result(SNAPSHOT_TIMEOUT_S)
+        finally:
+            result.cancel()  # a loop that is late: it skips the snapshot
+
+    def _handler_class(self) -> type[http.server.BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                if self.path.split("?", 1)[0] != "/metrics":
+                    self.send_error(404)
+                    return
+                try:
+                    body = render(server.snapshot())
+                except Exception as exc:  # a loop that is gone or too late
+                    log.warning("metrics scrape failed: %r", exc)
+                    self.send_error(503)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                log.debug("metrics http: " + format, *args)
+
+        return Handler

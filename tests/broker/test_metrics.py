@@ -1,0 +1,129 @@
+"""``metrics.listener``: Prometheus's parser reads ``GET /metrics`` of a broker that real
+clients produce to and consume from, and the figures match what they did."""
+
+from __future__ import annotations
+
+import re
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.admin.clients import create_topic, unique
+
+METRICS = re.compile(r"metrics: serving (http://\S+)/metrics")
+RECORDS = 10
+COMMITTED = 3
+
+
+def metrics_url(broker) -> str:
+    match = METRICS.search(broker.log_text())
+    assert match, "the broker did not log its metrics address"
+    return match.group(1)
+
+
+def scrape(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = response.read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+@pytest.fixture(scope="module")
+def metrics_broker(module_broker_factory):
+    return module_broker_factory(metrics_listener="127.0.0.1:0")
+
+
+def test_metrics_report_what_clients_did(metrics_broker):
+    bootstrap, topic, group = metrics_broker.bootstrap, unique("metrics"), unique("group")
+    create_topic(bootstrap, topic, partitions=2)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    payload = b"x" * 100
+    for _ in range(RECORDS):
+        producer.produce(topic, payload, partition=0)
+    producer.flush(30)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    received = 0
+    for _ in range(300):
+        message = consumer.poll(0.1)
+        if message is not None and message.error() is None:
+            received += 1
+        if received == RECORDS:
+            break
+    assert received == RECORDS
+    consumer.commit(offsets=[TopicPartition(topic, 0, COMMITTED)], asynchronous=False)
+    try:
+        values = scrape(metrics_url(metrics_broker))
+    finally:
+        consumer.close()
+
+    def value(name: str, **labels: str) -> float:
+        return values[(name, tuple(sorted(labels.items())))]
+
+    assert value("kafka_server_brokertopicmetrics_bytesin_total", topic=topic) \
+        >= RECORDS * len(payload)
+    assert value("kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == RECORDS
+    assert value("kafka_server_brokertopicmetrics_bytesout_total", topic=topic) \
+        >= RECORDS * len(payload)
+    assert value("kafka_network_requestmetrics_requests_total", request="Produce") >= 1
+    assert value("kafka_network_requestmetrics_requests_total", request="OffsetCommit") >= 1
+    assert value("kafka_log_log_size", topic=topic, partition="0") \
+        >= RECORDS * len(payload)
+    assert value("kafka_log_log_size", topic=topic, partition="1") == 0
+    assert value("kafka_log_log_numlogsegments", topic=topic, partition="0") == 1
+    # the high watermark of partition 0 is RECORDS; the group committed COMMITTED
+    assert value("pybroker_group_lag", group=group, topic=topic, partition="0") \
+        == RECORDS - COMMITTED
+    assert value("pybroker_group_state", group=group, state="Stable") == 1
+    assert value("pybroker_group_members", group=group) == 1
+    partitions = value("kafka_server_replicamanager_partitioncount")
+    assert partitions >= 2  # this topic's, and the internal topics'
+    assert value("kafka_server_replicamanager_leadercount") == partitions
+    assert value("kafka_server_replicamanager_underreplicatedpartitions") == 0
+    stats = metrics_broker.stats()  # the stats file: the same counters, a moment later
+    assert 0 < value("pybroker_zero_copy_bytes_total") + value("pybroker_copied_bytes_total") \
+        <= stats["zero_copy_bytes"] + stats["copied_bytes"]
+
+
+def test_other_paths_are_not_found(metrics_broker):
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(metrics_url(metrics_broker) + "/", timeout=10)
+    assert refused.value.code == 404
+
+
+def test_scrapes_while_clients_produce(metrics_broker):
+    bootstrap, topic = metrics_broker.bootstrap, unique("scraped")
+    create_topic(bootstrap, topic)
+    base = metrics_url(metrics_broker)
+    scrapes: list[float] = []
+    done = threading.Event()
+
+    def scrape_until_done() -> None:
+        while not done.is_set():
+            scrapes.append(scrape(base).get(
+                ("kafka_server_brokertopicmetrics_messagesin_total", (("topic", topic),)), 0))
+
+    scraper = threading.Thread(target=scrape_until_done)
+    scraper.start()
+    delivered: list[int] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+    try:
+        for i in range(2000):
+            producer.produce(topic, str(i).encode(),
+                             on_delivery=lambda err, msg: delivered.append(err is None))
+            producer.poll(0)
+        assert producer.flush(30) == 0
+    finally:
+        done.set()
+        scraper.join()
+    assert len(delivered) == 2000 and all(delivered)
+    assert scrapes and scrapes == sorted(scrapes)  # a counter never goes back
+    assert scrape(base)[("kafka_server_brokertopicmetrics_messagesin_total",
+                         (("topic", topic),))] == 2000
