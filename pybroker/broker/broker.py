@@ -271,7 +271,9 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         if self.metrics_server is not None:
-            self.metrics_server.stop()
+            # off the loop: it waits for the HTTP thread's poll, and a scrape under way
+            # may still ask the loop for its snapshot
+            await asyncio.to_thread(self.metrics_server.stop)
         if self.server is not None:
             self.server.stop_accepting()
             self.topics.stopping = True  # a topic being created: its other logs come at start

@@ -36,6 +36,8 @@ log = logging.getLogger("pybroker.metrics")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 SNAPSHOT_TIMEOUT_S = 5.0
+# how often the HTTP thread looks for shutdown: at most this long added to the broker's
+POLL_INTERVAL_S = 0.1
 
 Labels = tuple[tuple[str, str], ...]
 # (name, type, help, [(labels, value)])
@@ -142,7 +144,8 @@ class MetricsServer:
         self._http = http.server.ThreadingHTTPServer((host, port), self._handler_class())
         self._http.daemon_threads = True
         self._thread = threading.Thread(target=self._http.serve_forever,
-                                        name="metrics-http", daemon=True)
+                                        args=(POLL_INTERVAL_S,), name="metrics-http",
+                                        daemon=True)
 
     @property
     def address(self) -> tuple[str, int]:
