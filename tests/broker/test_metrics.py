@@ -4,6 +4,7 @@ clients produce to and consume from, and the figures match what they did."""
 from __future__ import annotations
 
 import re
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -127,3 +128,12 @@ def test_scrapes_while_clients_produce(metrics_broker):
     assert scrapes and scrapes == sorted(scrapes)  # a counter never goes back
     assert scrape(base)[("kafka_server_brokertopicmetrics_messagesin_total",
                          (("topic", topic),))] == 2000
+
+
+def test_a_metrics_port_in_use_stops_the_start_with_a_line(broker_factory):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(RuntimeError, match="cannot start"):
+            broker_factory(metrics_listener=f"127.0.0.1:{port}")
