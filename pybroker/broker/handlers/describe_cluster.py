@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pybroker.broker.authorized_operations import ResourceType, authorized_operations
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.errors import ErrorCode
@@ -33,4 +34,6 @@ async def describe_cluster(ctx: RequestContext,
         "cluster_id": broker.cluster_id,
         "controller_id": broker.metadata.controller_id,
         "brokers": brokers,
+        "cluster_authorized_operations": authorized_operations(
+            ResourceType.CLUSTER, request["include_cluster_authorized_operations"]),
     }

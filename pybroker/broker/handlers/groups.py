@@ -24,6 +24,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from pybroker.broker.authorized_operations import (
+    NOT_REQUESTED,
+    ResourceType,
+    authorized_operations,
+)
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.coordinator import GroupCoordinator, OffsetCommit
@@ -57,9 +62,6 @@ from pybroker.net.protocol.typed import (
 )
 
 _GROUP_KEY = 0
-# DescribeGroups authorized_operations without ACLs: READ(3), DELETE(6), DESCRIBE(8)
-_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-_NOT_REQUESTED = -(1 << 31)
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -274,15 +276,16 @@ async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> Of
 @handler(api_key=15, versions=(0, 5))
 async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> dict:
     coordinator = ctx.broker.group_coordinator
-    operations = _GROUP_OPERATIONS if request.get("include_authorized_operations") \
-        else _NOT_REQUESTED
+    operations = authorized_operations(
+        ResourceType.GROUP, request.get("include_authorized_operations", False))
     groups = []
     for group_id in request["groups"]:
         d = coordinator.describe_group(group_id)
         groups.append({
             "error_code": d.error, "group_id": d.group_id, "group_state": d.state,
             "protocol_type": d.protocol_type, "protocol_data": d.protocol_name,
-            "authorized_operations": operations,
+            "authorized_operations": operations if d.error == ErrorCode.NONE
+            else NOT_REQUESTED,
             "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                          "client_id": m.client_id, "client_host": m.client_host,
                          "member_metadata": m.metadata, "member_assignment": m.assignment}

@@ -10,6 +10,7 @@ What each control plane answers, partition errors included, is in its module doc
 
 from __future__ import annotations
 
+from pybroker.broker.authorized_operations import ResourceType, authorized_operations
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.metadata import Endpoint
@@ -29,6 +30,10 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
     else:
         topics = await plane.describe_topics(
             requested, request.get("allow_auto_topic_creation", True), ctx.api_version)
+    topic_operations = authorized_operations(
+        ResourceType.TOPIC, request.get("include_topic_authorized_operations", False))
+    for topic in topics:
+        topic["topic_authorized_operations"] = topic_operations
     brokers = plane.live_brokers() or [Endpoint(broker.broker_id, *broker.advertised)]
     return {
         "throttle_time_ms": 0,
@@ -37,4 +42,6 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
         "cluster_id": broker.cluster_id,
         "controller_id": plane.controller_id,
         "topics": topics,
+        "cluster_authorized_operations": authorized_operations(
+            ResourceType.CLUSTER, request.get("include_cluster_authorized_operations", False)),
     }
