@@ -51,6 +51,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "default.replication.factor": (int, 1),
     "auto.create.topics.enable": (parse_bool, True),
     "delete.topic.enable": (parse_bool, True),
+    "max.request.partition.size.limit": (int, 2000),
     "log.retention.hours": (int, 168),
     "log.retention.minutes": (int, None),
     "log.retention.ms": (int, None),

@@ -112,8 +112,9 @@ def test_kafka_topics_describe_pages_with_the_java_tool(module_broker):
          "--topic", f"{prefix}-.*", "--partition-size-limit-per-response", "1"],
         capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    rows = [line.split("\t")[1:3] for line in done.stdout.splitlines()
-            if line.startswith("\tTopic:")]
+    # the tool prints the topics in the order its own listing gives them
+    rows = sorted(line.split("\t")[1:3] for line in done.stdout.splitlines()
+                  if line.startswith("\tTopic:"))
     assert rows == [[f"Topic: {prefix}-a", f"Partition: {i}"] for i in range(3)] + [
         [f"Topic: {prefix}-b", "Partition: 0"]]
     assert "PartitionCount: 3" in done.stdout and "Elr: \tLastKnownElr: " in done.stdout
@@ -162,3 +163,12 @@ def create_and_name(bootstrap: str) -> str:
     name = unique("described")
     create_topic(bootstrap, name)
     return name
+
+
+def test_broker_limit_caps_the_requested_one(broker_factory):
+    broker = broker_factory(max_request_partition_size_limit=2)
+    create_topic(broker.bootstrap, "capped", 3)
+    with WireClient(broker.bootstrap) as client:
+        answer = client.request(DESCRIBE_TOPIC_PARTITIONS, 0, {"topics": [{"name": "capped"}]})
+    assert page_summary(answer) == ([("capped", 0, [0, 1])],
+                                    {"topic_name": "capped", "partition_index": 2})

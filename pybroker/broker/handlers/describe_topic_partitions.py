@@ -4,7 +4,7 @@ partitions at a time.
 The topics are Metadata's (:meth:`pybroker.metadata.Metadata.describe_topics`, or every
 topic when the request names none), answered in name order, from the request's
 ``cursor`` (a topic and the partition to start at) on, until ``response_partition_limit``
-partitions (at most ``MAX_PARTITIONS_PER_RESPONSE``, at least one) are in the answer.
+partitions (at most ``max.request.partition.size.limit``, at least one) are in the answer.
 ``next_cursor`` then names the first partition left out, as Kafka 4.1 answers:
 - the page ends inside a topic: that topic and its next partition; it ends exactly at a
   topic's end: the next topic (named or existing), partition 0; nothing is left: null;
@@ -34,8 +34,6 @@ from pybroker.net.protocol.typed import (
     DescribeTopicPartitionsResponseTopic,
 )
 
-# Kafka's max.request.partition.size.limit default
-MAX_PARTITIONS_PER_RESPONSE = 2000
 _METADATA_VERSION = 12
 
 
@@ -57,8 +55,8 @@ async def describe_topic_partitions(ctx: RequestContext, request: DescribeTopicP
     else:
         answers = sorted((t for t in plane.describe_all_topics()
                           if (t["name"] or "") >= first_name), key=lambda t: t["name"] or "")
-    limit = max(1, min(request.get("response_partition_limit", MAX_PARTITIONS_PER_RESPONSE),
-                       MAX_PARTITIONS_PER_RESPONSE))
+    limit = max(1, min(request["response_partition_limit"],
+                       ctx.broker.config["max.request.partition.size.limit"]))
     topics, next_cursor = _page(answers, cursor, limit)
     return {"throttle_time_ms": 0, "topics": topics, "next_cursor": next_cursor}
 
