@@ -843,16 +843,23 @@ class Log:
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """ListOffsets: the first record with timestamp >= ``timestamp``, or the special
-        ``-2`` earliest, ``-1`` latest, ``-3`` largest timestamp. None if none."""
+        ``-2`` earliest, ``-1`` latest, ``-3`` the first record with the largest timestamp.
+        None if none."""
         if timestamp == EARLIEST_TIMESTAMP:
             return TimestampOffset(-1, self.log_start_offset)
         if timestamp == LATEST_TIMESTAMP:
             return TimestampOffset(-1, self._next_offset)
         if timestamp == MAX_TIMESTAMP:
+            # The segment knows the batch of its largest timestamp; the answer is the first
+            # record carrying it inside that batch (Kafka 3.8+, KAFKA-16310), found by the
+            # same walk as a lookup for that timestamp.
             best = max(self.segments, key=lambda s: s.max_timestamp)
             if best.max_timestamp < 0 or best.offset_of_max_timestamp < self.log_start_offset:
                 return None
-            return TimestampOffset(best.max_timestamp, best.offset_of_max_timestamp)
+            found = best.find_timestamp(best.max_timestamp, best.base_offset)
+            if found is None or found[0] < self.log_start_offset:
+                return None
+            return TimestampOffset(found[1], found[0])
         for segment in self.segments.from_offset(self.log_start_offset):
             if segment.max_timestamp >= timestamp:
                 found = segment.find_timestamp(timestamp, self.log_start_offset)

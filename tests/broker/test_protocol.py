@@ -372,6 +372,27 @@ def test_list_offsets_by_time(client):
     assert lookup(-3, version=6)[0] == ErrorCode.UNSUPPORTED_VERSION
 
 
+def test_list_offsets_max_timestamp_is_the_record_carrying_it(client):
+    # Answers of Apache Kafka 4.1 for these batches (KAFKA-16310): the first record with
+    # the largest timestamp, inside its batch, in the first batch that holds it.
+    name = unique("maxts")
+    create(client, name)
+    body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": name, "partitions": [
+        {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -3}]}]}
+
+    def largest() -> tuple[int, int, int]:
+        p = client.request(LIST_OFFSETS, 7, body)["topics"][0]["partitions"][0]
+        return p["error_code"], p["offset"], p["timestamp"]
+
+    assert largest() == (0, -1, -1)
+    expected = [([1000, 9000, 3000], (0, 1, 9000)), ([9000, 2000], (0, 1, 9000)),
+                ([500], (0, 1, 9000)), ([9500, 9500, 100], (0, 6, 9500))]
+    for timestamps, answer in expected:
+        batch = encode_batch([b"v"] * len(timestamps), timestamps=timestamps)
+        assert produce(client, name, batch)["error_code"] == 0
+        assert largest() == answer
+
+
 def test_batch_at_max_message_bytes_is_taken_one_past_is_refused(client):
     name = unique("edge")
     limit = 50_000
