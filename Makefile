@@ -55,9 +55,12 @@ build:
 	$(PYTHON) setup.py -q build_ext --inplace
 
 # Bytecode of edited sources is refreshed at each start: compileall skips what is current.
+# A quickstart broker answers a new group's first consumer at once rather than after
+# Kafka's 3 s wait for more members (group.initial.rebalance.delay.ms, see README).
 serve: $(INSTALL_STAMP)
 	@$(COMPILE_BYTECODE)
-	$(PYTHON) -m pybroker serve --data-dir $(DATA_DIR) --listen $(LISTEN)
+	$(PYTHON) -m pybroker serve --data-dir $(DATA_DIR) --listen $(LISTEN) \
+		--set group.initial.rebalance.delay.ms=0
 
 test: $(INSTALL_TEST_STAMP)
 	$(PYTHON) -m pytest -n 2 -q --durations=15 $(PYTEST_ARGS)

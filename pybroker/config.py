@@ -110,9 +110,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "offsets.retention.minutes": (int, 7 * 24 * 60),
     "offsets.retention.check.interval.ms": (int, 600_000),
     "offsets.topic.segment.bytes": (int, 100 * _MIB),
-    # Kafka waits 3000 ms to gather a new group's first members; pybroker answers the first
-    # member at once (see CoordinatorConfig.initial_rebalance_delay_ms).
-    "group.initial.rebalance.delay.ms": (int, 0),
+    "group.initial.rebalance.delay.ms": (int, 3000),
     "group.min.session.timeout.ms": (int, 6000),
     "group.max.session.timeout.ms": (int, 1_800_000),
     "group.max.size": (int, 2**31 - 1),

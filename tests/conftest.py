@@ -35,6 +35,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 READY = re.compile(r"ready: listening on (\S+):(\d+)")
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 60.0
+# Test brokers answer a new group's first member at once, so a test's group forms without
+# Kafka's 3 s gathering wait; a test of that wait passes None to keep the broker's default.
+TEST_SETTINGS = {"group.initial.rebalance.delay.ms": 0}
 
 
 def _require_native() -> None:
@@ -56,7 +59,8 @@ class BrokerProcess:
                  log_path: str | None = None, extra_args: list[str] | None = None,
                  env: dict[str, str] | None = None, nofile: int | None = None) -> None:
         self.data_dir = data_dir
-        self.settings = {k.replace("_", "."): v for k, v in (settings or {}).items()}
+        given = {k.replace("_", "."): v for k, v in (settings or {}).items()}
+        self.settings = {k: v for k, v in {**TEST_SETTINGS, **given}.items() if v is not None}
         self.log_path = log_path or os.path.join(data_dir, "..", "broker.log")
         self.extra_args = extra_args or []
         self.env = env or {}

@@ -19,10 +19,9 @@ class CoordinatorConfig:
     offsets_topic_num_partitions: int = 50
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
-    # Kafka defaults to 3000 ms to gather the members of a new group into one rebalance.
-    # pybroker defaults to 0: a new group answers its first member at once and later
-    # joiners trigger ordinary rebalances; set it for fewer rebalances on mass start.
-    initial_rebalance_delay_ms: int = 0
+    # how long a new group waits to gather its first members into one rebalance; 0
+    # answers the first member at once and later joiners trigger ordinary rebalances
+    initial_rebalance_delay_ms: int = 3000
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1_800_000
     max_group_size: int = 2**31 - 1

@@ -46,7 +46,8 @@ def topics(tmp_path: Any) -> Iterator[Any]:
 def cluster_member(topics: Any, **config: Any) -> GroupCoordinator:
     coordinator = GroupCoordinator(
         ClusterInternalTopic(topics, OFFSETS_TOPIC, lambda: PARTITIONS),
-        CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS, **config),
+        CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS,
+                          **{"initial_rebalance_delay_ms": 0, **config}),
         partition_exists=lambda t, p: t == "t" and p < 3)
     # the test plays the ReplicaManager: it calls leadership_changed itself
     coordinator.follow_leadership(lambda listener: None)
@@ -105,7 +106,8 @@ def committed(c: GroupCoordinator, group: str = GROUP) -> int | None:
 
 def test_groups_load_on_leadership_and_unload_without_it(topics: Any) -> None:
     # what an earlier leader of the partition wrote
-    earlier = one_node(topics, CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS))
+    earlier = one_node(topics, CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS,
+                                                 initial_rebalance_delay_ms=0))
     assert earlier.commit_offsets(GROUP, "", None, -1, [OffsetCommit("t", 0, 7)]) == \
         {("t", 0): ErrorCode.NONE}
     c = cluster_member(topics)
@@ -242,7 +244,8 @@ def test_a_commit_below_min_insync_replicas_is_refused(topics: Any) -> None:
 
 
 def test_a_big_partition_loads_in_slices(topics: Any, monkeypatch: Any) -> None:
-    earlier = one_node(topics, CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS))
+    earlier = one_node(topics, CoordinatorConfig(offsets_topic_num_partitions=PARTITIONS,
+                                                 initial_rebalance_delay_ms=0))
     keys = 3 * offsets_partitions._INSTALL_STEP  # parsed in 3 steps
     earlier.commit_offsets(GROUP, "", None, -1, [OffsetCommit("t", p, p) for p in range(keys)])
     for i in range(50):  # 50 more batches

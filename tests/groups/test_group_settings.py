@@ -79,3 +79,37 @@ def test_sigterm_answers_parked_and_queued_joins_before_the_drain(broker_factory
         assert late.receive()[1]["error_code"] == ErrorCode.NOT_COORDINATOR
     text = broker.log_text()
     assert "still busy at shutdown" not in text, text[-2000:]
+
+
+def join_one_after_the_other(broker: BrokerProcess, group: str) -> list[dict]:
+    """Two members of a new group: the second asks to join after the first has joined."""
+    host, port = broker.bootstrap.split(":")
+    with WireConnection(host, int(port)) as first, WireConnection(host, int(port)) as second:
+        for conn in (first, second):
+            member = conn.request(JOIN, 5, join_body(group, 10000))["member_id"]
+            conn.send(JOIN, 5, join_body(group, 10000, member))
+        return [conn.receive()[1] for conn in (first, second)]
+
+
+def test_default_initial_delay_gathers_early_joiners_into_one_generation(
+        broker_factory: Any) -> None:
+    """Kafka's default 3000 ms: a new group waits for more members before its first
+    rebalance, so two consumers starting together share generation 1."""
+    broker = broker_factory(group_initial_rebalance_delay_ms=None)  # the broker's default
+    joined = join_one_after_the_other(broker, "gathered")
+    assert [j["error_code"] for j in joined] == [0, 0]
+    assert [j["generation_id"] for j in joined] == [1, 1]
+    leader = next(j for j in joined if j["member_id"] == j["leader"])
+    assert sorted(m["member_id"] for m in leader["members"]) == \
+        sorted(j["member_id"] for j in joined)
+    assert "group.initial.rebalance.delay.ms" not in broker.log_text()
+
+
+def test_zero_initial_delay_answers_the_first_member_alone(broker_factory: Any) -> None:
+    """With 0 the first member gets generation 1 at once; the second starts generation 2,
+    which the first (never rejoining here) is left out of at the rebalance timeout."""
+    broker = broker_factory(group_initial_rebalance_delay_ms=0)
+    first, second = join_one_after_the_other(broker, "alone")
+    assert (first["error_code"], first["generation_id"]) == (0, 1)
+    assert (second["error_code"], second["generation_id"]) == (0, 2)
+    assert [m["member_id"] for m in second["members"]] == [second["member_id"]]

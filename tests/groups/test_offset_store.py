@@ -38,7 +38,7 @@ def one_node(topics: TopicManager, config: CoordinatorConfig | None = None,
              **kwargs: Any) -> GroupCoordinator:
     """The coordinator as a single node wires it: over the node's offsets topic, leading
     every partition; returned once every group is loaded."""
-    config = config or CoordinatorConfig()
+    config = config or CoordinatorConfig(initial_rebalance_delay_ms=0)
     coordinator = GroupCoordinator(offsets_topic(topics, config), config, **kwargs)
 
     async def load() -> None:
