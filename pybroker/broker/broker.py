@@ -25,9 +25,10 @@ log snapshots its producer state; the manager writes the clean-shutdown marker).
 
 Dispatch of one frame: header -> handler by API key -> decode -> handle -> encode. A
 request the broker cannot parse (garbage, unknown API key, a version outside what is
-served, a malformed body) closes that connection with a log line, as Kafka's SocketServer
-does; ApiVersions of an unknown version is answered in v0 with UNSUPPORTED_VERSION and the
-supported list (KIP-511). Handler bugs are logged and answered UNKNOWN_SERVER_ERROR.
+served, a malformed body) closes that connection, as Kafka's SocketServer does; ApiVersions
+of an unknown version is answered in v0 with UNSUPPORTED_VERSION and the supported list
+(KIP-511). These refusals and whole-request error answers are logged at INFO once per
+client and API (``RefusalLog``). Handler bugs are logged and answered UNKNOWN_SERVER_ERROR.
 
 Observability of the data plane: the native zero-copy counters (bytes sent with
 sendfile/splice vs bytes sent from memory) and request counts are written as JSON to
@@ -61,6 +62,7 @@ from pybroker.broker import handlers as handler_registry
 from pybroker.broker.files import STATS_FILE, read_json, write_json
 from pybroker.broker.metrics import MetricsServer
 from pybroker.broker.producer_ids import ProducerIdManager
+from pybroker.broker.refusals import RefusalLog
 from pybroker.broker.request import Encoded, RequestContext
 from pybroker.broker.topic_manager import TopicManager
 from pybroker.broker.validation import ValidationPool
@@ -105,7 +107,7 @@ class Broker:
                  "markers", "txn_verifier", "validation_pool",
                  "server", "advertised", "shutting_down", "requests", "_tasks", "_logs_open",
                  "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
-                 "_stats_last", "requests_by_api", "metrics_server")
+                 "_stats_last", "requests_by_api", "metrics_server", "refusals")
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -129,6 +131,7 @@ class Broker:
         self.requests = 0
         self.requests_by_api: collections.Counter[int] = collections.Counter()
         self.metrics_server: MetricsServer | None = None
+        self.refusals = RefusalLog()
         self._tasks: list[asyncio.Task[None]] = []
         self._logs_open = False  # what shutdown has to stop: the parts start() got to
         self.cleaner: LogCleaner | None = None
@@ -408,13 +411,15 @@ class Broker:
         self.requests_by_api[api_key] += 1
         entry = self.handlers.get(api_key)
         if entry is None:
-            raise CloseConnection(f"unknown API key {api_key}")
+            raise self._refuse(conn, client_id, api_key, f"unknown API key {api_key}")
         low, high = entry.versions
         if not low <= version <= high:
+            refusal = self._refuse(conn, client_id, api_key,
+                                   f"unsupported version {version} (served: {low}-{high})")
             if api_key == API_VERSIONS:
                 return self._encode(api_key, 0, correlation_id, self.api_versions_body(
                     ErrorCode.UNSUPPORTED_VERSION))
-            raise CloseConnection(f"unsupported version {version} of {codec.api_name(api_key)}")
+            raise refusal
         try:
             if entry.decode is not None:
                 request = entry.decode(frame, header_size, version)
@@ -424,8 +429,8 @@ class Broker:
                 request = await asyncio.get_running_loop().run_in_executor(
                     None, codec.decode_request, api_key, version, frame, header_size)
         except KafkaError as exc:
-            raise CloseConnection(f"malformed {codec.api_name(api_key)} v{version}: "
-                                  f"{exc}") from None
+            raise self._refuse(conn, client_id, api_key, f"malformed v{version}: {exc}") \
+                from None
         ctx = RequestContext(self, api_key, version, correlation_id, client_id,
                              conn.peer, frame, conn)
         try:
@@ -433,6 +438,8 @@ class Broker:
         except (CloseConnection, ConnectionClosed):
             raise
         except KafkaError as exc:
+            self._refuse(conn, client_id, api_key,
+                         f"v{version} answered {ErrorCode(exc.code).name}: {exc}")
             body = self._error_body(ctx, exc.code, str(exc))
         except Exception:
             log.exception("bug handling %s v%d from %s", codec.api_name(api_key), version,
@@ -443,6 +450,14 @@ class Broker:
         if isinstance(body, Encoded):
             return body.parts
         return self._encode(api_key, version, correlation_id, body)
+
+    def _refuse(self, conn: Connection, client_id: str | None, api_key: int,
+                reason: str) -> CloseConnection:
+        """Report a refused request (once per client and API, ``RefusalLog``); returns the
+        exception that closes the connection, for the refusals that close it."""
+        api = codec.api_name(api_key) or f"API key {api_key}"
+        self.refusals.refused(client_id, conn.peer, api_key, api, reason)
+        return CloseConnection(f"{api} from client {client_id!r}: {reason}", reported=True)
 
     @staticmethod
     def _encode(api_key: int, version: int, correlation_id: int, body: dict) -> Any:

@@ -147,7 +147,13 @@ class PeerGone(ConnectionClosed):
 
 
 class CloseConnection(Exception):
-    """Raised by the dispatcher for a request it cannot answer: log one line and close."""
+    """Raised by the dispatcher for a request it cannot answer: log one line and close.
+    A ``reported`` refusal was logged by the dispatcher already (once per client and API),
+    so the close itself is logged at DEBUG only."""
+
+    def __init__(self, reason: str, reported: bool = False) -> None:
+        super().__init__(reason)
+        self.reported = reported
 
 
 class ReceiveScratch:
@@ -552,7 +558,8 @@ class Connection:
                     await asyncio.sleep(0)
                     resumed_at = time.monotonic()
         except CloseConnection as exc:
-            log.warning("connection %s: %s; closing", self.peer, exc)
+            log.log(logging.DEBUG if exc.reported else logging.WARNING,
+                    "connection %s: %s; closing", self.peer, exc)
             ended = True
         except (ConnectionClosed, asyncio.CancelledError):
             ended = True

@@ -103,6 +103,34 @@ def test_bad_frames_close_that_connection_only(server, payload):
     still_serving(server)
 
 
+def test_refused_requests_are_logged_once_per_client_and_api(server):
+    client_id = unique("refused-client")
+    name = client_id.encode()
+
+    def frame(api_key: int, version: int, body: bytes = b"") -> bytes:
+        header = struct.pack(">hhih", api_key, version, 1, len(name)) + name
+        return struct.pack(">i", len(header) + len(body)) + header + body
+
+    refusals = {"unknown API key 9999": frame(9999, 0),
+                "unsupported version 1": frame(PRODUCE, 1),
+                "malformed v1": frame(METADATA, 1, b"\x7f\xff\xff\xff")}
+    for _ in range(3):  # each on a new connection, as a retrying client would
+        for payload in refusals.values():
+            with WireClient(server.bootstrap) as bad:
+                bad.raw(payload)
+                assert bad.closed_by_peer()
+        with WireClient(server.bootstrap) as probe:  # answered, and refused all the same
+            probe.raw(frame(API_VERSIONS, 99, b"\x00"))
+            assert struct.unpack_from(">ih", probe.read_frame()) == (
+                1, ErrorCode.UNSUPPORTED_VERSION)
+    still_serving(server)
+    lines = [line for line in server.log_text().splitlines() if client_id in line]
+    assert all(" INFO " in line and "refused" in line for line in lines), lines
+    for reason in [*refusals, "unsupported version 99 (served: 0-"]:
+        assert len([line for line in lines if reason in line]) == 1, (reason, lines)
+    assert len(lines) == 4, "\n".join(lines)
+
+
 def test_oversize_size_prefix_is_refused_with_a_log_line(server):
     with WireClient(server.bootstrap) as bad:
         bad.raw(struct.pack(">i", 200 * 1024 * 1024) + b"\x00" * 16)

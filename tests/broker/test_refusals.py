@@ -1,0 +1,26 @@
+"""The refusal log's memory is bounded: an LRU of the clients and APIs already reported."""
+
+from __future__ import annotations
+
+import logging
+
+from pybroker.broker.refusals import RefusalLog
+
+
+def test_reported_pairs_are_capped_least_recently_refused_first(caplog) -> None:
+    refusals = RefusalLog(capacity=3)
+    caplog.set_level(logging.INFO, logger="pybroker.broker")
+
+    def refuse(client: str, api_key: int = 0, port: int = 1) -> int:
+        before = len(caplog.records)
+        refusals.refused(client, f"10.0.0.1:{port}", api_key, "Produce", "unsupported")
+        return len(caplog.records) - before
+
+    assert [refuse(c) for c in ("a", "b", "c")] == [1, 1, 1]
+    assert refuse("a", port=2) == 0  # same client on another connection: already told
+    assert refuse("a", api_key=3) == 1  # another API of the same client
+    assert refuse("c") == 0
+    for n in range(10_000):
+        refuse(f"flood-{n}")
+    assert len(refusals) == 3
+    assert refuse("a") == 1  # pushed out by newer clients: reported again
