@@ -41,13 +41,14 @@ from typing import TYPE_CHECKING, NamedTuple
 from pybroker.coordinator.internal_topic import CoordinatorLog, InternalTopic, store_error
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.txn.config import TxnConfig
-from pybroker.txn.markers import MarkerWrite, TopicPartition, TxnMarker
+from pybroker.txn.markers import MarkerWrite, TxnMarker
 from pybroker.txn.partitions import TxnPartitions
 from pybroker.txn.records import partition_of, txn_key, txn_value
 from pybroker.txn.state import (
     MAX_EPOCH,
     NO_PRODUCER_ID,
     IllegalTransition,
+    TopicPartition,
     TxnMetadata,
     TxnState,
 )
@@ -99,7 +100,6 @@ class TxnCoordinator:
         self.partitions = TxnPartitions(self.partition_for, self._install, self._unload,
                                         self._spawn)
         self._task: asyncio.Task[None] | None = None
-        self._closing = False
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -122,7 +122,6 @@ class TxnCoordinator:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="transactions")
 
     async def stop(self) -> None:
-        self._closing = True
         tasks = [t for t in (self._task, *self._background) if t is not None]
         for task in tasks:
             task.cancel()

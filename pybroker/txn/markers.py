@@ -46,6 +46,7 @@ from pybroker.errors import (
 )
 from pybroker.log.log import AppendInfo
 from pybroker.repl.peer import Peers
+from pybroker.txn.state import TopicPartition, partitions_by_topic
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
@@ -57,8 +58,6 @@ WRITE_TXN_MARKERS = 27
 WRITE_TXN_MARKERS_VERSION = 1
 # Kafka appends markers with request.timeout.ms (30 s) as the wait for the ISR.
 MARKER_TIMEOUT_S = 30.0
-
-TopicPartition = tuple[str, int]
 
 # the coordinator's way to write a transaction's markers (``MarkerWriter.write``)
 MarkerWrite = Callable[["TxnMarker"], Awaitable[dict[TopicPartition, ErrorCode]]]
@@ -168,12 +167,6 @@ def request_body(markers: Iterable[TxnMarker]) -> dict:
         "producer_id": m.producer_id, "producer_epoch": m.producer_epoch,
         "transaction_result": m.commit, "coordinator_epoch": m.coordinator_epoch,
         "topics": [{"name": topic, "partition_indexes": indexes}
-                   for topic, indexes in _by_topic(m.partitions).items()]}
+                   for topic, indexes in partitions_by_topic(m.partitions).items()]}
         for m in markers]}
 
-
-def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
-    by_topic: dict[str, list[int]] = {}
-    for topic, index in sorted(partitions):
-        by_topic.setdefault(topic, []).append(index)
-    return by_topic

@@ -26,7 +26,7 @@ import struct
 from pybroker.coordinator.internal_topic import decode_versioned, partition_for
 from pybroker.errors import CorruptRecordError
 from pybroker.net.protocol.codec import encode_data
-from pybroker.txn.state import TxnMetadata, TxnState
+from pybroker.txn.state import TxnMetadata, TxnState, partitions_by_topic
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 TRANSACTION_LOG_KEY = 0  # the record type of TransactionLogKey, its key's prefix
@@ -58,14 +58,12 @@ def txn_value(txn: TxnMetadata, version: int = 0) -> bytes:
     """``txn`` as a record value at ``version`` (0, or 1 under transaction version 2)."""
     if txn.state == TxnState.EMPTY and txn.partitions:
         raise ValueError(f"transactional id {txn.transactional_id!r}: Empty with partitions")
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in sorted(txn.partitions):
-        by_topic.setdefault(topic, []).append(partition)
     value = {
         "producer_id": txn.producer_id, "producer_epoch": txn.producer_epoch,
         "transaction_timeout_ms": txn.timeout_ms, "transaction_status": int(txn.state),
         "transaction_partitions": None if txn.state == TxnState.EMPTY else [
-            {"topic": topic, "partition_ids": ids} for topic, ids in by_topic.items()],
+            {"topic": topic, "partition_ids": ids}
+            for topic, ids in partitions_by_topic(txn.partitions).items()],
         "transaction_last_update_timestamp_ms": txn.last_update_ms,
         "transaction_start_timestamp_ms": txn.start_ms,
         "previous_producer_id": txn.previous_producer_id,

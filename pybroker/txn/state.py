@@ -97,6 +97,15 @@ def can_transition(current: TxnState, target: TxnState) -> bool:
 TopicPartition = tuple[str, int]
 
 
+def partitions_by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    """``partitions`` as Kafka's messages list them: each topic (sorted) with its
+    partition indexes (sorted)."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, index in sorted(partitions):
+        by_topic.setdefault(topic, []).append(index)
+    return by_topic
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class TxnMetadata:
     """One transactional id's transaction: the value of its ``__transaction_state``

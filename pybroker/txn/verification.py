@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.txn.markers import TopicPartition
+from pybroker.txn.state import TopicPartition
 
 if TYPE_CHECKING:
     from pybroker.metadata import Endpoint

@@ -32,8 +32,7 @@ from pybroker.net.protocol.typed import (
     ListTransactionsRequest,
     ListTransactionsResponse,
 )
-from pybroker.txn.markers import TopicPartition
-from pybroker.txn.state import TxnState
+from pybroker.txn.state import TopicPartition, TxnState, partitions_by_topic
 
 PRODUCER_FENCED_FIRST_VERSION = 2  # of AddPartitions/AddOffsets/EndTxn (KIP-588)
 BATCHED_FIRST_VERSION = 4
@@ -54,12 +53,9 @@ def _partitions(topics: list[AddPartitionsToTxnRequestTopic]) -> list[TopicParti
 
 def _by_topic(errors: dict[TopicPartition, ErrorCode]
               ) -> list[AddPartitionsToTxnResponseTopicResult]:
-    topics: dict[str, list[tuple[int, ErrorCode]]] = {}
-    for (topic, partition), error in sorted(errors.items()):
-        topics.setdefault(topic, []).append((partition, error))
     return [{"name": topic, "results_by_partition": [
-        {"partition_index": p, "partition_error_code": e} for p, e in results]}
-        for topic, results in topics.items()]
+        {"partition_index": p, "partition_error_code": errors[(topic, p)]} for p in indexes]}
+        for topic, indexes in partitions_by_topic(errors).items()]
 
 
 @handler(api_key=24, versions=(0, 5))
@@ -120,16 +116,14 @@ async def describe_transactions(ctx: RequestContext, request: DescribeTransactio
                            "transaction_start_time_ms": -1, "producer_id": -1,
                            "producer_epoch": -1, "topics": []})
             continue
-        topics: dict[str, list[int]] = {}
-        for topic, partition in sorted(txn.partitions):
-            topics.setdefault(topic, []).append(partition)
         states.append({
             "error_code": ErrorCode.NONE, "transactional_id": transactional_id,
             "transaction_state": txn.state.kafka_name,
             "transaction_timeout_ms": txn.timeout_ms,
             "transaction_start_time_ms": txn.start_ms, "producer_id": txn.producer_id,
             "producer_epoch": txn.producer_epoch,
-            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
+            "topics": [{"topic": t, "partitions": ps}
+                       for t, ps in partitions_by_topic(txn.partitions).items()]})
     return {"throttle_time_ms": 0, "transaction_states": states}
 
 
