@@ -105,7 +105,7 @@ class Broker:
     __slots__ = ("config", "broker_id", "data_dir", "handlers", "cluster_id", "metadata",
                  "logs", "cleaner", "topics", "producer_ids", "group_coordinator", "txn_coordinator",
                  "markers", "txn_verifier", "validation_pool",
-                 "server", "advertised", "shutting_down", "requests", "_tasks", "_logs_open",
+                 "server", "advertised", "shutting_down", "_tasks", "_logs_open",
                  "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
                  "_stats_last", "requests_by_api", "metrics_server", "refusals")
 
@@ -128,7 +128,6 @@ class Broker:
         self.server: Server | None = None
         self.advertised: tuple[str, int] = ("127.0.0.1", 0)
         self.shutting_down = False
-        self.requests = 0
         self.requests_by_api: collections.Counter[int] = collections.Counter()
         self.metrics_server: MetricsServer | None = None
         self.refusals = RefusalLog()
@@ -373,7 +372,7 @@ class Broker:
             "zero_copy_bytes": zero,
             "copied_bytes": copied,
             "zero_copy_fraction": zero / (zero + copied) if zero + copied else 0.0,
-            "requests": self.requests,
+            "requests": sum(self.requests_by_api.values()),
             "requests_by_api": dict(self.requests_by_api),
             "connections": len(self.server.connections) if self.server else 0,
             "accepted": self.server.accepted if self.server else 0,
@@ -407,7 +406,6 @@ class Broker:
                 parse_request_header(frame)
         except KafkaError as exc:
             raise CloseConnection(f"unreadable request header: {exc}") from None
-        self.requests += 1
         self.requests_by_api[api_key] += 1
         entry = self.handlers.get(api_key)
         if entry is None:
