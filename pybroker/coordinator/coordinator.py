@@ -39,6 +39,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING
 
 from pybroker.coordinator import internal_topic
+from pybroker.coordinator.background import BackgroundTasks
 from pybroker.coordinator.config import CoordinatorConfig
 from pybroker.coordinator.group import Group, GroupState, OffsetAndMetadata
 from pybroker.coordinator.membership import (
@@ -73,7 +74,7 @@ class GroupCoordinator:
         self._clock = clock
         self._store = internal_topic.CoordinatorLog(
             offsets_topic, config.offsets_topic_num_partitions, config.offsets_commit_timeout_ms)
-        self._background: set[asyncio.Task[None]] = set()  # replication waits, loads
+        self._background = BackgroundTasks()  # the timer loop, replication waits, loads
         self.groups: dict[str, Group] = {}
         self.membership = Membership(self.groups, self._store, config, self.now_ms,
                                      self._spawn)
@@ -81,7 +82,6 @@ class GroupCoordinator:
         self.partitions = OffsetsPartitions(self.groups, self._store, self.membership,
                                             self.now_ms, self._spawn, self.offsets.pending)
         self._next_expiry = 0
-        self._task: asyncio.Task[None] | None = None
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -91,15 +91,11 @@ class GroupCoordinator:
     async def start(self) -> None:
         """Start the timers (the groups load as leadership comes: ``OffsetsPartitions``)."""
         self._next_expiry = self.now_ms() + self.config.offsets_retention_check_interval_ms
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="groups")
+        self._spawn(self._run(), name="groups")
 
     async def stop(self) -> None:
         self._closing = True
-        tasks = [t for t in (self._task, *self._background) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._task = None
+        await self._background.cancel_all()
         self.release_waiters()
 
     def begin_shutdown(self) -> None:
@@ -129,11 +125,9 @@ class GroupCoordinator:
             self._next_expiry = now + self.config.offsets_retention_check_interval_ms
             self.expire_offsets(now)
 
-    def _spawn(self, coro: Coroutine[object, object, None]) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return task
+    def _spawn(self, coro: Coroutine[object, object, None], name: str | None = None
+               ) -> asyncio.Task[None]:
+        return self._background.spawn(coro, name)
 
     # leadership of the offsets partitions (offsets_partitions.py) ----------------------
 

@@ -38,6 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
+from pybroker.coordinator.background import BackgroundTasks
 from pybroker.coordinator.internal_topic import CoordinatorLog, InternalTopic, store_error
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.txn.config import TxnConfig
@@ -96,10 +97,9 @@ class TxnCoordinator:
         self._clock = clock
         self.transactions: dict[str, TxnMetadata] = {}
         self._busy: set[str] = set()  # ids with a write (or their markers) in flight
-        self._background: set[asyncio.Task[None]] = set()
+        self._background = BackgroundTasks()  # the timer loop, markers, loads
         self.partitions = TxnPartitions(self.partition_for, self._install, self._unload,
                                         self._spawn)
-        self._task: asyncio.Task[None] | None = None
 
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -119,20 +119,14 @@ class TxnCoordinator:
         subscribe(self.partitions.leadership_changed)
 
     async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="transactions")
+        self._spawn(self._run(), name="transactions")
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._task, *self._background) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._task = None
+        await self._background.cancel_all()
 
-    def _spawn(self, coro: Coroutine[object, object, None]) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return task
+    def _spawn(self, coro: Coroutine[object, object, None], name: str | None = None
+               ) -> asyncio.Task[None]:
+        return self._background.spawn(coro, name)
 
     async def _run(self) -> None:
         next_expiry = self.now_ms() + self.config.remove_expired_interval_ms
