@@ -421,6 +421,34 @@ def test_list_offsets_max_timestamp_is_the_record_carrying_it(client):
         assert largest() == answer
 
 
+def test_list_offsets_latest_tiered_and_leader_epochs_as_kafka(client):
+    # Apache Kafka 4.1's answers for a topic without remote storage: -5 (latest tiered,
+    # v9+) is offset -1 with no leader epoch; v10 only adds a timeout; a special timestamp
+    # newer than the version is UNSUPPORTED_VERSION; a lookup that finds nothing has no
+    # leader epoch, one that finds a record has its batch's.
+    name = unique("tiered")
+    create(client, name)
+    produce(client, name, encode_batch([b"a"], timestamps=[1000]))
+
+    def lookup(timestamp: int, version: int) -> tuple[int, int, int, int]:
+        body = {"replica_id": -1, "isolation_level": 0, "timeout_ms": 1000,
+                "topics": [{"name": name, "partitions": [
+                    {"partition_index": 0, "current_leader_epoch": -1,
+                     "timestamp": timestamp}]}]}
+        p = client.request(LIST_OFFSETS, version, body)["topics"][0]["partitions"][0]
+        return p["error_code"], p["offset"], p["timestamp"], p["leader_epoch"]
+
+    for version in (9, 10):
+        assert lookup(-5, version) == (0, -1, -1, -1)
+        assert lookup(-1, version) == (0, 1, -1, 0)
+        assert lookup(-2, version) == (0, 0, -1, 0)
+        assert lookup(-3, version) == (0, 0, 1000, 0)
+        assert lookup(999, version) == (0, 0, 1000, 0)
+        assert lookup(5000, version) == (0, -1, -1, -1)
+        assert lookup(-6, version)[0] == ErrorCode.UNSUPPORTED_VERSION
+    assert lookup(-5, 8)[0] == ErrorCode.UNSUPPORTED_VERSION
+
+
 def test_batch_at_max_message_bytes_is_taken_one_past_is_refused(client):
     name = unique("edge")
     limit = 50_000
