@@ -88,6 +88,8 @@ from pybroker.txn.verification import PartitionVerifier, ask_over
 log = logging.getLogger("pybroker.broker")
 
 API_VERSIONS = 18
+# the API a request whose header does not parse is refused under, in the refusal log
+UNREADABLE_HEADER = -1
 # Requests at least this large that the generic codec decodes are decoded on a thread:
 # the codec takes ~0.4 us a byte for messages of many small structs (a CreateTopics of
 # 2,000 topics held the loop 35 ms); on a thread the loop takes the GIL back every
@@ -405,7 +407,8 @@ class Broker:
             api_key, version, correlation_id, client_id, header_size = \
                 parse_request_header(frame)
         except KafkaError as exc:
-            raise CloseConnection(f"unreadable request header: {exc}") from None
+            raise self._refuse(conn, None, UNREADABLE_HEADER,
+                               f"unreadable request header: {exc}") from None
         self.requests_by_api[api_key] += 1
         entry = self.handlers.get(api_key)
         if entry is None:
