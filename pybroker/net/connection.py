@@ -53,6 +53,10 @@ counted with ``count_copied``) and :class:`FileRegion`s (sent with the native
 sendfile/splice, counted as zero-copy by the native module). On EAGAIN the worker awaits
 writability of this socket only; other connections are not blocked.
 
+Request times. Each answered request's time, from being taken off the queue until its
+response is entirely in the socket, goes to the server's ``RequestTimes`` (per API, a
+histogram: ``request_times.py``), from the timestamps the fairness slices take anyway.
+
 Network threads (``num.network.threads``, ``network_threads.NetworkThreads``, shared by the
 server's connections). One event-loop thread doing every kernel copy of bulk traffic was
 the limit of fetch and produce throughput, so the two bulk transfers move in pool threads:
@@ -93,6 +97,7 @@ from pybroker.file_region import FileRegion
 from pybroker.net import frame_pool
 from pybroker.net.network_threads import NetworkThreads
 from pybroker.net.request_memory import RequestMemory
+from pybroker.net.request_times import RequestTimes, api_key_of
 
 log = logging.getLogger("pybroker.net")
 
@@ -212,14 +217,17 @@ def _close_quietly(closeable: Any) -> None:
 class Limits:
     """Per-server settings and shared parts every connection uses."""
 
-    __slots__ = ("max_request", "max_queued", "memory", "scratch", "threads", "closer")
+    __slots__ = ("max_request", "max_queued", "memory", "scratch", "threads", "closer",
+                 "times")
 
     def __init__(self, max_request: int, max_queued: int, memory: RequestMemory,
                  scratch: ReceiveScratch | None = None,
-                 threads: NetworkThreads | None = None) -> None:
+                 threads: NetworkThreads | None = None,
+                 times: RequestTimes | None = None) -> None:
         self.max_request = max_request
         self.max_queued = max_queued
         self.memory = memory
+        self.times = times or RequestTimes()
         self.scratch = scratch or ReceiveScratch()
         self.threads = threads
         self.closer = SocketCloser()
@@ -258,9 +266,9 @@ class Connection:
         self._queued_bytes = 0  # charge of the whole frames in _queue
         self._charged = 0  # charge of every frame received and not yet answered
         self._reading = False
-        # (frame, awaitable giving its response | None, response | None): a request
-        # _serve_inline began and the worker finishes
-        self._handover: tuple[Any, Any, Any] | None = None
+        # (frame, awaitable giving its response | None, response | None, when it was
+        # taken up): a request _serve_inline began and the worker finishes
+        self._handover: tuple[Any, Any, Any, float] | None = None
         self._write_waiter: asyncio.Future[None] | None = None
         self._write_blocked = False  # a response waits for the socket: do not read
         self._draining = False  # stop reading, answer what is queued, then close
@@ -485,32 +493,35 @@ class Connection:
         worker resumes that same coroutine, ``_Resumed``), its exception, or a response
         the socket did not take whole. Only one request is ever handed over, and nothing
         more is answered here until the worker has finished it."""
-        started = time.monotonic()
+        started = taken = time.monotonic()
         while self._queue and not self.closed:
             frame = self._dequeue()
             coro = self._dispatch(self, frame)
             if not hasattr(coro, "send"):  # an awaitable that is no coroutine: the worker's
-                self._handover = (frame, coro, None)
+                self._handover = (frame, coro, None, taken)
                 return
             try:
                 step = coro.send(None)
             except StopIteration as done:
                 response = done.value
             except BaseException as exc:  # the worker raises it where _run handles it
-                self._handover = (frame, _Raised(exc), None)
+                self._handover = (frame, _Raised(exc), None, taken)
                 return
             else:
-                self._handover = (frame, _Resumed(coro, step), None)
+                self._handover = (frame, _Resumed(coro, step), None, taken)
                 return
             if response:
                 rest = self._send_now(response)
                 if rest is not None:
-                    self._handover = (frame, None, rest)
+                    self._handover = (frame, None, rest, taken)
                     return
             del response
+            now = time.monotonic()
+            self._limits.times.observe(api_key_of(frame), now - taken)
             self._release(frame)
-            if time.monotonic() - started >= INLINE_SLICE_S:
+            if now - started >= INLINE_SLICE_S:
                 return
+            taken = now
 
     def _send_now(self, parts: Sequence[Part]) -> Sequence[Part] | None:
         """Send a one-part bytes-like response with one ``sendmsg``; None when it all
@@ -537,21 +548,24 @@ class Connection:
         try:
             while (self._queue or self._handover is not None) and not self.closed:
                 if self._handover is not None:  # begun by _serve_inline
-                    frame, resumed, response = self._handover
+                    frame, resumed, response, taken = self._handover
                     self._handover = None
                     if resumed is not None:
                         response = await resumed
                     del resumed
                 else:
                     frame = self._dequeue()
+                    taken = time.monotonic()
                     self._update_reading()
                     response = await self._dispatch(self, frame)
                 if response and not self.closed:
                     await self.write(response)
                 del response
+                self.last_active = now = time.monotonic()
+                if not self.closed:  # answered
+                    self._limits.times.observe(api_key_of(frame), now - taken)
                 self._release(frame)
                 frame = None
-                self.last_active = now = time.monotonic()
                 if now - resumed_at >= WORKER_SLICE_S and self._queue:
                     # Requests that complete without suspending would otherwise be
                     # answered back to back with every other connection waiting.
@@ -573,7 +587,7 @@ class Connection:
                 # A request _serve_inline began and this worker never took (it was
                 # cancelled first): close its coroutine now, so what its first step took
                 # (a partition's append lock, a fetch waiter) is let go at once, not at gc.
-                frame, resumed, _ = self._handover
+                frame, resumed, _, _ = self._handover
                 self._handover = None
                 if isinstance(resumed, _Resumed):
                     resumed.close()

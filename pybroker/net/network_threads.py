@@ -5,6 +5,11 @@ the rest of large received frames, to these threads, which move the bytes with t
 native ``send_region_wait``/``recv_wait`` (syscall and poll with the GIL released) while
 the event loop serves everyone else. Kafka has ``num.network.threads`` for the same
 reason; unlike Kafka's, these own no connection, only transfers.
+
+Use: each thread adds the wall time of every transfer it runs to its own slot of
+``busy_s`` (no two threads write one slot, so no lock); ``busy_seconds()`` is their sum,
+the time the pool was moving bytes (Kafka's network processors report the opposite,
+their idle share).
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ class NetworkThreads:
     def __init__(self, count: int) -> None:
         self.count = count
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._work, name=f"pybroker-net-{i}",
-                                          daemon=True) for i in range(count)]
+        self.busy_s = [0.0] * count
+        self._threads = [threading.Thread(target=self._work, args=(i,),
+                                          name=f"pybroker-net-{i}", daemon=True)
+                         for i in range(count)]
         for thread in self._threads:
             thread.start()
 
@@ -57,15 +64,21 @@ class NetworkThreads:
             await asyncio.sleep(0.005)
         await asyncio.sleep(0)  # the callbacks they scheduled
 
-    def _work(self) -> None:
+    def busy_seconds(self) -> float:
+        """Wall time the threads have spent in transfers, all together."""
+        return sum(self.busy_s)
+
+    def _work(self, slot: int) -> None:
         while (job := self._jobs.get()) is not None:
             loop, callback, fn, args = job
             del job
             result, error = None, None
+            started = time.monotonic()
             try:
                 result = fn(*args)
             except BaseException as exc:  # handed to the loop, which raises it there
                 error = exc
+            self.busy_s[slot] += time.monotonic() - started
             del fn, args
             try:
                 loop.call_soon_threadsafe(callback, result, error)

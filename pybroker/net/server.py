@@ -45,6 +45,7 @@ from collections import Counter
 from pybroker.net.connection import Connection, Dispatch, Limits, ReceiveScratch
 from pybroker.net.network_threads import NetworkThreads
 from pybroker.net.request_memory import RequestMemory
+from pybroker.net.request_times import RequestTimes
 
 log = logging.getLogger("pybroker.net")
 
@@ -131,8 +132,9 @@ class Server:
         self._backlog = backlog
         self._network_threads = network_threads
         self.memory = RequestMemory(queued_max_request_bytes)
+        self.request_times = RequestTimes()
         self._limits = Limits(max_request_bytes, max_queued_bytes, self.memory,
-                              ReceiveScratch())
+                              ReceiveScratch(), times=self.request_times)
         self._max_connections = max_connections
         self._max_per_ip = max_connections_per_ip
         self._per_ip_overrides = parse_ip_overrides(max_connections_per_ip_overrides)
@@ -147,6 +149,11 @@ class Server:
         self.connections: set[Connection] = set()
         self.accepted = 0
         self.refused = 0
+
+    @property
+    def network_threads(self) -> NetworkThreads | None:
+        """The pool of ``num.network.threads`` (None: 0 threads, or not started)."""
+        return self._limits.threads
 
     @property
     def address(self) -> tuple[str, int]:
