@@ -60,6 +60,7 @@ from typing import Any
 from pybroker.broker import collector
 from pybroker.broker import handlers as handler_registry
 from pybroker.broker.files import STATS_FILE, read_json, write_json
+from pybroker.broker.leader_offsets import LeaderHighWatermarks
 from pybroker.broker.metrics import MetricsServer
 from pybroker.broker.producer_ids import ProducerIdManager
 from pybroker.broker.refusals import RefusalLog
@@ -109,7 +110,8 @@ class Broker:
                  "markers", "txn_verifier", "validation_pool",
                  "server", "advertised", "shutting_down", "_tasks", "_logs_open",
                  "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
-                 "_stats_last", "requests_by_api", "metrics_server", "refusals")
+                 "_stats_last", "requests_by_api", "metrics_server", "refusals",
+                 "leader_offsets")
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -132,6 +134,7 @@ class Broker:
         self.shutting_down = False
         self.requests_by_api: collections.Counter[int] = collections.Counter()
         self.metrics_server: MetricsServer | None = None
+        self.leader_offsets = LeaderHighWatermarks(self)
         self.refusals = RefusalLog()
         self._tasks: list[asyncio.Task[None]] = []
         self._logs_open = False  # what shutdown has to stop: the parts start() got to
@@ -292,6 +295,7 @@ class Broker:
         if self._coordinator_started:
             await self._quietly("group coordinator", self.group_coordinator.stop)
             await self._quietly("transaction coordinator", self.txn_coordinator.stop)
+            await self._quietly("group lag's leader offsets", self.leader_offsets.close)
             await self._quietly("marker writer", self.markers.close)
         if self.validation_pool is not None:
             self.validation_pool.close()

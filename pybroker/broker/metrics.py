@@ -11,9 +11,18 @@ and the groups' committed offsets: no record is read.
 
 Names follow the Prometheus JMX exporter's common Kafka rules where Kafka has the metric
 (``kafka_server_brokertopicmetrics_bytesin_total{topic}``, ``kafka_log_log_size``, ...),
-so dashboards and alerts written for Kafka read pybroker; what Kafka lacks is
-``pybroker_``: the zero-copy counters and the consumer lag the broker computes per group
-and partition (the committed offset against the partition's high watermark).
+so dashboards and alerts written for Kafka read pybroker (README lists them all); what
+Kafka lacks is ``pybroker_``: the zero-copy counters, the event loop's CPU time and the
+network threads' busy time, and the consumer lag the broker computes per group and
+partition (the committed offset against the partition's high watermark: this broker's
+replica's, else the leader's last answer, ``leader_offsets.py``, never waited for).
+Request latency is a real histogram per API (``_bucket{le}``/``_sum``/``_count``,
+``kafka_network_requestmetrics_totaltime_seconds``; what is timed:
+``pybroker/net/request_times.py``) where the JMX exporter has TotalTimeMs percentiles.
+
+Counters kept per partition (bytes, ISR shrinks and expansions) are summed over the
+partitions this broker has now: a deleted topic's counts leave the sums (Prometheus's
+``rate`` reads the drop as a reset).
 """
 
 from __future__ import annotations
@@ -24,10 +33,12 @@ import concurrent.futures
 import http.server
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from pybroker.net.protocol.codec import api_name
+from pybroker.net.request_times import BOUNDS, RequestTimes
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
@@ -40,8 +51,11 @@ SNAPSHOT_TIMEOUT_S = 5.0
 POLL_INTERVAL_S = 0.1
 
 Labels = tuple[tuple[str, str], ...]
-# (name, type, help, [(labels, value)])
-Family = tuple[str, str, str, list[tuple[Labels, float]]]
+# (labels, value) or, in a histogram, (labels, value, the sample name's suffix: "_bucket",
+# "_sum", "_count")
+Sample = tuple[Labels, float] | tuple[Labels, float, str]
+# (name, type, help, samples)
+Family = tuple[str, str, str, list[Sample]]
 
 
 def samples(broker: Broker) -> list[Family]:
@@ -50,10 +64,13 @@ def samples(broker: Broker) -> list[Family]:
     bytes_in: dict[str, int] = collections.Counter()
     bytes_out: dict[str, int] = collections.Counter()
     messages_in: dict[str, int] = collections.Counter()
-    log_size: list[tuple[Labels, float]] = []
-    segments: list[tuple[Labels, float]] = []
+    replication_in: dict[str, int] = collections.Counter()
+    replication_out: dict[str, int] = collections.Counter()
+    log_size: list[Sample] = []
+    segments: list[Sample] = []
+    under_min_isr_flags: list[Sample] = []
     high_watermarks: dict[tuple[str, int], int] = {}
-    partitions = leaders = under_replicated = 0
+    partitions = leaders = under_replicated = under_min_isr = shrinks = expands = 0
     for partition in broker.topics.partitions():
         plog = partition.log
         if plog is None:
@@ -63,6 +80,10 @@ def samples(broker: Broker) -> list[Family]:
         bytes_in[topic] += partition.bytes_in
         bytes_out[topic] += partition.bytes_out
         messages_in[topic] += partition.messages_in
+        replication_in[topic] += partition.replication_bytes_in
+        replication_out[topic] += partition.replication_bytes_out
+        shrinks += partition.isr_shrinks
+        expands += partition.isr_expands
         labels = (("topic", topic), ("partition", str(partition.index)))
         log_size.append((labels, plog.size()))
         segments.append((labels, len(plog.segments)))
@@ -70,19 +91,31 @@ def samples(broker: Broker) -> list[Family]:
         if partition.is_leader:
             leaders += 1
             under_replicated += len(partition.isr) < len(partition.replicas)
-    lag: list[tuple[Labels, float]] = []
-    states: list[tuple[Labels, float]] = []
-    members: list[tuple[Labels, float]] = []
-    for group in broker.group_coordinator.groups.values():
+            short = len(partition.isr) < plog.config.min_insync_replicas
+            under_min_isr += short
+            under_min_isr_flags.append((labels, int(short)))
+    lag: list[Sample] = []
+    states: list[Sample] = []
+    members: list[Sample] = []
+    groups = list(broker.group_coordinator.groups.values())
+    # a group's partitions led by another broker: their leaders' last answers
+    remote = broker.leader_offsets.known(
+        tp for group in groups for tp in group.offsets if tp not in high_watermarks)
+    for group in groups:
         states.append(((("group", group.group_id), ("state", group.state.value)), 1))
         members.append(((("group", group.group_id),), len(group.members)))
         for (topic, index), committed in group.offsets.items():
             hw = high_watermarks.get((topic, index))
+            if hw is None:
+                hw = remote.get((topic, index))
             if hw is not None:
                 lag.append(((("group", group.group_id), ("topic", topic),
                              ("partition", str(index))), max(hw - committed.offset, 0)))
+    server = broker.server
+    threads = server.network_threads if server is not None else None
+    metadata = broker.metadata
 
-    def per_topic(counts: dict[str, int]) -> list[tuple[Labels, float]]:
+    def per_topic(counts: dict[str, int]) -> list[Sample]:
         return [((("topic", topic),), value) for topic, value in sorted(counts.items())]
 
     return [
@@ -92,10 +125,18 @@ def samples(broker: Broker) -> list[Family]:
          "Bytes sent to consumers (not followers), per topic", per_topic(bytes_out)),
         ("kafka_server_brokertopicmetrics_messagesin_total", "counter",
          "Records appended by producers, per topic", per_topic(messages_in)),
+        ("kafka_server_brokertopicmetrics_replicationbytesin_total", "counter",
+         "Bytes appended from leaders as a follower, per topic", per_topic(replication_in)),
+        ("kafka_server_brokertopicmetrics_replicationbytesout_total", "counter",
+         "Bytes sent to followers as the leader, per topic", per_topic(replication_out)),
         ("kafka_network_requestmetrics_requests_total", "counter",
          "Requests received, per API",
          [((("request", api_name(key) or str(key)),), count)
           for key, count in sorted(stats["requests_by_api"].items())]),
+        ("kafka_network_requestmetrics_totaltime_seconds", "histogram",
+         "Requests answered, per API, by the time from being taken off the connection's "
+         "queue until the response was entirely in the socket",
+         _request_times(server.request_times) if server is not None else []),
         ("kafka_server_replicamanager_partitioncount", "gauge",
          "Partitions with a replica on this broker", [((), partitions)]),
         ("kafka_server_replicamanager_leadercount", "gauge",
@@ -103,19 +144,59 @@ def samples(broker: Broker) -> list[Family]:
         ("kafka_server_replicamanager_underreplicatedpartitions", "gauge",
          "Led partitions whose ISR is smaller than their replica set",
          [((), under_replicated)]),
+        ("kafka_server_replicamanager_underminisrpartitioncount", "gauge",
+         "Led partitions whose ISR is smaller than min.insync.replicas",
+         [((), under_min_isr)]),
+        ("kafka_cluster_partition_underminisr", "gauge",
+         "1 if the led partition's ISR is smaller than min.insync.replicas",
+         under_min_isr_flags),
+        ("kafka_server_replicamanager_isrshrinks_total", "counter",
+         "ISR shrinks this broker made as a leader (of the partitions it has now)",
+         [((), shrinks)]),
+        ("kafka_server_replicamanager_isrexpands_total", "counter",
+         "ISR expansions this broker made as a leader (of the partitions it has now)",
+         [((), expands)]),
+        ("kafka_controller_kafkacontroller_activecontrollercount", "gauge",
+         "1 on the active controller, 0 elsewhere",
+         [((), int(metadata.is_active_controller()))]),
+        ("kafka_controller_kafkacontroller_offlinepartitionscount", "gauge",
+         "Partitions without a live leader, as the active controller sees them "
+         "(0 elsewhere)", [((), metadata.offline_partition_count())]),
         ("kafka_log_log_size", "gauge", "Bytes in the partition's log segments", log_size),
         ("kafka_log_log_numlogsegments", "gauge", "Segments of the partition's log", segments),
         ("pybroker_connections", "gauge", "Open client connections",
          [((), stats["connections"])]),
+        ("pybroker_request_queue_bytes", "gauge",
+         "Bytes of requests received and not yet answered (queued.max.request.bytes "
+         "bounds them)", [((), stats["request_bytes"])]),
         ("pybroker_zero_copy_bytes_total", "counter",
          "Bytes sent with sendfile/splice", [((), stats["zero_copy_bytes"])]),
         ("pybroker_copied_bytes_total", "counter",
          "Bytes sent from memory", [((), stats["copied_bytes"])]),
+        ("pybroker_event_loop_cpu_seconds_total", "counter",
+         "CPU time (user and system) of the event loop's thread", [((), time.thread_time())]),
+        ("pybroker_network_threads", "gauge", "Threads of num.network.threads",
+         [((), threads.count if threads is not None else 0)]),
+        ("pybroker_network_threads_busy_seconds_total", "counter",
+         "Wall time the network threads spent moving bytes, all threads together",
+         [((), threads.busy_seconds() if threads is not None else 0.0)]),
         ("pybroker_group_lag", "gauge",
          "High watermark minus the group's committed offset, per partition", lag),
         ("pybroker_group_state", "gauge", "1 for the group's current state", states),
         ("pybroker_group_members", "gauge", "Members of the group", members),
     ]
+
+
+def _request_times(times: RequestTimes) -> list[Sample]:
+    out: list[Sample] = []
+    for key, cumulative, total in times.histograms():
+        request = ("request", api_name(key) or str(key))
+        for bound, count in zip(BOUNDS, cumulative, strict=False):
+            out.append(((request, ("le", repr(bound))), count, "_bucket"))
+        out.append(((request, ("le", "+Inf")), cumulative[-1], "_bucket"))
+        out.append(((request,), total, "_sum"))
+        out.append(((request,), cumulative[-1], "_count"))
+    return out
 
 
 def _escape(value: str) -> str:
@@ -128,9 +209,12 @@ def render(families: Iterable[Family]) -> bytes:
     for name, kind, help_text, values in families:
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
-        for labels, value in values:
+        for sample in values:
+            labels, value = sample[0], sample[1]
+            sample_name = name + sample[2] if len(sample) == 3 else name
             label_text = ",".join(f'{key}="{_escape(text)}"' for key, text in labels)
-            lines.append(f"{name}{{{label_text}}} {value}" if labels else f"{name} {value}")
+            lines.append(f"{sample_name}{{{label_text}}} {value}" if labels
+                         else f"{sample_name} {value}")
     return ("\n".join(lines) + "\n").encode()
 
 

@@ -84,7 +84,8 @@ class Partition:
                  "_writer", "_inline_below", "broker_id", "is_leader", "leader_id",
                  "leader_epoch", "replicas", "isr", "zk_version", "followers",
                  "epoch_start_offset", "isr_pending", "isr_listener", "_hw_waiters",
-                 "bytes_in", "messages_in", "bytes_out")
+                 "bytes_in", "messages_in", "bytes_out", "replication_bytes_in",
+                 "replication_bytes_out", "isr_shrinks", "isr_expands")
 
     def __init__(self, topic: str, index: int, log: Any, broker_id: int = 0,
                  is_leader: bool = True, internal: bool = False) -> None:
@@ -121,6 +122,12 @@ class Partition:
         self.bytes_in = 0
         self.messages_in = 0
         self.bytes_out = 0
+        # and what replication moved: appended from the leader as a follower, sent to
+        # followers as the leader; the ISR changes this replica made as the leader
+        self.replication_bytes_in = 0
+        self.replication_bytes_out = 0
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
@@ -373,6 +380,10 @@ class Partition:
         self.isr_pending = False
         if isr is None or not self.is_leader:
             return
+        if len(isr) < len(self.isr):
+            self.isr_shrinks += 1
+        elif len(isr) > len(self.isr):
+            self.isr_expands += 1
         self.isr = list(isr)
         self.zk_version = zk_version
         self.maybe_advance_high_watermark()
@@ -450,6 +461,7 @@ class Partition:
         log = self.log
         if len(records):
             log.append_as_follower(records)
+            self.replication_bytes_in += len(records)
         end = log.log_end_offset
         hw = min(leader_high_watermark, end)
         if hw > log.high_watermark:

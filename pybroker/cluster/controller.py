@@ -193,6 +193,14 @@ class Controller:
     def is_active(self) -> bool:
         return self._active
 
+    def offline_partition_count(self) -> int:
+        """Partitions whose leader is not a live broker (none, or one that went away and
+        has no successor yet); 0 while not active (its state is the active one's)."""
+        if not self._active:
+            return 0
+        live = self._live
+        return sum(state.leader not in live for state in self._states.values())
+
     @property
     def epoch(self) -> int:
         """The controller epoch of this controller's last election (-1: never won)."""

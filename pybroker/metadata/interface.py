@@ -134,6 +134,15 @@ class Metadata(Protocol):
     @property
     def controller_id(self) -> int: ...
 
+    def is_active_controller(self) -> bool:
+        """Whether this broker is the cluster's controller now (a single node always is)."""
+        ...
+
+    def offline_partition_count(self) -> int:
+        """Partitions without a live leader, as the controller sees them; 0 on a broker
+        that is not the active controller (Kafka's OfflinePartitionsCount)."""
+        ...
+
     def live_brokers(self) -> list[Endpoint]:
         """Sorted by id; empty while this broker knows of none yet (Metadata answers
         with itself then, so clients ask again)."""

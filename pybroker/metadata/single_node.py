@@ -153,6 +153,12 @@ class SingleNodeMetadata:
     def controller_id(self) -> int:
         return self._broker.broker_id
 
+    def is_active_controller(self) -> bool:
+        return True
+
+    def offline_partition_count(self) -> int:
+        return 0  # every partition is led here
+
     def _self(self) -> Endpoint:
         host, port = self._broker.advertised
         return Endpoint(self._broker.broker_id, host, port)

@@ -145,6 +145,14 @@ class ZkClusterMetadata:
     def controller_id(self) -> int:
         return self._cache.controller_id
 
+    def is_active_controller(self) -> bool:
+        controller = self.node.controller
+        return controller is not None and controller.is_active
+
+    def offline_partition_count(self) -> int:
+        controller = self.node.controller
+        return controller.offline_partition_count() if controller is not None else 0
+
     def live_brokers(self) -> list[Endpoint]:
         return self._cache.live_brokers()
 

@@ -3,7 +3,6 @@ clients produce to and consume from, and the figures match what they did."""
 
 from __future__ import annotations
 
-import re
 import socket
 import threading
 import urllib.error
@@ -11,28 +10,15 @@ import urllib.request
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.admin.clients import create_topic, unique
+from tests.broker.prometheus import metrics_url, scrape
+from tests.broker.wire_client import WireClient, fetch_body
 
-METRICS = re.compile(r"metrics: serving (http://\S+)/metrics")
 RECORDS = 10
+API_VERSIONS, METADATA, FETCH = 18, 3, 1
+HISTOGRAM = "kafka_network_requestmetrics_totaltime_seconds"
 COMMITTED = 3
-
-
-def metrics_url(broker) -> str:
-    match = METRICS.search(broker.log_text())
-    assert match, "the broker did not log its metrics address"
-    return match.group(1)
-
-
-def scrape(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(base + "/metrics", timeout=10) as response:
-        assert response.status == 200
-        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        text = response.read().decode()
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +77,56 @@ def test_metrics_report_what_clients_did(metrics_broker):
     stats = metrics_broker.stats()  # the stats file: the same counters, a moment later
     assert 0 < value("pybroker_zero_copy_bytes_total") + value("pybroker_copied_bytes_total") \
         <= stats["zero_copy_bytes"] + stats["copied_bytes"]
+
+
+def test_request_times_are_a_histogram_per_api(metrics_broker):
+    """Every answered request is counted once in its API's histogram, whichever way the
+    connection served it: answered inline, pipelined behind others (the worker), or
+    parked by its handler (a long-polling fetch)."""
+    bootstrap, topic = metrics_broker.bootstrap, unique("timed")
+    create_topic(bootstrap, topic)
+    base = metrics_url(metrics_broker)
+    before = scrape(base)
+    with WireClient(bootstrap) as client:
+        for _ in range(5):
+            client.request(API_VERSIONS, 3, {})
+        for _ in range(20):  # sent before any is read: queued on the connection
+            client.send(METADATA, 12, {"topics": None})
+        for _ in range(20):
+            client.read_frame()
+        client.request(FETCH, 12, fetch_body(topic, 0, 0, max_wait_ms=50))
+    after = scrape(base)
+    bounds = sorted(float(dict(labels)["le"]) for name, labels in after
+                    if name == HISTOGRAM + "_bucket" and ("request", "Fetch") in labels)
+    assert bounds[-1] == float("inf") and len(bounds) > 10
+
+    def made(api: str) -> float:
+        def count(values: dict, suffix: str, le: str | None = None) -> float:
+            labels = (("le", le), ("request", api)) if le else (("request", api),)
+            return values.get((HISTOGRAM + suffix, labels), 0)
+        buckets = [count(after, "_bucket", _le(bound)) for bound in bounds]
+        assert buckets == sorted(buckets), f"{api}: buckets are cumulative"
+        assert buckets[-1] == count(after, "_count")
+        assert count(after, "_sum") >= count(before, "_sum")
+        return count(after, "_count") - count(before, "_count")
+
+    assert made("ApiVersions") == 5
+    assert made("Metadata") == 20
+    assert made("Fetch") == 1
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(bound)
+
+
+def test_single_node_cluster_figures(metrics_broker):
+    values = scrape(metrics_url(metrics_broker))
+    assert values[("kafka_controller_kafkacontroller_activecontrollercount", ())] == 1
+    assert values[("kafka_controller_kafkacontroller_offlinepartitionscount", ())] == 0
+    assert values[("kafka_server_replicamanager_underminisrpartitioncount", ())] == 0
+    assert values[("kafka_server_replicamanager_isrshrinks_total", ())] == 0
+    assert values[("pybroker_network_threads", ())] == 3  # num.network.threads' default
+    assert values[("pybroker_event_loop_cpu_seconds_total", ())] > 0
 
 
 def test_other_paths_are_not_found(metrics_broker):

@@ -193,6 +193,9 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     if replica_id < 0:  # a consumer's: Kafka's BytesOut leaves replication out
         for partition, size in found:
             partition.bytes_out += size
+    else:
+        for partition, size in found:
+            partition.replication_bytes_out += size
     parts, _ = build_fetch(version, ctx.correlation_id, 0, ErrorCode.NONE, 0, topics,
                            endpoints)
     return Encoded(parts)
