@@ -3,6 +3,9 @@ clients produce to and consume from, and the figures match what they did."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import socket
 import threading
 import urllib.error
@@ -18,6 +21,9 @@ from tests.broker.wire_client import WireClient, fetch_body
 RECORDS = 10
 API_VERSIONS, METADATA, FETCH = 18, 3, 1
 HISTOGRAM = "kafka_network_requestmetrics_totaltime_seconds"
+DASHBOARD = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "grafana",
+                         "pybroker.json")
+METRIC_NAME = re.compile(r"\b(?:kafka|pybroker)_[a-z0-9_]+")
 COMMITTED = 3
 
 
@@ -127,6 +133,38 @@ def test_single_node_cluster_figures(metrics_broker):
     assert values[("kafka_server_replicamanager_isrshrinks_total", ())] == 0
     assert values[("pybroker_network_threads", ())] == 3  # num.network.threads' default
     assert values[("pybroker_event_loop_cpu_seconds_total", ())] > 0
+
+
+def test_the_grafana_dashboard_queries_what_a_broker_serves(metrics_broker):
+    """``deploy/grafana/pybroker.json`` is a dashboard whose every query names metrics a
+    broker that clients used serves samples of."""
+    with open(DASHBOARD, encoding="utf-8") as f:
+        dashboard = json.load(f)
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert {"datasource", "instance"} <= variables
+    queried = set()
+    for panel in panels:
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            queried |= set(METRIC_NAME.findall(target["expr"]))
+    assert len(queried) > 20
+
+    bootstrap, topic, group = metrics_broker.bootstrap, unique("dashboard"), unique("group")
+    create_topic(bootstrap, topic)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    producer.produce(topic, b"x", partition=0)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+        served = {name for name, _ in scrape(metrics_url(metrics_broker))}
+    finally:
+        consumer.close()
+    assert queried - served == set()
 
 
 def test_other_paths_are_not_found(metrics_broker):
