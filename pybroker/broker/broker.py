@@ -281,6 +281,7 @@ class Broker:
             # off the loop: it waits for the HTTP thread's poll, and a scrape under way
             # may still ask the loop for its snapshot
             await asyncio.to_thread(self.metrics_server.stop)
+        await self._quietly("group lag's leader offsets", self.leader_offsets.close)
         if self.server is not None:
             self.server.stop_accepting()
             self.topics.stopping = True  # a topic being created: its other logs come at start
@@ -295,7 +296,6 @@ class Broker:
         if self._coordinator_started:
             await self._quietly("group coordinator", self.group_coordinator.stop)
             await self._quietly("transaction coordinator", self.txn_coordinator.stop)
-            await self._quietly("group lag's leader offsets", self.leader_offsets.close)
             await self._quietly("marker writer", self.markers.close)
         if self.validation_pool is not None:
             self.validation_pool.close()

@@ -6,10 +6,11 @@ Asking never waits for the network: :meth:`LeaderHighWatermarks.known` answers f
 cache, and when the cache is older than ``REFRESH_S`` it starts one refresh in the
 background for the partitions asked about. A refresh sends one ListOffsets (latest,
 read uncommitted: the high watermark, as a consumer sees it) to each leader of those
-partitions, all leaders at once, through the marker writer's connections to the other
-brokers (``Peers``: one per broker, kept open, no new sockets). Only scrapes ask, so a
-broker nobody scrapes sends nothing; one that is scraped sends at most one ListOffsets
-per leader every ``REFRESH_S``, each naming the lagging groups' remote partitions. An
+partitions, all leaders at once, over connections of its own (``Peers``: one per leader,
+kept open; not the transaction marker writer's, so a commit's markers never wait behind
+a metrics question). Only scrapes ask, so a broker nobody scrapes sends nothing and
+opens nothing; one that is scraped sends at most one ListOffsets per leader every
+``REFRESH_S``, each naming the groups' partitions that leader leads. An
 answer is at most ``REFRESH_S`` plus a scrape interval old; a partition whose leader did
 not answer (down, moved, error) is left out until one does.
 
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.metadata import Endpoint
+from pybroker.repl.peer import Peers
 from pybroker.txn.state import TopicPartition, partitions_by_topic
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ LATEST = -1
 class LeaderHighWatermarks:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
+        self._peers = Peers(f"pybroker-broker-{broker.broker_id}-lag")
         self._known: dict[TopicPartition, int] = {}
         self._refreshed = -REFRESH_S  # monotonic time of the last refresh's start
         self._refresh: asyncio.Task[None] | None = None
@@ -83,7 +86,7 @@ class LeaderHighWatermarks:
                                            for index in indexes]}
             for topic, indexes in partitions_by_topic(partitions).items()]}
         try:
-            response, _ = await self._broker.markers.peers.client(*leader).request(
+            response, _ = await self._peers.client(*leader).request(
                 LIST_OFFSETS, LIST_OFFSETS_VERSION, body, REQUEST_TIMEOUT_S)
         except (OSError, EOFError, TimeoutError, KafkaError) as exc:
             log.info("ListOffsets to broker %d for the group lag failed: %s",
@@ -97,3 +100,4 @@ class LeaderHighWatermarks:
         if self._refresh is not None:
             self._refresh.cancel()
             await asyncio.gather(self._refresh, return_exceptions=True)
+        self._peers.close()

@@ -1,7 +1,8 @@
 """A connection from this broker to another, over the Kafka protocol: what the replica
-fetcher (fetcher.py), the transaction marker writer (pybroker/txn/markers.py) and the
-produce path's KIP-890 question (pybroker/txn/verification.py) use; ``Peers`` keeps one
-per peer broker for the latter two.
+fetcher (fetcher.py), the transaction marker writer (pybroker/txn/markers.py), the
+produce path's KIP-890 question (pybroker/txn/verification.py) and the group lag's
+ListOffsets (pybroker/broker/leader_offsets.py) use; ``Peers`` keeps one per peer broker
+for the marker writer and the verification, and another for the lag.
 
 ``PeerClient`` is one broker's address, client id and connection: ``request(api_key,
 version, body, timeout_s)`` encodes a request with the codec, sends it, and decodes the
