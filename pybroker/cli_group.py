@@ -24,6 +24,15 @@ from typing import Any
 
 from pybroker.cli_clients import add_bootstrap
 from pybroker.cli_topic import _admin, _report
+from pybroker.kafka_admin import (
+    apply_reset,
+    committed_offsets,
+    describe_group_lag,
+    error_text,
+    reset_plan,
+    reset_refusal,
+    state_name,
+)
 
 _TIMEOUT = 30.0
 
@@ -66,14 +75,6 @@ def register(subparsers: Any) -> None:
         add_bootstrap(parser)
 
 
-def _error_text(error: Any) -> str:
-    """A confluent-kafka ``KafkaError``, or an exception carrying one, as NAME: text."""
-    err = error.args[0] if isinstance(error, Exception) and error.args else error
-    if hasattr(err, "name") and hasattr(err, "str"):
-        return f"{err.name()}: {err.str()}"
-    return str(err)
-
-
 def _table(header: list[str], rows: list[list[Any]]) -> None:
     cells = [header] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
@@ -95,87 +96,43 @@ def list_main(args: argparse.Namespace) -> int:
     admin = _admin(args)  # kept referenced: a collected client cancels its requests
     result = admin.list_consumer_groups(**kwargs).result(timeout=_TIMEOUT)
     for error in result.errors:
-        print(f"error: {_error_text(error)}", file=sys.stderr)
-    _table(["GROUP", "STATE"], [[g.group_id, _state_name(g.state)]
+        print(f"error: {error_text(error)}", file=sys.stderr)
+    _table(["GROUP", "STATE"], [[g.group_id, state_name(g.state)]
                                 for g in sorted(result.valid, key=lambda g: g.group_id)])
     return 1 if result.errors else 0
 
 
-def _state_name(state: Any) -> str:
-    names = {"PREPARING_REBALANCING": "PreparingRebalance",
-             "COMPLETING_REBALANCING": "CompletingRebalance"}
-    name = getattr(state, "name", str(state))
-    return names.get(name, name.title().replace("_", ""))
-
-
-def _committed(admin: Any, group: str) -> dict[tuple[str, int], int]:
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
-    futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
-                                                request_timeout=_TIMEOUT)
-    result = futures[group].result(timeout=_TIMEOUT)
-    return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or []}
-
-
-def _offsets(admin: Any, partitions: list[tuple[str, int]], spec: Any) -> dict[tuple[str, int], int]:
-    """ListOffsets of ``partitions`` at ``spec`` (earliest or latest)."""
-    from confluent_kafka import TopicPartition
-
-    if not partitions:
-        return {}
-    futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions},
-                                 request_timeout=_TIMEOUT)
-    out = {}
-    for tp, future in futures.items():
-        try:
-            out[(tp.topic, tp.partition)] = future.result(timeout=_TIMEOUT).offset
-        except Exception as exc:
-            print(f"{tp.topic}-{tp.partition}: {_error_text(exc)}", file=sys.stderr)
-    return out
-
-
 def describe_main(args: argparse.Namespace) -> int:
-    from confluent_kafka.admin import OffsetSpec
-
     admin = _admin(args)
     status = 0
-    futures = admin.describe_consumer_groups(list(args.groups), request_timeout=_TIMEOUT)
-    for group_id, future in futures.items():
+    for group_id in args.groups:
         try:
-            description = future.result(timeout=_TIMEOUT)
-            committed = _committed(admin, group_id)
+            lag = describe_group_lag(admin, group_id, _TIMEOUT)
         except Exception as exc:
-            print(f"{group_id}: {_error_text(exc)}", file=sys.stderr)
+            print(f"{group_id}: {error_text(exc)}", file=sys.stderr)
             status = 1
             continue
-        if _state_name(description.state) == "Dead" and not committed:
-            print(f"{group_id}: no such group", file=sys.stderr)  # Kafka describes it as Dead
+        if lag is None:
+            print(f"{group_id}: no such group", file=sys.stderr)
             status = 1
             continue
-        owner: dict[tuple[str, int], Any] = {}
-        for member in description.members:
-            for tp in member.assignment.topic_partitions:
-                owner[(tp.topic, tp.partition)] = member
-        partitions = sorted(set(committed) | set(owner))
-        ends = _offsets(admin, partitions, OffsetSpec.latest())
-        print(f"GROUP {group_id}  STATE {_state_name(description.state)}  "
-              f"ASSIGNOR {description.partition_assignor or '-'}  "
-              f"MEMBERS {len(description.members)}")
-        rows = []
-        for key in partitions:
-            offset = committed.get(key, -1)
-            end = ends.get(key)
-            lag = end - offset if end is not None and offset >= 0 else "-"
-            member = owner.get(key)
-            rows.append([key[0], key[1], offset if offset >= 0 else "-",
-                         "-" if end is None else end, lag,
-                         member.member_id if member else "-",
-                         member.host if member else "-",
-                         member.client_id if member else "-"])
+        for (topic, partition), error in lag.errors.items():
+            print(f"{topic}-{partition}: {error}", file=sys.stderr)
+        print(f"GROUP {group_id}  STATE {lag.state}  ASSIGNOR {lag.assignor}  "
+              f"MEMBERS {len(lag.members)}")
         _table(["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-                "CONSUMER-ID", "HOST", "CLIENT-ID"], rows)
+                "CONSUMER-ID", "HOST", "CLIENT-ID"],
+               [[row.topic, row.partition, _or_dash(row.committed), _or_dash(row.end),
+                 _or_dash(row.lag)]
+                + ([row.member.member_id, row.member.host, row.member.client_id]
+                   if row.member else ["-"] * 3)
+                for row in lag.rows])
         print()
     return status
+
+
+def _or_dash(value: int | None) -> int | str:
+    return "-" if value is None else value
 
 
 def delete_main(args: argparse.Namespace) -> int:
@@ -186,7 +143,7 @@ def delete_main(args: argparse.Namespace) -> int:
 
 def _targets(admin: Any, args: argparse.Namespace) -> list[tuple[str, int]]:
     if args.all_topics:
-        return sorted(_committed(admin, args.group))
+        return sorted(committed_offsets(admin, args.group, _TIMEOUT))
     out = []
     for item in args.topic:
         topic, _, parts = item.partition(":")
@@ -201,33 +158,18 @@ def _targets(admin: Any, args: argparse.Namespace) -> list[tuple[str, int]]:
 
 
 def reset_offsets_main(args: argparse.Namespace) -> int:
-    from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
-    from confluent_kafka.admin import OffsetSpec
-
     admin = _admin(args)
     group = args.group
-    description = admin.describe_consumer_groups([group], request_timeout=_TIMEOUT)[group] \
-        .result(timeout=_TIMEOUT)
-    if description.state not in (ConsumerGroupState.EMPTY, ConsumerGroupState.UNKNOWN) \
-            and description.members:
-        print(f"{group}: offsets can only be reset while the group is empty (it is "
-              f"{_state_name(description.state)} with {len(description.members)} members)",
-              file=sys.stderr)
+    refusal = reset_refusal(admin, group, _TIMEOUT)
+    if refusal is not None:
+        print(f"{group}: {refusal}", file=sys.stderr)
         return 1
     partitions = _targets(admin, args)
-    earliest = _offsets(admin, partitions, OffsetSpec.earliest())
-    latest = _offsets(admin, partitions, OffsetSpec.latest())
-    committed = _committed(admin, group)
-    plan: dict[tuple[str, int], int] = {}
-    for key in partitions:
-        if key not in earliest or key not in latest:
-            continue
-        if args.to_earliest:
-            plan[key] = earliest[key]
-        elif args.to_latest:
-            plan[key] = latest[key]
-        else:
-            plan[key] = min(max(args.to_offset, earliest[key]), latest[key])
+    to = "earliest" if args.to_earliest else "latest" if args.to_latest else args.to_offset
+    plan, failed = reset_plan(admin, partitions, to, _TIMEOUT)
+    for (topic, partition), error in failed.items():
+        print(f"{topic}-{partition}: {error}", file=sys.stderr)
+    committed = committed_offsets(admin, group, _TIMEOUT)
     _table(["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
            [[t, p, committed.get((t, p), "-"), offset] for (t, p), offset in plan.items()])
     if len(plan) < len(partitions):
@@ -235,15 +177,7 @@ def reset_offsets_main(args: argparse.Namespace) -> int:
     if not args.execute:
         print("(dry run: add --execute to apply)")
         return 0
-    request = ConsumerGroupTopicPartitions(
-        group, [TopicPartition(t, p, offset) for (t, p), offset in plan.items()])
-    future = admin.alter_consumer_group_offsets([request], request_timeout=_TIMEOUT)[group]
-    try:
-        result = future.result(timeout=_TIMEOUT)
-    except Exception as exc:
-        print(f"{group}: {_error_text(exc)}", file=sys.stderr)
-        return 1
-    failed = [tp for tp in result.topic_partitions or [] if tp.error is not None]
-    for tp in failed:
-        print(f"{tp.topic}-{tp.partition}: {tp.error}", file=sys.stderr)
-    return 1 if failed else 0
+    errors = apply_reset(admin, group, plan, _TIMEOUT)
+    for key, error in errors.items():
+        print(f"{group if key is None else f'{key[0]}-{key[1]}'}: {error}", file=sys.stderr)
+    return 1 if errors else 0
