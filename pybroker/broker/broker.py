@@ -38,7 +38,8 @@ each compacted partition (``LogCleaner.states``: checkpoint, dirty ratio), which
 ``pybroker topic describe --data-dir`` reads (Kafka's protocol carries no cleaner state).
 The same counters (``stats``), with per-topic, per-partition and per-group figures, are
 served to Prometheus on ``metrics.listener`` (:mod:`pybroker.broker.metrics`, its own
-thread; it asks the loop for each snapshot).
+thread; it asks the loop for each snapshot), which also serves the web console
+(:mod:`pybroker.console`, a Kafka client of the cluster).
 
 Not thread-safe: everything runs on the event loop thread.
 """
@@ -60,8 +61,8 @@ from typing import Any
 from pybroker.broker import collector
 from pybroker.broker import handlers as handler_registry
 from pybroker.broker.files import STATS_FILE, read_json, write_json
+from pybroker.broker.http_listener import HttpListener, metrics_handler
 from pybroker.broker.leader_offsets import LeaderHighWatermarks
-from pybroker.broker.metrics import MetricsServer
 from pybroker.broker.producer_ids import ProducerIdManager
 from pybroker.broker.refusals import RefusalLog
 from pybroker.broker.request import Encoded, RequestContext
@@ -110,7 +111,7 @@ class Broker:
                  "markers", "txn_verifier", "validation_pool",
                  "server", "advertised", "shutting_down", "_tasks", "_logs_open",
                  "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
-                 "_stats_last", "requests_by_api", "metrics_server", "refusals",
+                 "_stats_last", "requests_by_api", "http_listener", "refusals",
                  "leader_offsets")
 
     def __init__(self, config: BrokerConfig) -> None:
@@ -133,7 +134,7 @@ class Broker:
         self.advertised: tuple[str, int] = ("127.0.0.1", 0)
         self.shutting_down = False
         self.requests_by_api: collections.Counter[int] = collections.Counter()
-        self.metrics_server: MetricsServer | None = None
+        self.http_listener: HttpListener | None = None
         self.leader_offsets = LeaderHighWatermarks(self)
         self.refusals = RefusalLog()
         self._tasks: list[asyncio.Task[None]] = []
@@ -209,9 +210,15 @@ class Broker:
         self.advertised = self.config.advertised(bound)
         await self.metadata.start()
         if config["metrics.listener"]:
-            self.metrics_server = MetricsServer(self, *parse_address(config["metrics.listener"]))
-            self.metrics_server.start()
-            log.info("metrics: serving http://%s:%d/metrics", *self.metrics_server.address)
+            from pybroker.console import Console  # (only a broker with the listener needs it)
+
+            host, port = self.advertised
+            console = Console(f"{host}:{port}")
+            self.http_listener = HttpListener(*parse_address(config["metrics.listener"]),
+                                              {"/metrics": metrics_handler(self)}, console.handle)
+            self.http_listener.start()
+            log.info("metrics: serving http://%s:%d/metrics", *self.http_listener.address)
+            log.info("console: serving http://%s:%d/", *self.http_listener.address)
         self._tasks = [asyncio.create_task(t) for t in (
             self._every(self.config["log.retention.check.interval.ms"], self._retention),
             self._every(self.config["log.flush.scheduler.interval.ms"], logs.flush_due),
@@ -277,10 +284,10 @@ class Broker:
         started = time.monotonic()
         for task in self._tasks:
             task.cancel()
-        if self.metrics_server is not None:
+        if self.http_listener is not None:
             # off the loop: it waits for the HTTP thread's poll, and a scrape under way
             # may still ask the loop for its snapshot
-            await asyncio.to_thread(self.metrics_server.stop)
+            await asyncio.to_thread(self.http_listener.stop)
         await self._quietly("group lag's leader offsets", self.leader_offsets.close)
         if self.server is not None:
             self.server.stop_accepting()

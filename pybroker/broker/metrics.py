@@ -1,12 +1,11 @@
 """Prometheus metrics: ``GET /metrics`` in the text exposition format (version 0.0.4) on
 the opt-in ``metrics.listener=HOST:PORT``.
 
-Threads: the HTTP server (stdlib ``http.server``) runs on its own daemon thread, so a slow
-or stuck scraper never holds the event loop. It never reads the broker's state itself:
-each scrape asks the loop, through ``call_soon_threadsafe``, to take a snapshot
-(``samples``: plain tuples of numbers, built from the same counters as the stats file,
-``Broker.stats``), waits for it at most ``SNAPSHOT_TIMEOUT_S`` (else 503), and formats
-the text on its own thread. The loop's share of a scrape is one walk over the partitions
+Threads: the HTTP listener (:mod:`pybroker.broker.http_listener`) serves scrapes on its
+own thread. It never reads the broker's state itself: each scrape asks the loop, through
+``call_soon_threadsafe``, to take a snapshot (``samples``: plain tuples of numbers, built
+from the same counters as the stats file, ``Broker.stats``), and formats the text
+(``render``) on its own thread. The loop's share of a scrape is one walk over the partitions
 and the groups' committed offsets: no record is read.
 
 Names follow the Prometheus JMX exporter's common Kafka rules where Kafka has the metric
@@ -27,12 +26,8 @@ partitions this broker has now: a deleted topic's counts leave the sums (Prometh
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import concurrent.futures
-import http.server
 import logging
-import threading
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -46,9 +41,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("pybroker.metrics")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-SNAPSHOT_TIMEOUT_S = 5.0
-# how often the HTTP thread looks for shutdown: at most this long added to the broker's
-POLL_INTERVAL_S = 0.1
 
 Labels = tuple[tuple[str, str], ...]
 # (labels, value) or, in a histogram, (labels, value, the sample name's suffix: "_bucket",
@@ -216,72 +208,3 @@ def render(families: Iterable[Family]) -> bytes:
             lines.append(f"{sample_name}{{{label_text}}} {value}" if labels
                          else f"{sample_name} {value}")
     return ("\n".join(lines) + "\n").encode()
-
-
-class MetricsServer:
-    """The HTTP listener of ``metrics.listener``; ``start`` on the loop, ``stop`` at
-    shutdown."""
-
-    def __init__(self, broker: Broker, host: str, port: int) -> None:
-        self._broker = broker
-        self._loop = asyncio.get_running_loop()
-        self._http = http.server.ThreadingHTTPServer((host, port), self._handler_class())
-        self._http.daemon_threads = True
-        self._thread = threading.Thread(target=self._http.serve_forever,
-                                        args=(POLL_INTERVAL_S,), name="metrics-http",
-                                        daemon=True)
-
-    @property
-    def address(self) -> tuple[str, int]:
-        host, port = self._http.server_address[:2]
-        return str(host), int(port)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._http.shutdown()
-        self._http.server_close()
-        self._thread.join()
-
-    def snapshot(self) -> list[Family]:
-        """The broker's samples, taken on the loop; called from an HTTP thread."""
-        result: concurrent.futures.Future[list[Family]] = concurrent.futures.Future()
-
-        def take() -> None:
-            if result.set_running_or_notify_cancel():
-                try:
-                    result.set_result(samples(self._broker))
-                except BaseException as exc:
-                    result.set_exception(exc)
-
-        self._loop.call_soon_threadsafe(take)
-        try:
-            return result.result(SNAPSHOT_TIMEOUT_S)
-        finally:
-            result.cancel()  # a loop that is late: it skips the snapshot
-
-    def _handler_class(self) -> type[http.server.BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                if self.path.split("?", 1)[0] != "/metrics":
-                    self.send_error(404)
-                    return
-                try:
-                    body = render(server.snapshot())
-                except Exception as exc:  # a loop that is gone or too late
-                    log.warning("metrics scrape failed: %r", exc)
-                    self.send_error(503)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                log.debug("metrics http: " + format, *args)
-
-        return Handler

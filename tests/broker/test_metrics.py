@@ -169,7 +169,7 @@ def test_the_grafana_dashboard_queries_what_a_broker_serves(metrics_broker):
 
 def test_other_paths_are_not_found(metrics_broker):
     with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(metrics_url(metrics_broker) + "/", timeout=10)
+        urllib.request.urlopen(metrics_url(metrics_broker) + "/nowhere", timeout=10)
     assert refused.value.code == 404
 
 
