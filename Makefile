@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # would otherwise compile every module on every start (~60 ms of its start-up).
 COMPILE_BYTECODE = $(PYTHON) -m compileall -q pybroker pyspark_pybroker
 
-.PHONY: serve test install install-test system-deps build bench clean
+.PHONY: serve test install install-test system-deps system-deps-test build bench clean
 
 # `serve`, `test` and `bench` install only when a build input is newer than the last install
 # (the pip install rebuilds the native modules in an isolated environment: ~30 s). Python
@@ -31,6 +31,9 @@ endif
 system-deps:
 	bash scripts/install-system-deps.sh
 
+system-deps-test:
+	bash scripts/install-system-deps.sh --test
+
 # editable_mode=compat: a plain path entry, so Spark finds the top-level pyspark_pybroker
 # module with pkgutil.iter_modules() (the default editable finder hides it).
 install: system-deps
@@ -39,7 +42,7 @@ install: system-deps
 	@mkdir -p $(STAMP_DIR) && touch $(INSTALL_STAMP)
 
 # The extras include the package's own dependencies, so this install stands for both.
-install-test: system-deps
+install-test: system-deps-test
 	$(PIP) install -q -e '.[test,spark,bench]' --config-settings editable_mode=compat
 	$(COMPILE_BYTECODE)
 	@mkdir -p $(STAMP_DIR) && touch $(INSTALL_STAMP) $(INSTALL_TEST_STAMP)

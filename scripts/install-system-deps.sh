@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System packages pybroker builds and tests against (Debian/Ubuntu). Idempotent: installs
-# only what is missing, so repeated `make` runs cost one dpkg query.
+# only what is missing, so repeated `make` runs cost one dpkg query. `--test` (make
+# install-test) adds what only the tests need, so `make serve` installs no browser.
 set -euo pipefail
 packages=(
   build-essential    # gcc for the native core
@@ -12,6 +13,11 @@ packages=(
   linux-perf strace  # perf/ profiling scripts
   iproute2           # ss: perf/syscalls.sh reads TCP byte counts
 )
+if [ "${1:-}" = --test ]; then
+  packages+=(
+    chromium chromium-driver  # tests/console: the web console in headless Chromium
+  )
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

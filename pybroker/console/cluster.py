@@ -149,9 +149,9 @@ class ClusterClient:
             found = [t for name, t in sorted(metadata.topics.items())
                      if topic is None or name == topic]
             if topic is not None and (not found or found[0].error is not None):
-                error = found[0].error if found else None
-                raise ConsoleError(f"topic {topic}: "
-                                   f"{error_text(error) if error else 'UNKNOWN_TOPIC_OR_PARTITION: no such topic'}")
+                reason = error_text(found[0].error) if found else \
+                    "UNKNOWN_TOPIC_OR_PARTITION: no such topic"
+                raise ConsoleError(f"topic {topic}: {reason}")
             keys = [(t.topic, p) for t in found if t.error is None for p in t.partitions]
             earliest, _ = list_offsets(self.admin, keys, OffsetSpec.earliest(), self.timeout)
             latest, _ = list_offsets(self.admin, keys, OffsetSpec.latest(), self.timeout)

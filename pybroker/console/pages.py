@@ -242,7 +242,8 @@ def records_page(topic: TopicInfo, params: dict[str, str], start: int | None,
         return form
     rows = [[r.offset, _time_text(r.timestamp_ms) + f" ({r.timestamp_type})",
              render_bytes(r.key, fmt), render_bytes(r.value, fmt),
-             join(Html(f"<div>{esc(k)}: {render_bytes(v, fmt)}</div>") for k, v in r.headers)]
+             join(Html(f'<div class="record-header">{esc(k)}: {render_bytes(v, fmt)}</div>')
+                  for k, v in r.headers)]
             for r in records]
     if not rows:
         found = Html(f'<p id="no-records">No records from offset {esc(start)}.</p>')

@@ -11,11 +11,11 @@ import urllib.parse
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource
 
 from tests.admin.clients import TIMEOUT, admin, create_topic, unique
-from tests.console.http_pages import console_url, fetch, parse
+from tests.console.helpers import commit_offset, committed_offsets, console_url, fetch, parse
 
 RECORDS = 6  # on partition 0
 COMMITTED = 2
@@ -40,10 +40,7 @@ def cluster(module_broker_factory: Any) -> dict[str, Any]:
                      headers=[("x", HOSTILE.encode())])
     producer.produce(topic, bytes(range(256)), partition=1, timestamp=BASE_MS)
     assert producer.flush(TIMEOUT) == 0
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
-                         "enable.auto.commit": False})
-    consumer.commit(offsets=[TopicPartition(topic, 0, COMMITTED)], asynchronous=False)
-    consumer.close()
+    commit_offset(broker.bootstrap, group, topic, 0, COMMITTED)
     return {"broker": broker, "url": console_url(broker), "topic": topic, "group": group}
 
 
@@ -209,13 +206,6 @@ def test_alter_config_and_add_partitions(cluster):
     assert status == 400 and "INVALID_PARTITIONS" in found.messages[0]
 
 
-def committed(cluster: dict[str, Any], group: str) -> dict[int, int]:
-    futures = admin(cluster["broker"].bootstrap).list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group)])
-    result = futures[group].result(timeout=TIMEOUT)
-    return {tp.partition: tp.offset for tp in result.topic_partitions}
-
-
 def test_reset_offsets_previews_the_plan_and_refuses_a_group_with_members(cluster):
     topic, group = cluster["topic"], unique("reset")
     member = Consumer({"bootstrap.servers": cluster["broker"].bootstrap, "group.id": group,
@@ -234,10 +224,11 @@ def test_reset_offsets_previews_the_plan_and_refuses_a_group_with_members(cluste
     status, found, _ = post(cluster, "/group/reset", form)
     assert status == 200
     assert found.tables["plan"] == [[topic, "0", "1", "4"], [topic, "1", "-", "1"]]
-    assert committed(cluster, group) == {0: 1}  # previewed only
+    assert committed_offsets(cluster["broker"].bootstrap, group) == {0: 1}  # previewed only
     status, found, _ = post(cluster, "/group/reset", {**form, "confirmed": "yes"})
     assert status == 200, found.messages
-    assert committed(cluster, group) == {0: 4, 1: 1}  # 4 clamped into [0, 1] on 1
+    # 4 is clamped into partition 1's [0, 1]
+    assert committed_offsets(cluster["broker"].bootstrap, group) == {0: 4, 1: 1}
 
 
 def test_bad_input_is_a_message_and_the_broker_goes_on(cluster):

@@ -1,5 +1,6 @@
-"""Reading the console over plain HTTP: its address from the broker's log, pages fetched
-with urllib, tables and forms parsed with the standard library's HTML parser."""
+"""Shared by the console's tests: its address from the broker's log, pages fetched with
+urllib, tables and forms parsed with the standard library's HTML parser, and a group's
+committed offsets set and read with confluent-kafka."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
+
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+
+from tests.admin.clients import TIMEOUT, admin
 
 CONSOLE = re.compile(r"console: serving (http://\S+)/")
 
@@ -87,3 +92,19 @@ def parse(page: str) -> _Parser:
     parser = _Parser()
     parser.feed(page)
     return parser
+
+
+def commit_offset(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:
+    """Commit ``offset`` for the group, which stays (or becomes) Empty."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
+    consumer.close()
+
+
+def committed_offsets(bootstrap: str, group: str) -> dict[int, int]:
+    """The group's committed offset per partition."""
+    futures = admin(bootstrap).list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)])
+    return {tp.partition: tp.offset
+            for tp in futures[group].result(timeout=TIMEOUT).topic_partitions}
