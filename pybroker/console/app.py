@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from pybroker.broker.http_listener import Request, Response
 from pybroker.console import pages
-from pybroker.console.cluster import DEFAULT_TIMEOUT_S, ClusterClient, ConsoleError
+from pybroker.console.cluster import DEFAULT_TIMEOUT_S, ClusterClient, ConfigInfo, ConsoleError
 from pybroker.console.pages import Html, esc, url
 
 Form = dict[str, str]
@@ -177,9 +177,13 @@ class Console:
 
     def _topic(self, query: dict[str, str]) -> tuple[str, Html]:
         name = _required(query, "name")
+        topic = self.cluster.topic(name)
+        try:
+            configs: list[ConfigInfo] | str = self.cluster.configs(name)
+        except ConsoleError as exc:  # the partitions are still worth showing
+            configs = str(exc)
         return (f"Topic {name}",
-                pages.topic_page(self.cluster.topic(name), self.cluster.configs(name),
-                                 bool(query.get("all")), self.form_token))
+                pages.topic_page(topic, configs, bool(query.get("all")), self.form_token))
 
     def _records(self, query: dict[str, str]) -> tuple[str, Html]:
         name = _required(query, "topic")

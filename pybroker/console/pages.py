@@ -187,8 +187,9 @@ def topics_page(cluster: Cluster, internal: bool, csrf: str) -> Html:
     return Html(f"{table}<p>{toggle}</p>{create}")
 
 
-def topic_page(topic: TopicInfo, configs: list[ConfigInfo], all_configs: bool,
+def topic_page(topic: TopicInfo, configs: list[ConfigInfo] | str, all_configs: bool,
                csrf: str) -> Html:
+    """``configs``: the topic's, or why they could not be read."""
     rows = [[p.index, _dash(p.leader if p.leader >= 0 else None), _ids(p.replicas),
              _ids(p.isr), _dash(p.earliest), _dash(p.latest), _dash(p.records),
              _dash(p.error), link(url("/records", topic=topic.name, partition=p.index),
@@ -198,11 +199,13 @@ def topic_page(topic: TopicInfo, configs: list[ConfigInfo], all_configs: bool,
         ["PARTITION", "LEADER", "REPLICAS", "ISR", "EARLIEST", "LATEST", "RECORDS", "ERROR",
          ""], rows, "partitions", numeric=(0, 4, 5, 6),
         warn=[len(p.isr) < len(p.replicas) or p.leader < 0 for p in topic.partitions])
-    shown = [c for c in configs if all_configs or not c.is_default]
-    config_table = html_table(
-        ["CONFIG", "VALUE", "SOURCE"],
-        [[c.name, "(sensitive)" if c.sensitive else _dash(c.value), c.source]
-         for c in shown], "configs")
+    if isinstance(configs, str):
+        config_table = message(configs, False)
+    else:
+        config_table = html_table(
+            ["CONFIG", "VALUE", "SOURCE"],
+            [[c.name, "(sensitive)" if c.sensitive else _dash(c.value), c.source]
+             for c in configs if all_configs or not c.is_default], "configs")
     toggle = (link(url("/topic", name=topic.name), "Only overrides") if all_configs
               else link(url("/topic", name=topic.name, all=1), "All configs"))
     grow = action_form(
