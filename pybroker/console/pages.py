@@ -238,11 +238,9 @@ def browse_form(topic: TopicInfo, params: dict[str, str]) -> Html:
         + '<button type="submit">Browse</button></form>')
 
 
-def records_page(topic: TopicInfo, params: dict[str, str], start: int | None,
+def records_page(topic: TopicInfo, params: dict[str, str], start: int,
                  records: list[Record], fmt: str) -> Html:
     form = browse_form(topic, params)
-    if start is None:
-        return form
     rows = [[r.offset, _time_text(r.timestamp_ms) + f" ({r.timestamp_type})",
              render_bytes(r.key, fmt), render_bytes(r.value, fmt),
              join(Html(f'<div class="record-header">{esc(k)}: {render_bytes(v, fmt)}</div>')
