@@ -202,10 +202,14 @@ def topic_page(topic: TopicInfo, configs: list[ConfigInfo] | str, all_configs: b
     if isinstance(configs, str):
         config_table = message(configs, False)
     else:
+        shown = [c for c in configs if all_configs or not c.is_default]
         config_table = html_table(
             ["CONFIG", "VALUE", "SOURCE"],
             [[c.name, "(sensitive)" if c.sensitive else _dash(c.value), c.source]
-             for c in configs if all_configs or not c.is_default], "configs")
+             for c in shown], "configs")
+        if not shown:
+            config_table = Html(f"{config_table}<p>No overrides: every config has the "
+                                "broker's default.</p>")
     toggle = (link(url("/topic", name=topic.name), "Only overrides") if all_configs
               else link(url("/topic", name=topic.name, all=1), "All configs"))
     grow = action_form(
