@@ -10,12 +10,20 @@ settings; unknown keys in a file are kept and logged, as Kafka does.
 ``BrokerConfig.explicit`` remembers the keys some source set (even to their default value),
 so DescribeConfigs and CreateTopics can tell STATIC_BROKER_CONFIG from DEFAULT_CONFIG.
 
+Over those static settings sit Kafka's two dynamic layers, set at run time through
+AlterConfigs (``pybroker.broker.dynamic_config`` owns them): the cluster-wide default
+and, above it, this broker's own. A ``BrokerConfig`` built with them
+(:meth:`BrokerConfig.with_dynamic`) is the merged, typed view, and says where each value
+comes from (:meth:`BrokerConfig.source`, :meth:`BrokerConfig.synonyms`): per-broker
+dynamic > cluster default dynamic > static > default.
+
 Broker defaults that are also topic configs (``log.retention.ms`` -> ``retention.ms``) are
 mapped by :meth:`BrokerConfig.topic_defaults`; a topic's own overrides sit on top of them.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -24,6 +32,18 @@ from typing import Any
 log = logging.getLogger("pybroker.config")
 
 _MIB = 1024 * 1024
+
+
+class ConfigSource(enum.IntEnum):
+    """Where a config value comes from: DescribeConfigs' ``config_source`` (Kafka's
+    ``DescribeConfigsResponse.ConfigSource``). A lower number takes precedence."""
+
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
 
 
 def parse_bool(value: Any) -> bool:
@@ -174,6 +194,11 @@ _TOPIC_DEFAULT_KEYS = {
 
 # most precise first: the first one set gives retention.ms
 _RETENTION_KEYS = ("log.retention.ms", "log.retention.minutes", "log.retention.hours")
+_ROLL_KEYS = ("log.roll.ms", "log.roll.hours")
+# broker keys that set a topic config's default, each with its topic key
+TOPIC_DEFAULT_KEYS: dict[str, str] = {
+    **_TOPIC_DEFAULT_KEYS, **{key: "retention.ms" for key in _RETENTION_KEYS},
+    **{key: "segment.ms" for key in _ROLL_KEYS}}
 
 ENV_PREFIX = "PYBROKER_"
 
@@ -206,16 +231,33 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 class BrokerConfig:
-    """The merged, typed settings of one broker process. Read-only after construction."""
+    """The merged, typed settings of one broker process. Read-only after construction: a
+    dynamic change makes a new one (:meth:`with_dynamic`)."""
 
-    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, values: Mapping[str, Any] | None = None,
+                 dynamic_default: Mapping[str, Any] | None = None,
+                 dynamic_broker: Mapping[str, Any] | None = None) -> None:
         """``values``: the settings given explicitly (by a file, the environment or flags);
-        every other known key takes its default."""
+        ``dynamic_default`` and ``dynamic_broker``: the cluster-wide and this broker's
+        dynamic settings, which win over them in that order; every other known key takes
+        its default. A value that does not parse raises ValueError naming the key."""
+        self._given = dict(values or {})
         self._values: dict[str, Any] = {k: default for k, (_, default) in SCHEMA.items()}
         self.extra: dict[str, str] = {}
-        self.explicit: frozenset[str] = frozenset(k for k in values or () if k in SCHEMA)
-        for key, value in (values or {}).items():
+        self.explicit: frozenset[str] = frozenset(k for k in self._given if k in SCHEMA)
+        for key, value in self._given.items():
             self._set(key, value)
+        self._static = {key: self._values[key] for key in self.explicit}
+        self.dynamic_default = self._layer(dynamic_default)
+        self.dynamic_broker = self._layer(dynamic_broker)
+
+    def _layer(self, values: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Apply a dynamic layer (known keys only); its values, parsed."""
+        for key, value in (values or {}).items():
+            if key not in SCHEMA:
+                raise ValueError(f"config {key}: not a broker config")
+            self._set(key, value)
+        return {key: self._values[key] for key in values or ()}
 
     def _set(self, key: str, value: Any) -> None:
         if key not in SCHEMA:
@@ -226,6 +268,11 @@ class BrokerConfig:
             self._values[key] = None if value is None else parser(value)
         except ValueError as exc:
             raise ValueError(f"config {key}: {exc}") from None
+
+    def with_dynamic(self, dynamic_default: Mapping[str, Any],
+                     dynamic_broker: Mapping[str, Any]) -> BrokerConfig:
+        """These static settings under new dynamic layers (ValueError for a bad value)."""
+        return BrokerConfig(self._given, dynamic_default, dynamic_broker)
 
     @classmethod
     def load(cls, path: str | None = None, environ: Mapping[str, str] | None = None,
@@ -247,8 +294,35 @@ class BrokerConfig:
         return self._values[key]
 
     def is_set(self, key: str) -> bool:
-        """Whether a source set ``key`` (its value may equal the default)."""
+        """Whether a static source set ``key`` (its value may equal the default)."""
         return key in self.explicit
+
+    def source(self, key: str) -> ConfigSource:
+        """The layer ``key``'s value comes from."""
+        if key in self.dynamic_broker:
+            return ConfigSource.DYNAMIC_BROKER_CONFIG
+        if key in self.dynamic_default:
+            return ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        if key in self.explicit:
+            return ConfigSource.STATIC_BROKER_CONFIG
+        return ConfigSource.DEFAULT_CONFIG
+
+    def layers(self, key: str) -> list[tuple[Any, ConfigSource]]:
+        """(value, source) of each layer that sets ``key``, the one that wins first."""
+        out = []
+        for layer, source in ((self.dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                              (self.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+                              (self._static, ConfigSource.STATIC_BROKER_CONFIG)):
+            if key in layer:
+                out.append((layer[key], source))
+        return out
+
+    def synonyms(self, key: str) -> list[tuple[Any, ConfigSource]]:
+        """Kafka's synonyms of a broker key: every layer that sets it, then its default
+        (when it has one)."""
+        default = SCHEMA[key][1]
+        return self.layers(key) + ([(default, ConfigSource.DEFAULT_CONFIG)]
+                                   if default is not None else [])
 
     # derived settings ------------------------------------------------------------------
 
@@ -300,14 +374,21 @@ class BrokerConfig:
         out["segment.ms"] = self.segment_ms
         return out
 
-    def topic_defaults_set(self) -> frozenset[str]:
-        """The topic keys whose broker-wide default was set explicitly (not Kafka's)."""
-        keys = {topic_key for key, topic_key in _TOPIC_DEFAULT_KEYS.items() if self.is_set(key)}
-        for topic_key, broker_keys in (("retention.ms", _RETENTION_KEYS),
-                                       ("segment.ms", ("log.roll.ms", "log.roll.hours"))):
-            if any(self.is_set(k) for k in broker_keys):
-                keys.add(topic_key)
-        return frozenset(keys)
+    def topic_default_sources(self) -> dict[str, ConfigSource]:
+        """Topic key -> where its broker-wide default comes from, for the topic keys whose
+        default some layer set (the rest are Kafka's, DEFAULT_CONFIG): the best layer of
+        the most specific broker key set, as Kafka's first synonym."""
+        chains: list[tuple[tuple[str, ...], str]] = [
+            ((key,), topic_key) for key, topic_key in _TOPIC_DEFAULT_KEYS.items()]
+        chains += [(_RETENTION_KEYS, "retention.ms"), (_ROLL_KEYS, "segment.ms")]
+        out = {}
+        for broker_keys, topic_key in chains:
+            for key in broker_keys:
+                layers = self.layers(key)
+                if layers:
+                    out[topic_key] = layers[0][1]
+                    break
+        return out
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._values)

@@ -8,10 +8,14 @@ and ``txn_coordinator`` (built by the metadata plane, which wires them to partit
 leadership), ``markers`` (the transaction coordinator's ``MarkerWriter``),
 ``txn_verifier`` (the produce path's question to the coordinator, KIP-890) and
 ``validation_pool`` (threads validating large produce batches; None with
-``num.io.threads=0``). Nothing is attached to the broker from elsewhere.
+``num.io.threads=0``). Nothing is attached to the broker from elsewhere. ``config`` is
+the current settings, static and dynamic (``dynamic_config``,
+:mod:`pybroker.broker.dynamic_config`, which tells the topics, the log cleaner and the
+server when a dynamic key they use changes).
 
 Start-up: open the data dir (``meta.properties`` holds the cluster id and node id; the
-control plane may have its own cluster id, ZooKeeper's, which wins), recover the logs
+control plane may have its own cluster id, ZooKeeper's, which wins), read the dynamic
+broker configs the control plane keeps (so the logs load under them), recover the logs
 (``LogManager.load``, logged with its duration; each log restores its producer state from
 its own snapshots), open the topics (and once, after an upgrade, adopt the broker-wide
 ``producer-state.json`` of earlier versions), start the group coordinator and the
@@ -60,6 +64,12 @@ from typing import Any
 
 from pybroker.broker import collector
 from pybroker.broker import handlers as handler_registry
+from pybroker.broker.dynamic_config import (
+    CLEANER_KEYS,
+    CONNECTION_KEYS,
+    TOPIC_DEFAULT_DYNAMIC_KEYS,
+    DynamicBrokerConfig,
+)
 from pybroker.broker.files import STATS_FILE, read_json, write_json
 from pybroker.broker.http_listener import HttpListener, metrics_handler
 from pybroker.broker.leader_offsets import LeaderHighWatermarks
@@ -106,7 +116,7 @@ SHUTDOWN_DRAIN_SECONDS = 10.0
 class Broker:
     # Slots: a component attached from elsewhere (``setattr(broker, ...)``) fails at once;
     # the broker's parts are these attributes, built here.
-    __slots__ = ("config", "broker_id", "data_dir", "handlers", "cluster_id", "metadata",
+    __slots__ = ("dynamic_config", "broker_id", "data_dir", "handlers", "cluster_id", "metadata",
                  "logs", "cleaner", "topics", "producer_ids", "group_coordinator", "txn_coordinator",
                  "markers", "txn_verifier", "validation_pool",
                  "server", "advertised", "shutting_down", "_tasks", "_logs_open",
@@ -115,7 +125,7 @@ class Broker:
                  "leader_offsets")
 
     def __init__(self, config: BrokerConfig) -> None:
-        self.config = config
+        self.dynamic_config = DynamicBrokerConfig(config)
         self.broker_id = config.broker_id
         self.data_dir = config.data_dir
         self.handlers = handler_registry.load_all()
@@ -148,6 +158,11 @@ class Broker:
         self._stats_seq = 0
         self._stats_last: tuple[int, ...] = ()
 
+    @property
+    def config(self) -> BrokerConfig:
+        """The settings now: static, under the dynamic ones."""
+        return self.dynamic_config.current
+
     # lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> tuple[str, int]:
@@ -158,11 +173,13 @@ class Broker:
             log.info("settings: %s", ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
         os.makedirs(self.data_dir, exist_ok=True)
         self.cluster_id = self._read_meta(await self.metadata.join(self._read_meta()))
+        await self.metadata.follow_broker_configs(self.dynamic_config)
         self.logs = logs = LogManager(
             self.data_dir, producer_id_expiration_ms=self.config["producer.id.expiration.ms"])
         self._logs_open = True
         self.topics = TopicManager(self.config, logs,
                                    leads_every_partition=self.metadata.leads_every_partition())
+        self.dynamic_config.subscribe(TOPIC_DEFAULT_DYNAMIC_KEYS, self.topics.reconfigure)
         self.topics.read()
         log.info("recovering logs in %s", self.data_dir)
         logs.load(config_for=self.topics.config_for)
@@ -175,6 +192,9 @@ class Broker:
                                   loop=asyncio.get_running_loop(),
                                   producers=self._last_producer_offsets)
         self.cleaner.start()
+        cleaner = self.cleaner
+        self.dynamic_config.subscribe(CLEANER_KEYS, lambda new: cleaner.reconfigure(
+            CleanerConfig.from_settings(new.__getitem__)))
         self.group_coordinator = self.metadata.group_coordinator(
             CoordinatorConfig.from_config(self.config))
         self.markers = MarkerWriter(self)
@@ -207,6 +227,10 @@ class Broker:
             connections_max_idle_ms=config["connections.max.idle.ms"],
             network_threads=config["num.network.threads"])
         bound = self.server.start()
+        server = self.server
+        self.dynamic_config.subscribe(CONNECTION_KEYS, lambda new: server.set_connection_limits(
+            new["max.connections"], new["max.connections.per.ip"],
+            new["max.connections.per.ip.overrides"]))
         self.advertised = self.config.advertised(bound)
         await self.metadata.start()
         if config["metrics.listener"]:

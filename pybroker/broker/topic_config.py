@@ -5,14 +5,15 @@ a few topic keys that matter only to features this broker does not have (preallo
 down-conversion). They are accepted, validated and kept so clients
 and admin tools that set them work, and listed by DescribeConfigs. A topic stores only its
 overrides; its effective config is Kafka's default < broker default
-(``BrokerConfig.topic_defaults``) < topic override. Values travel as strings.
+(``BrokerConfig.topic_defaults``: static or dynamic) < topic override. Values travel as strings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from pybroker.config import ConfigSource
 from pybroker.errors import InvalidConfigError
 from pybroker.log.log_config import KNOWN_KEYS, LogConfig
 
@@ -87,19 +88,13 @@ def log_config(broker_defaults: Mapping[str, Any], overrides: Mapping[str, str])
     return LogConfig.from_properties({k: v for k, v in merged.items() if k in KNOWN_KEYS})
 
 
-# Kafka's DescribeConfigs config_source values
-SOURCE_TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
-SOURCE_BROKER = 4  # STATIC_BROKER_CONFIG (server.properties, environment, flags)
-SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
-
-
 def describe(broker_defaults: Mapping[str, Any], overrides: Mapping[str, str],
-             broker_set: Collection[str]) -> list[tuple[str, str, int]]:
+             broker_sources: Mapping[str, ConfigSource]) -> list[tuple[str, str, int]]:
     """(key, effective value, config_source) of every topic config, sorted by key.
-    ``broker_set``: the topic keys whose broker default a file, the environment or a flag
-    set (``BrokerConfig.topic_defaults_set``); the others are DEFAULT_CONFIG, as
+    ``broker_sources``: where each topic key's broker default comes from, for those some
+    layer set (``BrokerConfig.topic_default_sources``); the others are DEFAULT_CONFIG, as
     DescribeConfigs reports them."""
     merged = effective(broker_defaults, overrides)
-    return [(key, merged[key], SOURCE_TOPIC if key in overrides else
-             SOURCE_BROKER if key in broker_set else SOURCE_DEFAULT)
+    return [(key, merged[key], ConfigSource.DYNAMIC_TOPIC_CONFIG if key in overrides else
+             broker_sources.get(key, ConfigSource.DEFAULT_CONFIG))
             for key in sorted(merged)]

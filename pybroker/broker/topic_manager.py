@@ -6,7 +6,8 @@ partition count and config overrides; it is replaced atomically on every change 
 The logs themselves are the LogManager's (``<data_dir>/<topic>-<partition>``).
 
 Effective topic config = Kafka's default < broker default (``BrokerConfig.topic_defaults``)
-< topic override; see :mod:`pybroker.broker.topic_config`.
+< topic override; see :mod:`pybroker.broker.topic_config`. A dynamic change of a broker
+default reaches every open log at once (:meth:`TopicManager.reconfigure`).
 
 Creating many partitions or topics: each new log costs file creation and a directory
 fsync (several ms on a real disk; 5000 partitions took 10-20 s), and rewriting
@@ -150,7 +151,7 @@ class TopicManager:
         self._by_id: dict[uuid.UUID, Topic] = {}
         self._stored: dict[str, tuple[Topic, int]] = {}
         self.broker_defaults = config.topic_defaults()
-        self.broker_defaults_set = config.topic_defaults_set()
+        self.broker_default_sources = config.topic_default_sources()
         # The config of a topic without overrides, made once: building one costs ~30 us,
         # describing one ~13 us, and a request creating 2,000 topics did both for each
         # in one step of the event loop. (Not at start: bad defaults fail a creation.)
@@ -231,10 +232,10 @@ class TopicManager:
         changed: a topic without overrides gets a shared list)."""
         if overrides:
             return topic_config.describe(self.broker_defaults, overrides,
-                                         self.broker_defaults_set)
+                                         self.broker_default_sources)
         if self._default_described is None:
             self._default_described = topic_config.describe(self.broker_defaults, {},
-                                                            self.broker_defaults_set)
+                                                            self.broker_default_sources)
         return self._default_described
 
     def log_config(self, overrides: dict[str, str]) -> LogConfig:
@@ -243,6 +244,21 @@ class TopicManager:
         if self._default_log_config is None:
             self._default_log_config = topic_config.log_config(self.broker_defaults, {})
         return self._default_log_config
+
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """New broker-wide topic defaults (a dynamic broker config changed): every open
+        log of a topic gets its effective config again (segment and index sizes apply from
+        its next roll, as for a topic's own change)."""
+        self.config = config
+        self.broker_defaults = config.topic_defaults()
+        self.broker_default_sources = config.topic_default_sources()
+        self._default_log_config = None
+        self._default_described = None
+        for topic in self._topics.values():
+            log_config = self.log_config(topic.overrides)
+            for partition in topic.partitions:
+                if partition.log is not None:
+                    partition.log.update_config(log_config)
 
     # persistence ----------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from pybroker.config import parse_address
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
+    from pybroker.broker.dynamic_config import DynamicBrokerConfig
     from pybroker.cluster.channel import ControlServer
     from pybroker.cluster.controller import Controller
 
@@ -96,6 +97,20 @@ class ClusterNode:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def follow_broker_configs(self, dynamic: DynamicBrokerConfig) -> None:
+        """Load the dynamic configs of this broker and of the cluster's default from
+        ZooKeeper, then apply each change of their znodes on the loop."""
+        loop = asyncio.get_running_loop()
+        for entity in dynamic.entities:
+            dynamic.load(entity, await asyncio.to_thread(self.store.broker_configs, entity))
+
+            def changed(configs: dict[str, str], entity: str = entity) -> None:  # kazoo's
+                loop.call_soon_threadsafe(dynamic.load, entity, configs)
+            await asyncio.to_thread(self.store.watch_broker_configs, entity, changed)
+
+    async def write_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        await asyncio.to_thread(self.store.set_broker_configs, entity, configs)
 
     def publish_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
         """Write a topic's new overrides to ZooKeeper (AlterConfigs applied them here

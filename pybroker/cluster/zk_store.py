@@ -25,7 +25,10 @@ URL-safe base64 of the 16 bytes without padding)::
     /brokers/topics/<t>/partitions/<p>/state    {"controller_epoch":e,"leader":id,"version":1,
                                                  "leader_epoch":n,"isr":[...]}
     /config/topics/<t>                          {"version":1,"config":{key: value}}
+    /config/brokers/<id> and /config/brokers/<default>
+                                                {"version":1,"config":{key: value}}
     /config/changes/config_change_<seq>         {"version":2,"entity_path":"topics/<t>"}
+                                                (or "brokers/<id>", "brokers/<default>")
     /isr_change_notification/isr_change_<seq>   {"version":1,"partitions":[{"topic":t,
                                                  "partition":p}]}
     /admin/delete_topics/<t>                    (empty)
@@ -72,13 +75,14 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 ISR_CHANGES = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
 DELETE_TOPICS = "/admin/delete_topics"
-PERSISTENT_PARENTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_CHANGES, DELETE_TOPICS,
-                      ISR_CHANGES)
+PERSISTENT_PARENTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_CHANGES,
+                      DELETE_TOPICS, ISR_CHANGES)
 # Kafka's ZkNodeChangeNotificationListener deletes config change notifications this old.
 CONFIG_CHANGE_EXPIRY_MS = 15 * 60 * 1000
 
@@ -549,6 +553,34 @@ class ClusterStore:
         self._zk.retry(self._zk.create, f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}",
                        _dumps({"version": 2, "entity_path": f"topics/{name}"}),
                        sequence=True)
+
+    def broker_configs(self, entity: str) -> dict[str, str]:
+        """The dynamic configs of a broker id or ``<default>`` (the cluster's default)."""
+        got = self._get(f"{CONFIG_BROKERS}/{entity}")
+        value = None if got is None else _loads(got[0])
+        return {} if value is None else {k: str(v) for k, v in value["config"].items()}
+
+    def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        """Replace the dynamic configs of ``entity`` and announce it in ``/config/changes``
+        (as Kafka's ZooKeeper mode did; pybroker's brokers watch the znodes themselves)."""
+        self._set_or_create(f"{CONFIG_BROKERS}/{entity}",
+                            _dumps({"version": 1, "config": dict(configs)}))
+        self._zk.retry(self._zk.create, f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}",
+                       _dumps({"version": 2, "entity_path": f"brokers/{entity}"}),
+                       sequence=True)
+
+    def watch_broker_configs(self, entity: str, fn: Callable[[dict[str, str]], None]) -> None:
+        """``fn(configs)`` with the dynamic configs of ``entity`` now and after each change
+        (empty while the znode does not exist)."""
+        path = f"{CONFIG_BROKERS}/{entity}"
+
+        def on_data(data: bytes | None, stat: ZnodeStat | None) -> None:
+            try:
+                value = _loads(data)
+                fn({} if value is None else {k: str(v) for k, v in value["config"].items()})
+            except Exception:
+                log.exception("ZooKeeper watch of %s failed; still watching", path)
+        DataWatch(self._zk, path, on_data)
 
     def watch_config_changes(self, fn: Callable[[list[str]], None]) -> None:
         """``fn(topic names)`` for the notifications not seen yet (at first: all present,

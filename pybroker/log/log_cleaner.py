@@ -53,9 +53,14 @@ Tests may set ``PYBROKER_CLEANER_CRASH_AT`` to ``cleaned`` (the cleaned files wr
 swapped) or ``swapped`` (swapped in, the checkpoint not written): the process then dies
 with SIGKILL at that point, for the crash tests.
 
-Thread-safety: ``start``/``stop``/``clean_once`` and the callbacks run on the event loop
-(or, without one, on the caller's thread); the cleaner threads call the loop only through
-``_on_loop``; ``Throttler`` is shared by the threads and locks.
+Settings change at run time (``reconfigure``: Kafka's dynamic ``log.cleaner.*``): each
+thread takes the config at the top of its round, under the lock that also keeps the
+table of threads, so a lower ``log.cleaner.threads`` ends the extra threads after their
+round and a new dedupe buffer size gives each thread a new offset map.
+
+Thread-safety: ``start``/``stop``/``reconfigure``/``clean_once`` and the callbacks run on
+the event loop (or, without one, on the caller's thread); the cleaner threads call the
+loop only through ``_on_loop``; ``Throttler`` is shared by the threads and locks.
 """
 
 from __future__ import annotations
@@ -234,26 +239,46 @@ class LogCleaner:
         self._stopping = threading.Event()
         # (a stop ends a throttled wait at once)
         self._throttler = Throttler(self.config.io_max_bytes_per_second, self._stopping.wait)
-        self._threads: list[threading.Thread] = []
+        # thread index -> thread; a thread whose index the config no longer has (fewer
+        # threads) removes itself, under the lock, before it ends
+        self._threads: dict[int, threading.Thread] = {}
+        self._threads_lock = threading.Lock()
 
     # -- lifecycle (event loop) ----------------------------------------------------------
 
     def start(self) -> None:
-        if not self.config.enable:
-            return
-        for i in range(self.config.threads):
-            thread = threading.Thread(target=self._run, name=f"pybroker-log-cleaner-{i}",
-                                      daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        if self.config.enable:
+            self._start_threads()
+
+    def _start_threads(self) -> None:
+        """Start the threads the config counts that are not running."""
+        with self._threads_lock:
+            for i in range(self.config.threads):
+                if i not in self._threads:
+                    thread = threading.Thread(target=self._run, args=(i,), daemon=True,
+                                              name=f"pybroker-log-cleaner-{i}")
+                    self._threads[i] = thread
+                    thread.start()
+
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """New settings (Kafka's dynamic ``log.cleaner.*``; ``enable`` stays as started):
+        the rate at once, the back-off and the offset map's size from each thread's next
+        round; threads beyond a lower count end after their round, more start now."""
+        with self._threads_lock:
+            self.config = dataclasses.replace(config, enable=self.config.enable)
+        self._throttler.bytes_per_second = config.io_max_bytes_per_second
+        if self.config.enable and not self._stopping.is_set():
+            self._start_threads()
 
     def stop(self) -> None:
         """Stop the threads (a cleaning under way is abandoned: its files are leftovers
         the next load removes) and wait for them."""
         self._stopping.set()
-        for thread in self._threads:
+        with self._threads_lock:
+            threads = list(self._threads.values())
+        for thread in threads:
             thread.join()
-        self._threads = []
+        self._threads = {}
 
     def checkpoint(self, topic: str, partition: int) -> int | None:
         """The offset up to which ``topic``/``partition`` was cleaned, if it ever was."""
@@ -271,18 +296,28 @@ class LogCleaner:
     def clean_once(self) -> bool:
         """Clean the dirtiest log now, on this thread; False if none was cleanable (tests
         and tools: the threads do this in a loop)."""
-        return self._clean_dirtiest(self._new_map())
+        return self._clean_dirtiest(self._new_map(self.config))
 
     # -- the threads -----------------------------------------------------------------------
 
-    def _new_map(self) -> OffsetMap:
-        return OffsetMap(self.config.dedupe_buffer_size // self.config.threads,
-                         self.config.io_buffer_load_factor)
+    @staticmethod
+    def _new_map(config: CleanerConfig) -> OffsetMap:
+        return OffsetMap(config.dedupe_buffer_size // config.threads,
+                         config.io_buffer_load_factor)
 
-    def _run(self) -> None:
+    def _run(self, index: int) -> None:
         _lower_priority()
-        offsets = self._new_map()
+        offsets: OffsetMap | None = None
+        shape: tuple[int, int, float] | None = None
         while not self._stopping.is_set():
+            with self._threads_lock:
+                config = self.config
+                if index >= config.threads:
+                    self._threads.pop(index, None)
+                    return
+            wanted = (config.dedupe_buffer_size, config.threads, config.io_buffer_load_factor)
+            if offsets is None or shape != wanted:
+                offsets, shape = self._new_map(config), wanted
             try:
                 cleaned = self._clean_dirtiest(offsets)
             except _Aborted:
@@ -291,7 +326,7 @@ class LogCleaner:
                 log.exception("log cleaner failed")
                 cleaned = False
             if not cleaned:
-                self._stopping.wait(self.config.backoff_ms / 1000)
+                self._stopping.wait(config.backoff_ms / 1000)
 
     def _on_loop(self, fn: Callable[[], _T]) -> _T:
         """Run ``fn`` on the event loop and return its result (directly without a loop)."""

@@ -18,6 +18,7 @@ from pybroker.net.protocol.typed import (
 )
 
 if TYPE_CHECKING:
+    from pybroker.broker.dynamic_config import DynamicBrokerConfig
     from pybroker.broker.partition import Partition
     from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
     from pybroker.errors import KafkaError
@@ -91,6 +92,12 @@ class Metadata(Protocol):
     async def join(self, cluster_id: str) -> str:
         """Before the logs load: the cluster id to use, ``cluster_id`` (this broker's) unless
         the control plane has its own."""
+        ...
+
+    async def follow_broker_configs(self, dynamic: DynamicBrokerConfig) -> None:
+        """After ``join``, before the logs load: load the dynamic broker configs this
+        broker follows (the cluster default and its own) into ``dynamic``, and from now
+        on apply there the changes other brokers make."""
         ...
 
     def leads_every_partition(self) -> bool:
@@ -213,6 +220,14 @@ class Metadata(Protocol):
 
     def alter_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
         """Replace a topic's config overrides (validated by the caller) everywhere."""
+        ...
+
+    # dynamic broker configs ------------------------------------------------------------
+
+    async def alter_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        """Replace the whole dynamic config of ``entity`` (``DEFAULT_ENTITY`` or this
+        broker's id; checked by the caller with ``DynamicBrokerConfig.checked``): durable
+        when this returns, applied here, and on the brokers it concerns soon after."""
         ...
 
 

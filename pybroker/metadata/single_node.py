@@ -47,6 +47,12 @@ files removed off the event loop); the group coordinator then drops the topics' 
 offsets. CreatePartitions: manual assignments must name one replica per new partition,
 this broker (there is nothing else to place them on).
 
+Dynamic broker configs (the cluster default and this broker's, the same thing on one
+node but kept apart as Kafka reports them): ``dynamic-broker-configs.json`` in the data
+dir, ``{"version":1,"brokers":{"<default>":{key: value},"<id>":{key: value}}}`` (Kafka's
+``/config/brokers/<entity>`` znodes in one file), replaced durably (written to a
+temporary file, fsynced, renamed) before AlterConfigs is answered, read at start.
+
 Not thread-safe: the event loop thread only.
 """
 
@@ -54,10 +60,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from pybroker.broker.files import DurableJsonFile, read_json
 from pybroker.broker.topic_manager import (
     Topic,
     TopicManager,
@@ -97,9 +105,12 @@ from pybroker.txn.records import TRANSACTION_STATE_TOPIC, transaction_topic_conf
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
+    from pybroker.broker.dynamic_config import DynamicBrokerConfig
     from pybroker.broker.partition import Partition
 
 log = logging.getLogger("pybroker.metadata")
+
+DYNAMIC_CONFIGS_FILE = "dynamic-broker-configs.json"
 
 
 class SingleNodeMetadata:
@@ -109,11 +120,18 @@ class SingleNodeMetadata:
         self._txn_topic: SingleNodeInternalTopic | None = None
         # the coordinator's ``topics_deleted``, told of each deletion
         self._topics_deleted: Callable[[list[str]], None] = lambda names: None
+        self._dynamic_configs = DurableJsonFile(
+            os.path.join(broker.data_dir, DYNAMIC_CONFIGS_FILE))
 
     # lifecycle -------------------------------------------------------------------------
 
     async def join(self, cluster_id: str) -> str:
         return cluster_id
+
+    async def follow_broker_configs(self, dynamic: DynamicBrokerConfig) -> None:
+        stored = read_json(self._dynamic_configs.path, {}).get("brokers", {})
+        for entity in dynamic.entities:
+            dynamic.load(entity, stored.get(entity, {}))
 
     def leads_every_partition(self) -> bool:
         return True
@@ -364,6 +382,13 @@ class SingleNodeMetadata:
 
     def alter_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
         self._broker.topics.alter_configs(name, overrides)
+
+    async def alter_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        dynamic = self._broker.dynamic_config
+        dynamic.update(entity, configs)
+        # the layers as they are now: of two changes in flight, the later write holds both
+        await self._dynamic_configs.write_async(
+            {"version": 1, "brokers": {e: dynamic.layer(e) for e in dynamic.entities}})
 
 
 class SingleNodeInternalTopic:

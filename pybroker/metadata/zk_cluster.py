@@ -33,6 +33,12 @@ Transactions likewise: a transactional id's coordinator is the leader of its
 type 1 (``transaction.state.log.*``; its min.insync.replicas at most its replication
 factor), the coordinator following those partitions' leadership.
 
+Dynamic broker configs, as Kafka's ZooKeeper mode kept them: ``/config/brokers/<id>``
+(one broker's, written only by that broker: clients send a BROKER resource to the broker
+it names) and ``/config/brokers/<default>`` (the cluster's default, written by any);
+every broker watches both of its own, so a default changed anywhere applies everywhere
+within a ZooKeeper round trip. AlterConfigs is answered once the znode is written.
+
 Not thread-safe: the event loop thread only.
 """
 
@@ -84,6 +90,7 @@ from pybroker.txn.records import TRANSACTION_STATE_TOPIC, transaction_topic_conf
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
+    from pybroker.broker.dynamic_config import DynamicBrokerConfig
     from pybroker.broker.partition import Partition
 
 log = logging.getLogger("pybroker.metadata")
@@ -103,6 +110,9 @@ class ZkClusterMetadata:
 
     async def join(self, cluster_id: str) -> str:
         return await self.node.connect(cluster_id)
+
+    async def follow_broker_configs(self, dynamic: DynamicBrokerConfig) -> None:
+        await self.node.follow_broker_configs(dynamic)
 
     def leads_every_partition(self) -> bool:
         return False
@@ -375,6 +385,12 @@ class ZkClusterMetadata:
         self._broker.topics.alter_configs(name, overrides)
         # the others apply ZooKeeper's change notification
         self.node.publish_topic_configs(name, overrides)
+
+    async def alter_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        # durable in ZooKeeper first; every broker following the znode (this one too)
+        # applies it from the watch, this one also at once for the answer
+        await self.node.write_broker_configs(entity, configs)
+        self._broker.dynamic_config.update(entity, configs)
 
 
 class ClusterInternalTopic:

@@ -15,7 +15,8 @@ connections share: the scratch receive buffer and the broker-wide request memory
 Admission, with Kafka's keys: at ``max.connections`` the server stops accepting (new
 connections wait in the listen backlog, as Kafka's acceptor blocks) until one closes; a
 client address at ``max.connections.per.ip`` (or its entry in
-``max.connections.per.ip.overrides``) has its new connection closed at once. File
+``max.connections.per.ip.overrides``) has its new connection closed at once; the three
+change at run time (``set_connection_limits``: Kafka's dynamic broker configs). File
 descriptors: at start the soft ``RLIMIT_NOFILE`` is raised to the hard one, and a new
 connection is closed at once before the limit is reached (its descriptor number within a
 tenth of the limit, at least ``FD_HEADROOM_MIN``: descriptors are numbered lowest first,
@@ -191,6 +192,16 @@ class Server:
         else:
             loop.remove_reader(self._listener.fileno())
         self._accepting = on
+
+    def set_connection_limits(self, max_connections: int, max_connections_per_ip: int,
+                              max_connections_per_ip_overrides: str) -> None:
+        """New admission limits (Kafka's dynamic ``max.connections*``), for the next
+        connection accepted; connections already open stay."""
+        self._per_ip_overrides = parse_ip_overrides(max_connections_per_ip_overrides)
+        self._max_connections = max_connections
+        self._max_per_ip = max_connections_per_ip
+        if self._listener is not None:
+            self._maybe_accept()
 
     def _back_off(self) -> None:
         """Leave the listener alone for a while (a full backlog stays readable)."""

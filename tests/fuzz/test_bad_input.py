@@ -163,7 +163,7 @@ def test_alter_configs_bad_requests(server, client):
         [ErrorCode.INVALID_REQUEST]
     assert _codes(alter(ALTER_CONFIGS, 0, (TOPIC, "gone", []), (BROKER, "0", [
         {"name": "num.partitions", "value": "4"}]), (BROKER, "0x", []))) == \
-        [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_CONFIG,  # static broker config
+        [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_REQUEST,  # static broker config
          ErrorCode.INVALID_REQUEST]
     loggers = alter(INCREMENTAL_ALTER_CONFIGS, 1,
                     (BROKER_LOGGER, "0", [op("pybroker.broker", "LOUD")]))

@@ -4,13 +4,14 @@ Resources, as Kafka numbers them: TOPIC (2), BROKER (4), BROKER_LOGGER (8). Ever
 is per resource; a resource named twice in one alter request gets INVALID_REQUEST.
 
 Topic configs. DescribeConfigs lists every topic config with its effective value and
-where it comes from, as Kafka reports it (``config_source``): TOPIC_CONFIG (1) for the
-topic's override, STATIC_BROKER_CONFIG (4) when the broker's own setting (server
-properties, environment, flag) supplies it, DEFAULT_CONFIG (5) otherwise; v0 says the
-same with ``is_default``. ``include_synonyms`` adds the chain Kafka shows: the override,
-then each broker key that is set (``log.retention.ms``, ``log.retention.hours``, ...),
-then the default. ``config_type`` and ``documentation`` from v3. Topic configs are never
-read-only.
+where it comes from, as Kafka reports it (``config_source``): DYNAMIC_TOPIC_CONFIG (1)
+for the topic's override, else the layer of the broker setting that supplies it:
+DYNAMIC_BROKER_CONFIG (2) or DYNAMIC_DEFAULT_BROKER_CONFIG (3) set by AlterConfigs,
+STATIC_BROKER_CONFIG (4) from server properties, environment or flag, DEFAULT_CONFIG (5)
+otherwise; v0 says the same with ``is_default``. ``include_synonyms`` adds the chain Kafka
+shows: the override, then each broker key (``log.retention.ms``, ``log.retention.hours``,
+...) with every layer that sets it, then the default. ``config_type`` and
+``documentation`` from v3. Topic configs are never read-only.
 
 AlterConfigs replaces the topic's whole override set with the given configs (what is not
 named goes back to its default); IncrementalAlterConfigs applies SET, DELETE, APPEND and
@@ -21,23 +22,34 @@ persisted and handed to the live logs by the control plane
 ZooKeeper's change notification to the other brokers); ``validate_only`` stops after the
 checks.
 
-Broker configs are static here (Kafka's "read-only" update mode): they are described with
-``read_only`` true and altering one is INVALID_CONFIG. Broker loggers are the broker's
-Python loggers (``pybroker.*``); their levels can be read and set at run time, like
-Kafka's log4j loggers.
+Broker configs: the resource named by this broker's id lists every broker key with its
+value, source and synonyms (per-broker dynamic, cluster default dynamic, static,
+default: ``BrokerConfig.synonyms``), ``read_only`` false for the keys that are dynamic
+here (``pybroker.broker.dynamic_config``); the resource named "" lists the cluster-wide
+dynamic defaults that are set, as Kafka does. Another broker's id is INVALID_REQUEST
+(clients send a broker's resource to that broker). AlterConfigs replaces the whole
+dynamic set of the resource, IncrementalAlterConfigs applies SET/DELETE (APPEND/SUBTRACT
+to ``log.cleanup.policy``) to it; a key that is not dynamic, or a value Kafka refuses, is
+INVALID_REQUEST with Kafka's message. The control plane keeps it
+(``metadata.alter_broker_configs``) and ``DynamicBrokerConfig`` applies it at once.
+
+Broker loggers are the broker's Python loggers (``pybroker.*``); their levels can be
+read and set at run time, like Kafka's log4j loggers.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from pybroker import config as broker_config
 from pybroker.broker import topic_config
+from pybroker.broker.dynamic_config import DEFAULT_ENTITY, DYNAMIC_KEYS
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.broker.topic_manager import Topic, validate_topic_name
+from pybroker.config import ConfigSource
 from pybroker.errors import (
     ErrorCode,
     InvalidConfigError,
@@ -70,8 +82,6 @@ AlterableConfig = AlterConfigsRequestAlterableConfig | IncrementalAlterConfigsRe
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 
-# DescribeConfigsResponse.ConfigSource
-SOURCE_TOPIC, SOURCE_LOGGER, SOURCE_STATIC, SOURCE_DEFAULT = 1, 6, 4, 5
 # DescribeConfigsResponse.ConfigType
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
 # IncrementalAlterConfigs operations
@@ -130,16 +140,11 @@ TOPIC_CONFIG_INFO: dict[str, tuple[int, tuple[str, ...], str]] = {
                                        "allow an out-of-sync replica to become leader"),
 }
 LIST_KEYS = frozenset(k for k, (kind, _, _) in TOPIC_CONFIG_INFO.items() if kind == LIST)
+BROKER_LIST_KEYS = frozenset(broker_key for k in LIST_KEYS for broker_key in TOPIC_CONFIG_INFO[k][1])
 _LOGGER_LEVELS = ("TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL", "CRITICAL")
 
 
 # describing ---------------------------------------------------------------------------------
-
-
-def _broker_key_is_set(ctx: RequestContext, key: str) -> bool:
-    """Whether a properties file, the environment or a flag set ``key`` (even to its
-    default value); CreateTopics reports topic configs by the same rule."""
-    return bool(ctx.broker.config.is_set(key))
 
 
 def _default_synonym(key: str, broker_keys: tuple[str, ...]) -> DescribeConfigsResponseSynonym:
@@ -148,10 +153,11 @@ def _default_synonym(key: str, broker_keys: tuple[str, ...]) -> DescribeConfigsR
     for broker_key in reversed(broker_keys):
         default = broker_config.SCHEMA.get(broker_key, (None, None))[1]
         if default is not None:
-            return {"name": broker_key, "value": _text(default), "source": SOURCE_DEFAULT}
+            return {"name": broker_key, "value": _text(default),
+                    "source": ConfigSource.DEFAULT_CONFIG}
     default = topic_config.TOPIC_CONFIGS[key][1] if key in topic_config.TOPIC_CONFIGS else None
     return {"name": broker_keys[0] if broker_keys else key, "value": default,
-            "source": SOURCE_DEFAULT}
+            "source": ConfigSource.DEFAULT_CONFIG}
 
 
 def _text(value: object) -> str | None:
@@ -165,7 +171,7 @@ def _entry(name: str, value: object, source: int, kind: int, doc: str | None,
            synonyms: list[DescribeConfigsResponseSynonym],
            read_only: bool = False) -> DescribeConfigsResponseResourceResult:
     return {"name": name, "value": _text(value),
-            "read_only": read_only, "is_default": source == SOURCE_DEFAULT,
+            "read_only": read_only, "is_default": source == ConfigSource.DEFAULT_CONFIG,
             "config_source": source, "is_sensitive": False, "synonyms": synonyms,
             "config_type": kind, "documentation": doc}
 
@@ -175,6 +181,7 @@ def _topic_entries(ctx: RequestContext, topic: Topic, keys: set[str] | None,
                    with_docs: bool) -> list[DescribeConfigsResponseResourceResult]:
     overrides = topic.overrides
     values = ctx.broker.topics.effective_config(topic)
+    config = ctx.broker.config
     entries = []
     for key in sorted(values):
         if keys is not None and key not in keys:
@@ -182,31 +189,52 @@ def _topic_entries(ctx: RequestContext, topic: Topic, keys: set[str] | None,
         kind, broker_keys, doc = TOPIC_CONFIG_INFO.get(key, (STRING, (), ""))
         chain: list[DescribeConfigsResponseSynonym] = []
         if key in overrides:
-            chain.append({"name": key, "value": overrides[key], "source": SOURCE_TOPIC})
-        chain += [{"name": bk, "value": _text(ctx.broker.config.get(bk)), "source": SOURCE_STATIC}
-                  for bk in broker_keys if _broker_key_is_set(ctx, bk)]
+            chain.append({"name": key, "value": overrides[key],
+                          "source": ConfigSource.DYNAMIC_TOPIC_CONFIG})
+        chain += [{"name": bk, "value": _text(value), "source": source}
+                  for bk in broker_keys for value, source in config.layers(bk)]
         chain.append(_default_synonym(key, broker_keys))
-        entries.append(_entry(key, values[key], chain[0].get("source", SOURCE_DEFAULT), kind,
+        entries.append(_entry(key, values[key],
+                              chain[0].get("source", ConfigSource.DEFAULT_CONFIG), kind,
                               doc if with_docs else None, chain if with_synonyms else []))
     return entries
 
 
 def _broker_entries(ctx: RequestContext, keys: set[str] | None, with_synonyms: bool,
                     with_docs: bool) -> list[DescribeConfigsResponseResourceResult]:
+    config = ctx.broker.config
     entries = []
-    for key, (parser, default) in sorted(broker_config.SCHEMA.items()):
+    for key in sorted(broker_config.SCHEMA):
         if keys is not None and key not in keys:
             continue
-        value = ctx.broker.config.get(key)
-        source = SOURCE_STATIC if _broker_key_is_set(ctx, key) else SOURCE_DEFAULT
-        kind = (BOOLEAN if parser is broker_config.parse_bool else
-                STRING if parser is str else LONG if key.endswith(".ms") else INT)
         chain: list[DescribeConfigsResponseSynonym] = [
-            {"name": key, "value": _text(value), "source": source}]
-        if source != SOURCE_DEFAULT:
-            chain.append({"name": key, "value": _text(default), "source": SOURCE_DEFAULT})
-        entries.append(_entry(key, value, source, kind, None, chain if with_synonyms else [],
-                              read_only=True))
+            {"name": key, "value": _text(value), "source": source}
+            for value, source in config.synonyms(key)]
+        entries.append(_entry(key, config.get(key), config.source(key), _broker_type(key),
+                              None, chain if with_synonyms else [],
+                              read_only=key not in DYNAMIC_KEYS))
+    return entries
+
+
+def _broker_type(key: str) -> int:
+    parser = broker_config.SCHEMA[key][0]
+    if key in BROKER_LIST_KEYS:
+        return LIST
+    return (BOOLEAN if parser is broker_config.parse_bool else STRING if parser is str else
+            DOUBLE if parser is float else LONG if key.endswith(".ms") else INT)
+
+
+def _default_entries(ctx: RequestContext, keys: set[str] | None,
+                     with_synonyms: bool) -> list[DescribeConfigsResponseResourceResult]:
+    """The cluster-wide dynamic defaults that are set (the BROKER resource "")."""
+    source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+    entries = []
+    for key, value in sorted(ctx.broker.dynamic_config.layer(DEFAULT_ENTITY).items()):
+        if keys is None or key in keys:
+            chain: list[DescribeConfigsResponseSynonym] = [
+                {"name": key, "value": value, "source": source}]
+            entries.append(_entry(key, value, source, _broker_type(key), None,
+                                  chain if with_synonyms else []))
     return entries
 
 
@@ -217,8 +245,9 @@ def _pybroker_loggers() -> list[logging.Logger]:
 
 
 def _logger_entries(keys: set[str] | None) -> list[DescribeConfigsResponseResourceResult]:
-    return [_entry(lg.name, logging.getLevelName(lg.getEffectiveLevel()), SOURCE_LOGGER, STRING,
-                   None, []) for lg in _pybroker_loggers() if keys is None or lg.name in keys]
+    return [_entry(lg.name, logging.getLevelName(lg.getEffectiveLevel()),
+                   ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG, STRING, None, [])
+            for lg in _pybroker_loggers() if keys is None or lg.name in keys]
 
 
 def _check_broker_name(ctx: RequestContext, name: str, allow_default: bool) -> None:
@@ -252,7 +281,7 @@ def _describe_one(ctx: RequestContext, resource: DescribeConfigsRequestResource,
     if kind == BROKER:
         _check_broker_name(ctx, name, allow_default=True)
         if name == "":
-            return []  # the cluster-wide dynamic defaults: there are none
+            return _default_entries(ctx, keys, with_synonyms)
         return _broker_entries(ctx, keys, with_synonyms, with_docs)
     if kind == BROKER_LOGGER:
         _check_broker_name(ctx, name, allow_default=False)
@@ -293,14 +322,17 @@ def _list_items(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
-def _incremental(ctx: RequestContext, topic: Topic,
-                 configs: Sequence[AlterableConfig]) -> dict[str, str]:
-    """The topic's overrides after applying SET/DELETE/APPEND/SUBTRACT (not yet validated)."""
-    overrides = dict(topic.overrides)
-    current = ctx.broker.topics.effective_config(topic)
+def _incremental(values: Mapping[str, str], current: Callable[[str], str | None],
+                 configs: Sequence[AlterableConfig], list_keys: Collection[str],
+                 known: Collection[str] | None = None) -> dict[str, str]:
+    """A resource's settings (a topic's overrides, a broker's dynamic layer) after applying
+    SET/DELETE/APPEND/SUBTRACT, not yet validated; ``current(key)``: the effective value
+    APPEND and SUBTRACT start from when ``values`` lacks the key; ``known``: the keys an
+    unknown one is INVALID_CONFIG against (None: checked later)."""
+    overrides = dict(values)
     for item in configs:
-        key, value, op = item.get("name"), item.get("value"), item.get("config_operation")
-        if key not in topic_config.TOPIC_CONFIGS:
+        key, value, op = item.get("name") or "", item.get("value"), item.get("config_operation")
+        if known is not None and key not in known:
             raise InvalidConfigError(f"Unknown topic config name: {key}")
         if op == SET:
             if value is None:
@@ -309,11 +341,11 @@ def _incremental(ctx: RequestContext, topic: Topic,
         elif op == DELETE:
             overrides.pop(key, None)
         elif op in (APPEND, SUBTRACT):
-            if key not in LIST_KEYS:
+            if key not in list_keys:
                 verb = "append" if op == APPEND else "subtract"
                 raise InvalidConfigError(f"Config value {verb} is not allowed for config key: "
                                          f"{key}")
-            items = _list_items(overrides.get(key, current.get(key)))
+            items = _list_items(overrides.get(key, current(key)))
             change = _list_items(value)
             if op == APPEND:
                 items += [v for v in change if v not in items]
@@ -367,29 +399,44 @@ def _alter_logger(ctx: RequestContext, name: str, configs: Sequence[AlterableCon
             logging.getLogger(key).setLevel(level)
 
 
-def _alter_one(ctx: RequestContext, resource: AlterResource, validate_only: bool,
-               incremental: bool) -> None:
+async def _alter_broker(ctx: RequestContext, name: str, configs: Sequence[AlterableConfig],
+                        validate_only: bool, incremental: bool) -> None:
+    _check_broker_name(ctx, name, allow_default=True)
+    entity = DEFAULT_ENTITY if name == "" else str(ctx.broker.broker_id)
+    dynamic = ctx.broker.dynamic_config
+    config = ctx.broker.config
+
+    def current(key: str) -> str | None:
+        return _text(config.get(key)) if key in broker_config.SCHEMA else None
+    layer = (_incremental(dynamic.layer(entity), current, configs, BROKER_LIST_KEYS)
+             if incremental else _replaced(configs))
+    dynamic.checked(entity, layer)
+    if not validate_only:
+        await ctx.broker.metadata.alter_broker_configs(entity, layer)
+
+
+async def _alter_one(ctx: RequestContext, resource: AlterResource, validate_only: bool,
+                     incremental: bool) -> None:
     kind, name = resource.get("resource_type"), resource.get("resource_name") or ""
     configs = resource.get("configs") or []
     _no_duplicate_keys(configs)
     if kind == TOPIC:
         topic = _find_topic(ctx, name)
-        overrides = (_incremental(ctx, topic, configs) if incremental else _replaced(configs))
+        effective = ctx.broker.topics.effective_config(topic)
+        overrides = (_incremental(topic.overrides, effective.get, configs, LIST_KEYS,
+                                  topic_config.TOPIC_CONFIGS)
+                     if incremental else _replaced(configs))
         _apply_topic(ctx, topic, overrides, validate_only)
     elif kind == BROKER:
-        _check_broker_name(ctx, name, allow_default=True)
-        if configs:
-            keys = ", ".join(sorted(str(c.get("name")) for c in configs))
-            raise InvalidConfigError(f"Cannot update these configs dynamically: {keys} "
-                                     "(pybroker's broker configs are static)")
+        await _alter_broker(ctx, name, configs, validate_only, incremental)
     elif kind == BROKER_LOGGER:
         _alter_logger(ctx, name, configs, validate_only, incremental)
     else:
         raise InvalidRequestError(f"Unsupported resource type: {kind}")
 
 
-def _alter(ctx: RequestContext, request: AlterRequest,
-           incremental: bool) -> list[AlterConfigsResponseResourceResponse]:
+async def _alter(ctx: RequestContext, request: AlterRequest,
+                 incremental: bool) -> list[AlterConfigsResponseResourceResponse]:
     resources = request.get("resources") or []
     seen = Counter((r.get("resource_type"), r.get("resource_name")) for r in resources)
     validate_only = bool(request.get("validate_only"))
@@ -402,7 +449,7 @@ def _alter(ctx: RequestContext, request: AlterRequest,
         try:
             if seen[(kind, name)] > 1:
                 raise InvalidRequestError("Duplicate resource in request.")
-            _alter_one(ctx, resource, validate_only, incremental)
+            await _alter_one(ctx, resource, validate_only, incremental)
         except KafkaError as exc:
             result["error_code"], result["error_message"] = int(exc.code), str(exc)
         responses.append(result)
@@ -411,7 +458,8 @@ def _alter(ctx: RequestContext, request: AlterRequest,
 
 @handler(api_key=33, versions=(0, 2))
 async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
-    return {"throttle_time_ms": 0, "responses": _alter(ctx, request, incremental=False)}
+    return {"throttle_time_ms": 0,
+            "responses": await _alter(ctx, request, incremental=False)}
 
 
 @handler(api_key=44, versions=(0, 1))
@@ -420,4 +468,4 @@ async def incremental_alter_configs(
 ) -> IncrementalAlterConfigsResponse:
     # the two responses have the same fields
     return {"throttle_time_ms": 0,
-            "responses": list(_alter(ctx, request, incremental=True))}
+            "responses": list(await _alter(ctx, request, incremental=True))}

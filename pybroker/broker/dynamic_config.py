@@ -1,0 +1,160 @@
+"""Dynamic broker configs: Kafka's ``DynamicBrokerConfig``, the settings AlterConfigs and
+IncrementalAlterConfigs change on a running broker.
+
+Two layers sit over the static settings (file, environment, flags): the cluster-wide
+default (Kafka's entity ``<default>``, the BROKER resource named "") and this broker's own
+(the entity and resource named by its id), which wins. ``DynamicBrokerConfig`` owns them
+and the merged, typed view, ``current`` (a ``BrokerConfig``, which says where each value
+comes from); a change makes a new view and calls the subscribers of the keys whose value
+changed, so the new value applies at once:
+
+- the broker-wide defaults of topic configs (``log.retention.ms``, ``message.max.bytes``,
+  ...): every open log of a topic without its own override (``TopicManager.reconfigure``);
+- the log cleaner's ``log.cleaner.*`` (``LogCleaner.reconfigure``);
+- ``max.connections``, ``max.connections.per.ip`` and its overrides (``Server``).
+
+Which keys are dynamic is Kafka 4.1's list (``DynamicBrokerConfig.AllDynamicConfigs``)
+cut to what pybroker acts on; the rest, Kafka's "read-only" ones and pybroker's own among
+them, are refused with Kafka's INVALID_REQUEST "Cannot update these configs dynamically".
+Not dynamic here although Kafka allows it: ``num.network.threads`` and ``num.io.threads``
+(pybroker's pools are sized once at start), ``listeners``,
+``producer.id.expiration.ms`` and ``transaction.partition.verification.enable``.
+
+Where the layers are kept is the control plane's (``Metadata.follow_broker_configs`` and
+``alter_broker_configs``): a file in the data dir on one node, ``/config/brokers/<id>``
+and ``/config/brokers/<default>`` in ZooKeeper in a cluster, where every broker watches
+the default. Values are kept as the text the client sent, as Kafka keeps them.
+
+Not thread-safe: the event loop's (the ZooKeeper watch hops to it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping
+
+from pybroker.broker import topic_config
+from pybroker.config import SCHEMA, TOPIC_DEFAULT_KEYS, BrokerConfig
+from pybroker.errors import InvalidConfigError, InvalidRequestError
+from pybroker.net.server import parse_ip_overrides
+
+log = logging.getLogger("pybroker.config")
+
+DEFAULT_ENTITY = "<default>"  # Kafka's name of the cluster-wide default
+
+# Kafka's read-only topic-default keys: the hour/minute spellings (the .ms ones are dynamic)
+_STATIC_TOPIC_DEFAULTS = frozenset({"log.retention.hours", "log.retention.minutes",
+                                    "log.roll.hours"})
+TOPIC_DEFAULT_DYNAMIC_KEYS = frozenset(TOPIC_DEFAULT_KEYS) - _STATIC_TOPIC_DEFAULTS
+CLEANER_KEYS = frozenset({
+    "log.cleaner.threads", "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.buffer.load.factor", "log.cleaner.io.buffer.size",
+    "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms"})
+CONNECTION_KEYS = frozenset({"max.connections", "max.connections.per.ip",
+                             "max.connections.per.ip.overrides"})
+DYNAMIC_KEYS = TOPIC_DEFAULT_DYNAMIC_KEYS | CLEANER_KEYS | CONNECTION_KEYS
+
+# key -> least value Kafka accepts, for the dynamic keys whose topic config does not check it
+_AT_LEAST: dict[str, float] = {
+    "log.cleaner.threads": 1, "log.cleaner.dedupe.buffer.size": 0,
+    "log.cleaner.io.buffer.size": 0, "log.cleaner.io.buffer.load.factor": 0,
+    "log.cleaner.io.max.bytes.per.second": 0, "log.cleaner.backoff.ms": 0,
+    "max.connections": 0, "max.connections.per.ip": 0}
+
+Listener = Callable[[BrokerConfig], None]
+
+
+def _refuse_static(keys: Collection[str]) -> None:
+    static = sorted(k for k in keys if k not in DYNAMIC_KEYS)
+    if static:
+        raise InvalidRequestError(
+            f"Cannot update these configs dynamically: Set({', '.join(static)})")
+
+
+def _check_values(config: BrokerConfig, keys: frozenset[str]) -> None:
+    """What Kafka's validation of the reconfigured components refuses (INVALID_REQUEST)."""
+    for key in keys:
+        low = _AT_LEAST.get(key)
+        if low is not None and config[key] < low:
+            raise InvalidRequestError(f"Invalid value {config[key]} for configuration {key}: "
+                                      f"Value must be at least {low:g}")
+    if "max.connections.per.ip.overrides" in keys:
+        try:
+            parse_ip_overrides(config["max.connections.per.ip.overrides"])
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from None
+    if keys & TOPIC_DEFAULT_DYNAMIC_KEYS:
+        try:  # the topic defaults as a whole, as a topic without overrides gets them
+            topic_config.log_config(config.topic_defaults(), {})
+        except InvalidConfigError as exc:
+            raise InvalidRequestError(str(exc)) from None
+
+
+class DynamicBrokerConfig:
+    """See module doc."""
+
+    def __init__(self, static: BrokerConfig) -> None:
+        self.static = static
+        self.current = static
+        self._entity = str(static.broker_id)
+        self._layers: dict[str, dict[str, str]] = {DEFAULT_ENTITY: {}, self._entity: {}}
+        self._listeners: list[tuple[frozenset[str], Listener]] = []
+
+    @property
+    def entities(self) -> tuple[str, str]:
+        """The entities this broker follows: the cluster default and its own."""
+        return DEFAULT_ENTITY, self._entity
+
+    def layer(self, entity: str) -> dict[str, str]:
+        """The dynamic settings of ``entity`` (a copy), as the clients sent them."""
+        return dict(self._layers[entity])
+
+    def subscribe(self, keys: Collection[str], fn: Listener) -> None:
+        """``fn(new config)`` after each change of the value of one of ``keys``."""
+        self._listeners.append((frozenset(keys), fn))
+
+    def checked(self, entity: str, configs: Mapping[str, str]) -> BrokerConfig:
+        """The config ``entity`` would have with ``configs`` as its whole dynamic layer;
+        InvalidRequestError (Kafka's code and text) for a key that is not dynamic or a
+        value Kafka refuses."""
+        _refuse_static(configs)
+        for key, value in configs.items():
+            try:
+                SCHEMA[key][0](value)
+            except ValueError as exc:
+                raise InvalidRequestError(
+                    f"Invalid value {value} for configuration {key}: {exc}") from None
+        layers = {**self._layers, entity: dict(configs)}
+        config = self.static.with_dynamic(layers[DEFAULT_ENTITY], layers[self._entity])
+        _check_values(config, frozenset(configs))
+        return config
+
+    def update(self, entity: str, configs: Mapping[str, str]) -> None:
+        """Make ``configs`` (as ``checked`` accepts them) the whole dynamic layer of
+        ``entity`` and apply it."""
+        config = self.checked(entity, configs)
+        self._layers[entity] = dict(configs)
+        before, self.current = self.current, config
+        changed = {k for k in DYNAMIC_KEYS if before[k] != config[k]}
+        if changed:
+            log.info("dynamic broker config %s: %s", entity,
+                     ", ".join(f"{k}={config[k]}" for k in sorted(changed)))
+        for keys, fn in self._listeners:
+            if keys & changed:
+                fn(config)
+
+    def load(self, entity: str, configs: Mapping[str, str]) -> None:
+        """Apply ``entity``'s stored layer (at start, or another broker's change): a key
+        that is not dynamic here or a value that fails is dropped with a warning, so a
+        bad stored value never stops the broker."""
+        kept = {k: str(v) for k, v in configs.items()}
+        for key in list(kept):
+            try:
+                self.checked(entity, {key: kept[key]})
+            except InvalidRequestError as exc:
+                log.warning("ignoring the stored dynamic config %s=%s of %s: %s", key,
+                            kept.pop(key), entity, exc)
+        try:
+            self.update(entity, kept)
+        except InvalidRequestError as exc:  # each is fine alone, not together
+            log.warning("ignoring the stored dynamic configs of %s: %s", entity, exc)
