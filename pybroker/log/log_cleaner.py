@@ -56,7 +56,8 @@ with SIGKILL at that point, for the crash tests.
 Settings change at run time (``reconfigure``: Kafka's dynamic ``log.cleaner.*``): each
 thread takes the config at the top of its round, under the lock that also keeps the
 table of threads, so a lower ``log.cleaner.threads`` ends the extra threads after their
-round and a new dedupe buffer size gives each thread a new offset map.
+round and a new dedupe buffer size gives each thread a new offset map; a thread backing
+off is woken to do so at once.
 
 Thread-safety: ``start``/``stop``/``reconfigure``/``clean_once`` and the callbacks run on
 the event loop (or, without one, on the caller's thread); the cleaner threads call the
@@ -243,6 +244,8 @@ class LogCleaner:
         # threads) removes itself, under the lock, before it ends
         self._threads: dict[int, threading.Thread] = {}
         self._threads_lock = threading.Lock()
+        # a thread's back-off ends early when the settings change (or the cleaner stops)
+        self._reconfigured = threading.Condition(self._threads_lock)
 
     # -- lifecycle (event loop) ----------------------------------------------------------
 
@@ -262,10 +265,12 @@ class LogCleaner:
 
     def reconfigure(self, config: CleanerConfig) -> None:
         """New settings (Kafka's dynamic ``log.cleaner.*``; ``enable`` stays as started):
-        the rate at once, the back-off and the offset map's size from each thread's next
-        round; threads beyond a lower count end after their round, more start now."""
-        with self._threads_lock:
+        the rate at once; a thread backing off starts its next round now, with the new
+        back-off and offset map size; threads beyond a lower count end after their
+        round, more start now."""
+        with self._reconfigured:
             self.config = dataclasses.replace(config, enable=self.config.enable)
+            self._reconfigured.notify_all()
         self._throttler.bytes_per_second = config.io_max_bytes_per_second
         if self.config.enable and not self._stopping.is_set():
             self._start_threads()
@@ -274,7 +279,8 @@ class LogCleaner:
         """Stop the threads (a cleaning under way is abandoned: its files are leftovers
         the next load removes) and wait for them."""
         self._stopping.set()
-        with self._threads_lock:
+        with self._reconfigured:
+            self._reconfigured.notify_all()
             threads = list(self._threads.values())
         for thread in threads:
             thread.join()
@@ -326,7 +332,14 @@ class LogCleaner:
                 log.exception("log cleaner failed")
                 cleaned = False
             if not cleaned:
-                self._stopping.wait(config.backoff_ms / 1000)
+                self._back_off(config)
+
+    def _back_off(self, config: CleanerConfig) -> None:
+        """Sleep ``backoff_ms``, less if the settings change or the cleaner stops."""
+        with self._reconfigured:
+            self._reconfigured.wait_for(
+                lambda: self._stopping.is_set() or self.config is not config,
+                config.backoff_ms / 1000)
 
     def _on_loop(self, fn: Callable[[], _T]) -> _T:
         """Run ``fn`` on the event loop and return its result (directly without a loop)."""

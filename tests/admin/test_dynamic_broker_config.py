@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, OffsetSpec
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 
 from pybroker.config import ConfigSource
 from pybroker.errors import ErrorCode
 from tests.admin.clients import admin, create_topic, error_of, produce, unique, wait_all
+from tests.broker.test_compaction import TOPIC_CONFIG, cleaned_up_to, produce_changelog
 from tests.broker.wire_client import WireClient
 from tests.conftest import BrokerProcess
 
@@ -239,3 +241,36 @@ def test_max_connections_per_ip_applies_to_new_connections(broker: BrokerProcess
     finally:
         for client in clients:
             client.close()
+
+
+def test_cleaner_settings_reach_the_cleaner_at_once(broker_factory: Any) -> None:
+    # The cleaner found nothing at start and backs off for an hour: only the dynamic
+    # change of its back-off gets the new compacted topic cleaned within the test.
+    broker = broker_factory(log_cleaner_backoff_ms=3_600_000)
+    name = unique("dyn-cleaner")
+    create_topic(broker.bootstrap, name, config=TOPIC_CONFIG)
+    written = produce_changelog(broker.bootstrap, name, 400)
+    assert cleaned_up_to(broker.data_dir, name) == -1
+    assert _wire_alter(broker.bootstrap, "", {"log.cleaner.backoff.ms": "200",
+                                              "log.cleaner.threads": "2"})["error_code"] == 0
+    deadline = time.monotonic() + 60
+    while cleaned_up_to(broker.data_dir, name) <= 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert 0 < cleaned_up_to(broker.data_dir, name) <= written[-1][0]
+
+
+def test_retention_default_deletes_old_segments_of_live_topics(broker_factory: Any) -> None:
+    broker = broker_factory(log_retention_check_interval_ms=200)
+    name = unique("dyn-retention")
+    create_topic(broker.bootstrap, name, config={"segment.bytes": "16384"})
+    produce(broker.bootstrap, name, [b"r" * 1000] * 50, **ONE_PER_BATCH)
+    assert _wire_alter(broker.bootstrap, "", {"log.retention.bytes": "20000"})["error_code"] == 0
+    tp = TopicPartition(name, 0)
+    deadline = time.monotonic() + 30
+    low = 0
+    while low == 0 and time.monotonic() < deadline:
+        (result,) = wait_all(admin(broker.bootstrap).list_offsets(
+            {tp: OffsetSpec.earliest()})).values()
+        low = result.offset
+        time.sleep(0.1)
+    assert low > 0

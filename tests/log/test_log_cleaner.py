@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 
 from pybroker._native.records import (
@@ -267,3 +268,33 @@ def test_compaction_lags_decide_when_a_log_is_cleaned(tmp_path):
     clock[0] += 121
     assert cleaner.clean_once()
     manager.close()
+
+
+def _cleaner_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate()
+                  if t.name.startswith("pybroker-log-cleaner-") and t.is_alive())
+
+
+def test_reconfigure_changes_the_thread_count_and_ends_backing_off_at_once(tmp_path):
+    manager = LogManager(str(tmp_path))
+    hour = 3_600_000
+    cleaner = LogCleaner(manager, CleanerConfig(threads=1, backoff_ms=hour,
+                                                dedupe_buffer_size=1 << 20))
+    cleaner.start()
+    try:
+        assert _cleaner_threads() == ["pybroker-log-cleaner-0"]
+        cleaner.reconfigure(CleanerConfig(threads=3, backoff_ms=hour, dedupe_buffer_size=3 << 20,
+                                          io_max_bytes_per_second=1e6))
+        assert _cleaner_threads() == [f"pybroker-log-cleaner-{i}" for i in range(3)]
+        assert cleaner._throttler.bytes_per_second == 1e6
+        # the two extra threads back off for an hour: the change wakes them, and they end
+        cleaner.reconfigure(CleanerConfig(threads=1, backoff_ms=hour,
+                                          dedupe_buffer_size=1 << 20))
+        deadline = time.monotonic() + 30
+        while len(_cleaner_threads()) > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _cleaner_threads() == ["pybroker-log-cleaner-0"]
+    finally:
+        cleaner.stop()
+        manager.close()
+    assert _cleaner_threads() == []
