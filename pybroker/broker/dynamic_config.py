@@ -56,10 +56,11 @@ DYNAMIC_KEYS = TOPIC_DEFAULT_DYNAMIC_KEYS | CLEANER_KEYS | CONNECTION_KEYS
 
 # key -> least value Kafka accepts, for the dynamic keys whose topic config does not check it
 _AT_LEAST: dict[str, float] = {
-    "log.cleaner.threads": 1, "log.cleaner.dedupe.buffer.size": 0,
-    "log.cleaner.io.buffer.size": 0, "log.cleaner.io.buffer.load.factor": 0,
+    "log.cleaner.threads": 1, "log.cleaner.io.buffer.size": 0,
     "log.cleaner.io.max.bytes.per.second": 0, "log.cleaner.backoff.ms": 0,
     "max.connections": 0, "max.connections.per.ip": 0}
+# a cleaner thread's offset map below this would end every round after a few keys
+MIN_DEDUPE_BYTES_PER_THREAD = 1024 * 1024
 
 Listener = Callable[[BrokerConfig], None]
 
@@ -71,13 +72,28 @@ def _refuse_static(keys: Collection[str]) -> None:
             f"Cannot update these configs dynamically: Set({', '.join(static)})")
 
 
-def _check_values(config: BrokerConfig, keys: frozenset[str]) -> None:
-    """What Kafka's validation of the reconfigured components refuses (INVALID_REQUEST)."""
+def _check_values(config: BrokerConfig, before: BrokerConfig | None,
+                  keys: frozenset[str]) -> None:
+    """What Kafka's validation of the reconfigured components refuses (INVALID_REQUEST);
+    ``before``: the config now, whose cleaner thread count a change may at most double or
+    halve (Kafka's ``LogCleaner.validateReconfiguration``; None: a stored layer, which
+    Kafka loads without that rule)."""
     for key in keys:
         low = _AT_LEAST.get(key)
         if low is not None and config[key] < low:
             raise InvalidRequestError(f"Invalid value {config[key]} for configuration {key}: "
                                       f"Value must be at least {low:g}")
+    threads = config["log.cleaner.threads"]
+    now = threads if before is None else before["log.cleaner.threads"]
+    if threads < now / 2 or threads > now * 2:
+        raise InvalidRequestError(f"Log cleaner threads cannot be changed from {now} to "
+                                  f"{threads}: at most double or half at a time")
+    if config["log.cleaner.dedupe.buffer.size"] < MIN_DEDUPE_BYTES_PER_THREAD * threads:
+        raise InvalidRequestError(
+            f"log.cleaner.dedupe.buffer.size must be at least {MIN_DEDUPE_BYTES_PER_THREAD} "
+            f"per cleaner thread ({threads} threads)")
+    if not 0 < config["log.cleaner.io.buffer.load.factor"] <= 1:
+        raise InvalidRequestError("log.cleaner.io.buffer.load.factor must be in (0, 1]")
     if "max.connections.per.ip.overrides" in keys:
         try:
             parse_ip_overrides(config["max.connections.per.ip.overrides"])
@@ -113,10 +129,11 @@ class DynamicBrokerConfig:
         """``fn(new config)`` after each change of the value of one of ``keys``."""
         self._listeners.append((frozenset(keys), fn))
 
-    def checked(self, entity: str, configs: Mapping[str, str]) -> BrokerConfig:
+    def checked(self, entity: str, configs: Mapping[str, str],
+                stored: bool = False) -> BrokerConfig:
         """The config ``entity`` would have with ``configs`` as its whole dynamic layer;
         InvalidRequestError (Kafka's code and text) for a key that is not dynamic or a
-        value Kafka refuses."""
+        value Kafka refuses (``stored``: a layer read back, not a change asked for)."""
         _refuse_static(configs)
         for key, value in configs.items():
             try:
@@ -126,13 +143,13 @@ class DynamicBrokerConfig:
                     f"Invalid value {value} for configuration {key}: {exc}") from None
         layers = {**self._layers, entity: dict(configs)}
         config = self.static.with_dynamic(layers[DEFAULT_ENTITY], layers[self._entity])
-        _check_values(config, frozenset(configs))
+        _check_values(config, None if stored else self.current, frozenset(configs))
         return config
 
-    def update(self, entity: str, configs: Mapping[str, str]) -> None:
+    def update(self, entity: str, configs: Mapping[str, str], stored: bool = False) -> None:
         """Make ``configs`` (as ``checked`` accepts them) the whole dynamic layer of
         ``entity`` and apply it."""
-        config = self.checked(entity, configs)
+        config = self.checked(entity, configs, stored)
         self._layers[entity] = dict(configs)
         before, self.current = self.current, config
         changed = {k for k in DYNAMIC_KEYS if before[k] != config[k]}
@@ -150,11 +167,11 @@ class DynamicBrokerConfig:
         kept = {k: str(v) for k, v in configs.items()}
         for key in list(kept):
             try:
-                self.checked(entity, {key: kept[key]})
+                self.checked(entity, {key: kept[key]}, stored=True)
             except InvalidRequestError as exc:
                 log.warning("ignoring the stored dynamic config %s=%s of %s: %s", key,
                             kept.pop(key), entity, exc)
         try:
-            self.update(entity, kept)
+            self.update(entity, kept, stored=True)
         except InvalidRequestError as exc:  # each is fine alone, not together
             log.warning("ignoring the stored dynamic configs of %s: %s", entity, exc)

@@ -46,6 +46,13 @@ def test_checked_refuses_as_kafka_does() -> None:
         dynamic.checked("3", {"log.message.timestamp.type": "Tomorrow"})
     assert dynamic.checked("3", {"message.max.bytes": "9"})["message.max.bytes"] == 9
     assert dynamic.current["message.max.bytes"] == 1_048_588  # checking applies nothing
+    # cleaner threads: at most double or half at a time, with 1 MiB of map each
+    with pytest.raises(InvalidRequestError, match="at most double or half"):
+        dynamic.checked("3", {"log.cleaner.threads": "3"})
+    dynamic.update("3", {"log.cleaner.threads": "2"})
+    with pytest.raises(InvalidRequestError, match="per cleaner thread"):
+        dynamic.checked("3", {"log.cleaner.threads": "2",
+                              "log.cleaner.dedupe.buffer.size": str(1 << 20)})
 
 
 def test_subscribers_hear_of_changed_values_only() -> None:
@@ -64,6 +71,8 @@ def test_subscribers_hear_of_changed_values_only() -> None:
 
 def test_load_drops_what_is_no_longer_acceptable() -> None:
     dynamic = DynamicBrokerConfig(BrokerConfig())
-    dynamic.load("0", {"num.partitions": "4", "message.max.bytes": "x", "log.segment.bytes": 2_000_000})
-    assert dynamic.layer("0") == {"log.segment.bytes": "2000000"}
+    dynamic.load("0", {"num.partitions": "4", "message.max.bytes": "x",
+                       "log.segment.bytes": 2_000_000, "log.cleaner.threads": "4"})
+    # (a stored thread count is taken whole: the double-or-half rule is for changes)
+    assert dynamic.layer("0") == {"log.segment.bytes": "2000000", "log.cleaner.threads": "4"}
     assert dynamic.current["log.segment.bytes"] == 2_000_000

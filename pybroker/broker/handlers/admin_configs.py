@@ -404,11 +404,12 @@ async def _alter_broker(ctx: RequestContext, name: str, configs: Sequence[Altera
     _check_broker_name(ctx, name, allow_default=True)
     entity = DEFAULT_ENTITY if name == "" else str(ctx.broker.broker_id)
     dynamic = ctx.broker.dynamic_config
-    config = ctx.broker.config
 
-    def current(key: str) -> str | None:
-        return _text(config.get(key)) if key in broker_config.SCHEMA else None
-    layer = (_incremental(dynamic.layer(entity), current, configs, BROKER_LIST_KEYS)
+    def default(key: str) -> str | None:
+        """What APPEND/SUBTRACT start from when the resource's layer lacks the key: the
+        key's default, as Kafka's ``prepareIncrementalConfigs`` (not the static value)."""
+        return _text(broker_config.SCHEMA[key][1]) if key in broker_config.SCHEMA else None
+    layer = (_incremental(dynamic.layer(entity), default, configs, BROKER_LIST_KEYS)
              if incremental else _replaced(configs))
     dynamic.checked(entity, layer)
     if not validate_only:
