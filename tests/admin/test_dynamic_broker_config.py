@@ -117,6 +117,15 @@ def test_cluster_default_and_per_broker_layers(broker: BrokerProcess) -> None:
     defaults = _wire_describe(bootstrap, 4, "")
     assert list(defaults) == ["log.retention.ms"]
     assert not defaults["log.retention.ms"]["read_only"]
+    # CreateTopics' answer (v5+) reports the same source
+    with WireClient(bootstrap) as client:
+        created = client.request(19, 5, {"topics": [{
+            "name": unique("dyn-created"), "num_partitions": 1, "replication_factor": 1,
+            "assignments": [], "configs": []}], "timeout_ms": 30000, "validate_only": False})
+    (answer,) = created["topics"]
+    assert answer["error_code"] == ErrorCode.NONE
+    retention = {c["name"]: c for c in answer["configs"]}["retention.ms"]
+    assert (retention["value"], retention["config_source"]) == ("3600000", 3)
 
     # this broker's own setting wins over the cluster default; both show in the chain
     assert _alter_broker(bootstrap, "0", ("log.retention.ms", "7200000", SET)) is None

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 
 from pybroker.errors import ErrorCode
-from tests.cluster.harness import LocalCluster
+from tests.admin.clients import unique
+from tests.cluster.harness import LocalCluster, produce_body, produce_error
 
-DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
+PRODUCE, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 0, 32, 44
 DYNAMIC_BROKER, DYNAMIC_DEFAULT = 2, 3
 
 
@@ -43,6 +44,16 @@ def test_cluster_default_reaches_every_broker_and_per_broker_stays_put(zk_connec
                                                                         DYNAMIC_DEFAULT),
             what="the default on broker 2")
         assert _config(cluster, 2, 4, "", "log.retention.ms") == ("3600000", DYNAMIC_DEFAULT)
+
+        # a default set through broker 1 limits what broker 2 accepts as leader
+        topic = unique("dyn-led-by-2")
+        cluster.create_topic(topic, assignment=[[2]])
+        assert produce_error(cluster.request(2, PRODUCE, 9, produce_body(
+            topic, 0, b"x" * 5000))) == ErrorCode.NONE
+        assert _alter(cluster, 1, "", "message.max.bytes", "4000")["error_code"] == 0
+        assert cluster.wait_for(lambda: produce_error(cluster.request(2, PRODUCE, 9, produce_body(
+            topic, 0, b"x" * 5000))) == ErrorCode.MESSAGE_TOO_LARGE,
+            what="broker 2 refusing a batch above the new default")
 
         # broker 2's own setting: through broker 2 only, and only broker 2 has it
         refused = _alter(cluster, 1, "2", "message.max.bytes", "500000")
