@@ -195,6 +195,9 @@ _TOPIC_DEFAULT_KEYS = {
 # most precise first: the first one set gives retention.ms
 _RETENTION_KEYS = ("log.retention.ms", "log.retention.minutes", "log.retention.hours")
 _ROLL_KEYS = ("log.roll.ms", "log.roll.hours")
+# a key's less specific spellings, for its synonyms
+_SYNONYM_CHAINS = {key: chain[i:] for chain in (_RETENTION_KEYS, _ROLL_KEYS)
+                   for i, key in enumerate(chain)}
 # broker keys that set a topic config's default, each with its topic key
 TOPIC_DEFAULT_KEYS: dict[str, str] = {
     **_TOPIC_DEFAULT_KEYS, **{key: "retention.ms" for key in _RETENTION_KEYS},
@@ -317,12 +320,20 @@ class BrokerConfig:
                 out.append((layer[key], source))
         return out
 
-    def synonyms(self, key: str) -> list[tuple[Any, ConfigSource]]:
-        """Kafka's synonyms of a broker key: every layer that sets it, then its default
-        (when it has one)."""
-        default = SCHEMA[key][1]
-        return self.layers(key) + ([(default, ConfigSource.DEFAULT_CONFIG)]
-                                   if default is not None else [])
+    def synonyms(self, key: str) -> list[tuple[str, Any, ConfigSource]]:
+        """Kafka's synonyms of a broker key, (name, value, source) with the one in force
+        first: every layer that sets it, then those of its less specific spellings
+        (``log.retention.ms`` -> ``.minutes`` -> ``.hours``), then the default of the
+        least specific one that has one; none at all when neither a layer nor a default
+        gives the key itself a value (as Kafka, even if a less specific spelling is set)."""
+        if not self.layers(key) and SCHEMA[key][1] is None:
+            return []
+        chain = _SYNONYM_CHAINS.get(key, (key,))
+        out = [(name, value, source) for name in chain for value, source in self.layers(name)]
+        default_key = next((k for k in reversed(chain) if SCHEMA[k][1] is not None), None)
+        if default_key is not None:
+            out.append((default_key, SCHEMA[default_key][1], ConfigSource.DEFAULT_CONFIG))
+        return out
 
     # derived settings ------------------------------------------------------------------
 

@@ -132,7 +132,8 @@ def test_cluster_default_and_per_broker_layers(broker: BrokerProcess) -> None:
     entry = _wire_describe(bootstrap, 4, "0")["log.retention.ms"]
     assert (entry["value"], entry["config_source"]) == ("7200000", 2)
     assert _chain(entry) == [("log.retention.ms", "7200000", 2),
-                             ("log.retention.ms", "3600000", 3)]
+                             ("log.retention.ms", "3600000", 3),
+                             ("log.retention.hours", "168", 5)]
     topic = _wire_describe(bootstrap, 2, name)["retention.ms"]
     assert (topic["value"], topic["config_source"]) == ("7200000", 2)
     # a topic's own override still wins

@@ -17,11 +17,22 @@ def test_per_broker_beats_cluster_default_beats_static_beats_default() -> None:
                                  {"message.max.bytes": "4000000"})
     assert config["message.max.bytes"] == 4_000_000
     assert config.source("message.max.bytes") == ConfigSource.DYNAMIC_BROKER_CONFIG
-    assert config.synonyms("message.max.bytes") == [
-        (4_000_000, ConfigSource.DYNAMIC_BROKER_CONFIG),
-        (3_000_000, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
-        (2_000_000, ConfigSource.STATIC_BROKER_CONFIG),
-        (1_048_588, ConfigSource.DEFAULT_CONFIG)]
+    key = "message.max.bytes"
+    assert config.synonyms(key) == [
+        (key, 4_000_000, ConfigSource.DYNAMIC_BROKER_CONFIG),
+        (key, 3_000_000, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        (key, 2_000_000, ConfigSource.STATIC_BROKER_CONFIG),
+        (key, 1_048_588, ConfigSource.DEFAULT_CONFIG)]
+    # Kafka 4.1's chains of the retention spellings (asked with its DescribeConfigs)
+    assert config.synonyms("log.retention.ms") == [
+        ("log.retention.ms", 60_000, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("log.retention.hours", 2, ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.retention.hours", 168, ConfigSource.DEFAULT_CONFIG)]
+    assert static.synonyms("log.retention.ms") == []  # unset itself: Kafka lists none
+    assert static.synonyms("log.retention.minutes") == []
+    assert static.synonyms("log.retention.hours") == [
+        ("log.retention.hours", 2, ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.retention.hours", 168, ConfigSource.DEFAULT_CONFIG)]
     # the most specific retention key set wins, in whichever layer it is
     assert config.topic_defaults()["retention.ms"] == 60_000
     assert config.topic_default_sources()["retention.ms"] == \

@@ -208,8 +208,8 @@ def _broker_entries(ctx: RequestContext, keys: set[str] | None, with_synonyms: b
         if keys is not None and key not in keys:
             continue
         chain: list[DescribeConfigsResponseSynonym] = [
-            {"name": key, "value": _text(value), "source": source}
-            for value, source in config.synonyms(key)]
+            {"name": name, "value": _text(value), "source": source}
+            for name, value, source in config.synonyms(key)]
         entries.append(_entry(key, config.get(key), config.source(key), _broker_type(key),
                               None, chain if with_synonyms else [],
                               read_only=key not in DYNAMIC_KEYS))
