@@ -126,7 +126,8 @@ class DynamicBrokerConfig:
         return dict(self._layers[entity])
 
     def subscribe(self, keys: Collection[str], fn: Listener) -> None:
-        """``fn(new config)`` after each change of the value of one of ``keys``."""
+        """``fn(new config)`` after each change of the value (or its source) of one of
+        ``keys``."""
         self._listeners.append((frozenset(keys), fn))
 
     def checked(self, entity: str, configs: Mapping[str, str],
@@ -152,13 +153,18 @@ class DynamicBrokerConfig:
         config = self.checked(entity, configs, stored)
         self._layers[entity] = dict(configs)
         before, self.current = self.current, config
-        changed = {k for k in DYNAMIC_KEYS if before[k] != config[k]}
+        # (a source that changed counts: CreateTopics answers each topic default's source)
+        changed = {k for k in DYNAMIC_KEYS
+                   if before[k] != config[k] or before.source(k) != config.source(k)}
         if changed:
             log.info("dynamic broker config %s: %s", entity,
                      ", ".join(f"{k}={config[k]}" for k in sorted(changed)))
         for keys, fn in self._listeners:
             if keys & changed:
-                fn(config)
+                try:
+                    fn(config)
+                except Exception:  # the others still apply theirs
+                    log.exception("applying the dynamic broker config %s", entity)
 
     def load(self, entity: str, configs: Mapping[str, str]) -> None:
         """Apply ``entity``'s stored layer (at start, or another broker's change): a key

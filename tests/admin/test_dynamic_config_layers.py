@@ -72,10 +72,11 @@ def test_subscribers_hear_of_changed_values_only() -> None:
     dynamic.subscribe({"message.max.bytes"}, lambda c: heard.append(("max", c["message.max.bytes"])))
     dynamic.subscribe({"max.connections"}, lambda c: heard.append(("conn", c["max.connections"])))
     dynamic.update(DEFAULT_ENTITY, {"message.max.bytes": "6000"})
-    dynamic.update("0", {"message.max.bytes": "6000"})  # same value: nobody is told
-    dynamic.update(DEFAULT_ENTITY, {})  # the broker's own still says 6000
+    dynamic.update(DEFAULT_ENTITY, {"message.max.bytes": "6000"})  # no change: nobody is told
+    dynamic.update("0", {"message.max.bytes": "6000"})  # same value from another layer
+    dynamic.update(DEFAULT_ENTITY, {})  # the broker's own still says 6000, from its layer
     dynamic.update("0", {"max.connections": "10"})  # back to the static 5000
-    assert heard == [("max", 6000), ("max", 5000), ("conn", 10)]
+    assert heard == [("max", 6000), ("max", 6000), ("max", 5000), ("conn", 10)]
     assert dynamic.layer("0") == {"max.connections": "10"}
     assert dynamic.current.source("message.max.bytes") == ConfigSource.STATIC_BROKER_CONFIG
 
