@@ -356,6 +356,26 @@ def test_config_changes(store_factory, zk_connect):
             {"version": 2, "entity_path": "topics/b"}
 
 
+def test_broker_configs_and_their_watch(store_factory, zk_connect):
+    store, broker = store_factory(), store_factory()
+    seen = Recorder()
+    broker.watch_broker_configs("<default>", seen)
+    wait_for(lambda: seen.last == {}, "the watch's first call (no znode yet)")
+    store.set_broker_configs("<default>", {"log.retention.ms": "60000"})
+    wait_for(lambda: seen.last == {"log.retention.ms": "60000"}, "the default's change")
+    store.set_broker_configs("1", {"message.max.bytes": "5000"})
+    assert broker.broker_configs("1") == {"message.max.bytes": "5000"}
+    assert broker.broker_configs("2") == {}
+    store.set_broker_configs("<default>", {})
+    wait_for(lambda: seen.last == {}, "the default emptied")
+    with bare_client(zk_connect) as client:
+        assert json.loads(client.get("/config/brokers/1")[0]) == \
+            {"version": 1, "config": {"message.max.bytes": "5000"}}
+        notes = sorted(client.get_children("/config/changes"))
+        assert [json.loads(client.get("/config/changes/" + n)[0])["entity_path"]
+                for n in notes] == ["brokers/<default>", "brokers/1", "brokers/<default>"]
+
+
 def test_topic_deletion_requests(store_factory, zk_connect):
     admin, controller = store_factory(), store_factory()
     admin.create_topic("doomed", uuid.uuid4(), {0: [1]}, {"retention.ms": "1"})
