@@ -10,8 +10,8 @@ leadership), ``markers`` (the transaction coordinator's ``MarkerWriter``),
 ``validation_pool`` (threads validating large produce batches; None with
 ``num.io.threads=0``). Nothing is attached to the broker from elsewhere. ``config`` is
 the current settings, static and dynamic (``dynamic_config``,
-:mod:`pybroker.broker.dynamic_config`, which tells the topics, the log cleaner and the
-server when a dynamic key they use changes).
+:mod:`pybroker.broker.dynamic_config`, which tells the topics, the log cleaner, the
+server and the transaction verifier when a dynamic key they use changes).
 
 Start-up: open the data dir (``meta.properties`` holds the cluster id and node id; the
 control plane may have its own cluster id, ZooKeeper's, which wins), read the dynamic
@@ -68,6 +68,7 @@ from pybroker.broker.dynamic_config import (
     CLEANER_KEYS,
     CONNECTION_KEYS,
     TOPIC_DEFAULT_DYNAMIC_KEYS,
+    TXN_VERIFICATION_KEY,
     DynamicBrokerConfig,
 )
 from pybroker.broker.files import STATS_FILE, read_json, write_json
@@ -205,6 +206,11 @@ class Broker:
         self.txn_verifier = PartitionVerifier(
             self.broker_id, self.txn_coordinator, self.metadata.coordinator_for_transaction,
             ask_over(self.markers.peers), txn_config.partition_verification)
+        verifier = self.txn_verifier
+
+        def verify_partitions(new: BrokerConfig) -> None:
+            verifier.enabled = new[TXN_VERIFICATION_KEY]
+        self.dynamic_config.subscribe({TXN_VERIFICATION_KEY}, verify_partitions)
         self._coordinator_started = True
         await self.group_coordinator.start()
         await self.txn_coordinator.start()

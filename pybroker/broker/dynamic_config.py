@@ -11,14 +11,15 @@ changed, so the new value applies at once:
 - the broker-wide defaults of topic configs (``log.retention.ms``, ``message.max.bytes``,
   ...): every open log of a topic without its own override (``TopicManager.reconfigure``);
 - the log cleaner's ``log.cleaner.*`` (``LogCleaner.reconfigure``);
-- ``max.connections``, ``max.connections.per.ip`` and its overrides (``Server``).
+- ``max.connections``, ``max.connections.per.ip`` and its overrides (``Server``);
+- ``transaction.partition.verification.enable`` (the produce path's ``txn_verifier``).
 
 Which keys are dynamic is Kafka 4.1's list (``DynamicBrokerConfig.AllDynamicConfigs``)
 cut to what pybroker acts on; the rest, Kafka's "read-only" ones and pybroker's own among
 them, are refused with Kafka's INVALID_REQUEST "Cannot update these configs dynamically".
 Not dynamic here although Kafka allows it: ``num.network.threads`` and ``num.io.threads``
-(pybroker's pools are sized once at start), ``listeners``,
-``producer.id.expiration.ms`` and ``transaction.partition.verification.enable``.
+(pybroker's pools are sized once at start), ``listeners`` and
+``producer.id.expiration.ms`` (each log's producer state takes it when it opens).
 
 Where the layers are kept is the control plane's (``Metadata.follow_broker_configs`` and
 ``alter_broker_configs``): a file in the data dir on one node, ``/config/brokers/<id>``
@@ -52,7 +53,9 @@ CLEANER_KEYS = frozenset({
     "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms"})
 CONNECTION_KEYS = frozenset({"max.connections", "max.connections.per.ip",
                              "max.connections.per.ip.overrides"})
-DYNAMIC_KEYS = TOPIC_DEFAULT_DYNAMIC_KEYS | CLEANER_KEYS | CONNECTION_KEYS
+TXN_VERIFICATION_KEY = "transaction.partition.verification.enable"
+DYNAMIC_KEYS = TOPIC_DEFAULT_DYNAMIC_KEYS | CLEANER_KEYS | CONNECTION_KEYS | {
+    TXN_VERIFICATION_KEY}
 
 # key -> least value Kafka accepts, for the dynamic keys whose topic config does not check it
 _AT_LEAST: dict[str, float] = {

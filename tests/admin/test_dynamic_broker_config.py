@@ -23,6 +23,8 @@ from tests.admin.clients import admin, create_topic, error_of, produce, unique, 
 from tests.broker.test_compaction import TOPIC_CONFIG, cleaned_up_to, produce_changelog
 from tests.broker.wire_client import WireClient
 from tests.conftest import BrokerProcess
+from tests.txn.test_markers import new_topic, producer_id
+from tests.txn.test_markers import produce as txn_produce
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 BROKER, TOPIC = ConfigResource.Type.BROKER, ConfigResource.Type.TOPIC
@@ -284,3 +286,15 @@ def test_retention_default_deletes_old_segments_of_live_topics(broker_factory: A
         low = result.offset
         time.sleep(0.1)
     assert low > 0
+
+
+def test_partition_verification_turned_off_at_once(broker: BrokerProcess) -> None:
+    # a transactional batch of a producer with no transaction: refused while KIP-890's
+    # check is on (the coordinator knows of no such transaction), taken once it is off
+    with WireClient(broker.bootstrap) as client:
+        topic = new_topic(client)
+        pid = producer_id(client)
+        assert txn_produce(client, topic, [b"t"], pid, 0, 0, True) == ErrorCode.INVALID_TXN_STATE
+        assert _wire_alter(broker.bootstrap, "0", {
+            "transaction.partition.verification.enable": "false"})["error_code"] == 0
+        assert txn_produce(client, topic, [b"t"], pid, 0, 0, True) == ErrorCode.NONE
