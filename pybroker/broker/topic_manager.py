@@ -224,8 +224,9 @@ class TopicManager:
         """Partitions declared, including those whose logs are still being created."""
         return self._growing.get(topic.name, len(topic.partitions))
 
-    def effective_config(self, topic: Topic) -> dict[str, str]:
-        return topic_config.effective(self.broker_defaults, topic.overrides)
+    def effective_config(self, overrides: dict[str, str]) -> dict[str, str]:
+        """A topic's configs: these overrides over the broker's defaults."""
+        return topic_config.effective(self.broker_defaults, overrides)
 
     def describe_config(self, overrides: dict[str, str]) -> list[tuple[str, str, int]]:
         """(key, effective value, config_source) of every topic config (not to be

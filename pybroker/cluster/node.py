@@ -112,15 +112,13 @@ class ClusterNode:
     async def write_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
         await asyncio.to_thread(self.store.set_broker_configs, entity, configs)
 
-    def publish_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
-        """Write a topic's new overrides to ZooKeeper (AlterConfigs applied them here
-        already); every broker applies the change notification."""
-        async def write() -> None:
-            try:
-                await asyncio.to_thread(self.store.set_topic_configs, name, overrides)
-            except Exception:
-                log.exception("writing the configs of topic %s to ZooKeeper", name)
-        self._spawn(write())
+    async def read_topic_configs(self, name: str) -> dict[str, str]:
+        return await asyncio.to_thread(self.store.topic_configs, name)
+
+    async def write_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
+        """Write a topic's new overrides to ZooKeeper, with the change notification every
+        broker holding the topic applies."""
+        await asyncio.to_thread(self.store.set_topic_configs, name, overrides)
 
     async def _apply_configs(self, names: list[str]) -> None:
         topics = self.broker.topics

@@ -218,8 +218,15 @@ class Metadata(Protocol):
         """Grow ``name`` to ``count`` partitions (CreatePartitions), or raise why not."""
         ...
 
-    def alter_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
-        """Replace a topic's config overrides (validated by the caller) everywhere."""
+    async def topic_configs(self, name: str) -> dict[str, str]:
+        """A topic's config overrides, whether or not this broker holds a replica of it
+        (any broker answers DescribeConfigs and AlterConfigs, as Kafka's);
+        UnknownTopicOrPartitionError when there is no such topic."""
+        ...
+
+    async def alter_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
+        """Replace a topic's config overrides (validated by the caller) everywhere: kept
+        durably before this returns, applied here at once, by the others as they learn."""
         ...
 
     # dynamic broker configs ------------------------------------------------------------

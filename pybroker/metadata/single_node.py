@@ -380,7 +380,13 @@ class SingleNodeMetadata:
                     f"{len(replicas)} replica(s), but this is not consistent with previous "
                     "partitions, which have 1 replica(s).")
 
-    def alter_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
+    async def topic_configs(self, name: str) -> dict[str, str]:
+        topic = self._broker.topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+        return dict(topic.overrides)
+
+    async def alter_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
         self._broker.topics.alter_configs(name, overrides)
 
     async def alter_broker_configs(self, entity: str, configs: dict[str, str]) -> None:

@@ -67,6 +67,7 @@ from pybroker.errors import (
     KafkaError,
     TopicAlreadyExistsError,
     UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
 )
 from pybroker.metadata.interface import (
     OFFSETS_TOPIC_CREATE_WAIT_S,
@@ -381,10 +382,19 @@ class ZkClusterMetadata:
         if not validate_only:
             await admin.add_partitions(self.node, name, count)
 
-    def alter_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
-        self._broker.topics.alter_configs(name, overrides)
-        # the others apply ZooKeeper's change notification
-        self.node.publish_topic_configs(name, overrides)
+    async def topic_configs(self, name: str) -> dict[str, str]:
+        local = self._broker.topics.get(name)
+        if local is not None:  # kept current by the change notifications
+            return dict(local.overrides)
+        if self._cache.topic(name) is None:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+        return await self.node.read_topic_configs(name)
+
+    async def alter_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
+        # durable in ZooKeeper before the answer; the others apply its change notification
+        await self.node.write_topic_configs(name, overrides)
+        if self._broker.topics.get(name) is not None:
+            self._broker.topics.alter_configs(name, overrides)
 
     async def alter_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
         # durable in ZooKeeper first; every broker following the znode (this one too)

@@ -1,7 +1,8 @@
 """Dynamic broker configs in a cluster, as Kafka's ZooKeeper mode keeps them: the cluster
 default in ``/config/brokers/<default>`` (set through any broker, applied by every one),
 a broker's own in ``/config/brokers/<id>`` (set through that broker only), both kept
-across a restart."""
+across a restart. A topic's configs are read and altered through any broker, holding a
+replica of it or not."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tests.admin.clients import unique
 from tests.cluster.harness import LocalCluster, produce_body, produce_error
 
 PRODUCE, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 0, 32, 44
-DYNAMIC_BROKER, DYNAMIC_DEFAULT = 2, 3
+DYNAMIC_TOPIC, DYNAMIC_BROKER, DYNAMIC_DEFAULT = 1, 2, 3
 
 
 def _alter(cluster: LocalCluster, via: int, name: str, key: str, value: str) -> dict:
@@ -69,3 +70,30 @@ def test_cluster_default_reaches_every_broker_and_per_broker_stays_put(zk_connec
         assert cluster.wait_for(lambda: _config(cluster, 2, 4, "2", "message.max.bytes"),
                                 what="broker 2 back") == ("500000", DYNAMIC_BROKER)
         assert _config(cluster, 2, 4, "2", "log.retention.ms") == ("3600000", DYNAMIC_DEFAULT)
+
+
+def test_topic_configs_through_a_broker_without_a_replica(zk_connect, tmp_path):
+    # Clients send DescribeConfigs and AlterConfigs for a topic to any broker; Kafka's
+    # answer does not depend on where the topic's replicas are.
+    with LocalCluster(zk_connect, tmp_path, size=2) as cluster:
+        topic = unique("configs-on-2")
+        cluster.create_topic(topic, assignment=[[2]])
+        answer = cluster.request(1, INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+            "resource_type": 2, "resource_name": topic, "configs": [
+                {"name": "retention.ms", "value": "7200000", "config_operation": 0}]}],
+            "validate_only": False})
+        assert answer["responses"][0]["error_code"] == ErrorCode.NONE, answer
+        # durable before the answer, and applied by the broker that holds the topic
+        stored = cluster.zk_get(f"/config/topics/{topic}")
+        assert stored is not None
+        assert json.loads(stored[0])["config"] == {"retention.ms": "7200000"}
+        assert _config(cluster, 1, 2, topic, "retention.ms") == ("7200000", DYNAMIC_TOPIC)
+        assert cluster.wait_for(
+            lambda: _config(cluster, 2, 2, topic, "retention.ms") == ("7200000",
+                                                                     DYNAMIC_TOPIC),
+            what="the override on broker 2")
+        missing = cluster.request(1, DESCRIBE_CONFIGS, 4, {"resources": [{
+            "resource_type": 2, "resource_name": unique("nowhere"),
+            "configuration_keys": None}],
+            "include_synonyms": False, "include_documentation": False})
+        assert missing["results"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -19,8 +19,9 @@ SUBTRACT (the last two only to list configs, ``cleanup.policy``) to the current
 overrides. The result is validated as a whole (INVALID_CONFIG with the reason), then
 persisted and handed to the live logs by the control plane
 (``metadata.alter_topic_configs``: ``TopicManager.alter_configs``, and in a cluster
-ZooKeeper's change notification to the other brokers); ``validate_only`` stops after the
-checks.
+ZooKeeper first, whose change notification reaches the other brokers); ``validate_only``
+stops after the checks. Any broker answers for any topic, holding a replica of it or not
+(``metadata.topic_configs``), as Kafka's do: clients send these to any broker.
 
 Broker configs: the resource named by this broker's id lists every broker key with its
 value, source and synonyms (per-broker dynamic, cluster default dynamic, static,
@@ -48,14 +49,13 @@ from pybroker.broker import topic_config
 from pybroker.broker.dynamic_config import DEFAULT_ENTITY, DYNAMIC_KEYS
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
-from pybroker.broker.topic_manager import Topic, validate_topic_name
+from pybroker.broker.topic_manager import validate_topic_name
 from pybroker.config import ConfigSource
 from pybroker.errors import (
     ErrorCode,
     InvalidConfigError,
     InvalidRequestError,
     KafkaError,
-    UnknownTopicOrPartitionError,
 )
 from pybroker.net.protocol.typed import (
     AlterConfigsRequest,
@@ -176,11 +176,10 @@ def _entry(name: str, value: object, source: int, kind: int, doc: str | None,
             "config_type": kind, "documentation": doc}
 
 
-def _topic_entries(ctx: RequestContext, topic: Topic, keys: set[str] | None,
+def _topic_entries(ctx: RequestContext, overrides: dict[str, str], keys: set[str] | None,
                    with_synonyms: bool,
                    with_docs: bool) -> list[DescribeConfigsResponseResourceResult]:
-    overrides = topic.overrides
-    values = ctx.broker.topics.effective_config(topic)
+    values = ctx.broker.topics.effective_config(overrides)
     config = ctx.broker.config
     entries = []
     for key in sorted(values):
@@ -262,22 +261,21 @@ def _check_broker_name(ctx: RequestContext, name: str, allow_default: bool) -> N
                                   f"empty string, but received {name}")
 
 
-def _find_topic(ctx: RequestContext, name: str) -> Topic:
+async def _topic_overrides(ctx: RequestContext, name: str) -> dict[str, str]:
+    """The topic's overrides, wherever its replicas are."""
     validate_topic_name(name)
-    topic = ctx.broker.topics.get(name)
-    if topic is None:
-        raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
-    return topic
+    return await ctx.broker.metadata.topic_configs(name)
 
 
-def _describe_one(ctx: RequestContext, resource: DescribeConfigsRequestResource,
+async def _describe_one(ctx: RequestContext, resource: DescribeConfigsRequestResource,
                   with_synonyms: bool,
                   with_docs: bool) -> list[DescribeConfigsResponseResourceResult]:
     kind, name = resource.get("resource_type"), resource.get("resource_name") or ""
     named = resource.get("configuration_keys")
     keys = None if named is None else set(named)
     if kind == TOPIC:
-        return _topic_entries(ctx, _find_topic(ctx, name), keys, with_synonyms, with_docs)
+        return _topic_entries(ctx, await _topic_overrides(ctx, name), keys, with_synonyms,
+                              with_docs)
     if kind == BROKER:
         _check_broker_name(ctx, name, allow_default=True)
         if name == "":
@@ -301,7 +299,7 @@ async def describe_configs(ctx: RequestContext,
             "resource_name": resource["resource_name"],
             "error_code": ErrorCode.NONE, "error_message": None, "configs": []}
         try:
-            result["configs"] = _describe_one(ctx, resource, with_synonyms, with_docs)
+            result["configs"] = await _describe_one(ctx, resource, with_synonyms, with_docs)
         except KafkaError as exc:
             result["error_code"], result["error_message"] = int(exc.code), str(exc)
         results.append(result)
@@ -368,12 +366,12 @@ def _replaced(configs: Sequence[AlterableConfig]) -> dict[str, str]:
     return out
 
 
-def _apply_topic(ctx: RequestContext, topic: Topic, overrides: dict[str, str],
-                 validate_only: bool) -> None:
+async def _apply_topic(ctx: RequestContext, name: str, overrides: dict[str, str],
+                       validate_only: bool) -> None:
     checked = topic_config.validate(overrides)
     ctx.broker.topics.log_config(checked)  # with the broker defaults (segment sizes etc.)
     if not validate_only:
-        ctx.broker.metadata.alter_topic_configs(topic.name, checked)
+        await ctx.broker.metadata.alter_topic_configs(name, checked)
 
 
 def _alter_logger(ctx: RequestContext, name: str, configs: Sequence[AlterableConfig],
@@ -422,12 +420,12 @@ async def _alter_one(ctx: RequestContext, resource: AlterResource, validate_only
     configs = resource.get("configs") or []
     _no_duplicate_keys(configs)
     if kind == TOPIC:
-        topic = _find_topic(ctx, name)
-        effective = ctx.broker.topics.effective_config(topic)
-        overrides = (_incremental(topic.overrides, effective.get, configs, LIST_KEYS,
+        current = await _topic_overrides(ctx, name)
+        effective = ctx.broker.topics.effective_config(current)
+        overrides = (_incremental(current, effective.get, configs, LIST_KEYS,
                                   topic_config.TOPIC_CONFIGS)
                      if incremental else _replaced(configs))
-        _apply_topic(ctx, topic, overrides, validate_only)
+        await _apply_topic(ctx, name, overrides, validate_only)
     elif kind == BROKER:
         await _alter_broker(ctx, name, configs, validate_only, incremental)
     elif kind == BROKER_LOGGER:
