@@ -4,7 +4,13 @@ A command family is a function ``register(subparsers)`` that adds its sub-parser
 sets ``func`` on each (called with the parsed args, returns the exit code). Families are
 this module's ``COMMANDS`` plus every module ``pybroker/cli_<family>.py`` that defines
 ``register`` (found by name, so adding a family touches no existing file): ``topic``,
-``produce`` and ``consume`` live in ``cli_topic.py`` and ``cli_clients.py``.
+``produce`` and ``consume`` live in ``cli_topic.py`` and ``cli_clients.py``. The client
+commands share their options and their way to fail (``cli_connect.py``).
+
+A command ends with ``CommandError`` to fail with one line on stderr (``pybroker:
+MESSAGE``) and exit status 1; a client command's other client-side failures (a
+``KafkaException``, a timeout, a socket error) are put into one line the same way by the
+``failure_text`` its parser set, so none ends with a traceback.
 
 ``serve`` runs a single node, or with ``--zookeeper`` (``zookeeper.connect``) a member of
 the cluster coordinated by that ZooKeeper (docs/REPLICATION.md); ``cluster`` (in
@@ -207,6 +213,10 @@ def build_parser(families: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
+class CommandError(Exception):
+    """Ends a command with its message on one line of stderr and exit status 1."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     command = next((w for w in words if not w.startswith("-")), None)
@@ -217,7 +227,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "func", None) is not _log_dump:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.rest = extra + args.rest
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except CommandError as exc:
+        print(f"pybroker: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        # a client command's failure to reach or use a broker (cli_connect.failure_text)
+        explain = getattr(args, "failure_text", None)
+        text = explain(exc, args) if explain is not None else None
+        if text is None:
+            raise
+        print(f"pybroker: {text}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

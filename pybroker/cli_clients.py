@@ -2,12 +2,14 @@
 
 Any Kafka broker will do (``--bootstrap HOST:PORT``, default ``$PYBROKER_BOOTSTRAP`` or
 127.0.0.1:9092); pybroker is not special to them, which is the point: they are the same
-librdkafka client applications use.
+librdkafka client applications use. Both are built, and fail, as every client command
+(``cli_connect``): one line and exit status 1 when no broker answers within ``--timeout``.
 
 - ``produce TOPIC`` sends each line of stdin as one record (the newline removed). With
   ``--key-separator SEP`` the text before the first SEP is the key, the rest the value (a
-  line without SEP has a null key). It waits for every delivery report; the exit status is
-  1 if any record failed, and the summary goes to stderr.
+  line without SEP has a null key). It waits for every delivery report (a record not
+  delivered within ``--timeout`` fails); the exit status is 1 if any record failed, and
+  the summary goes to stderr.
 - ``consume TOPIC`` reads the assigned partitions from ``--offset`` (``start``, ``end`` or
   a number) without a consumer group (nothing committed). ``-n N`` stops after N records
   (waiting for them); ``--follow`` runs until interrupted; neither stops at the end of the
@@ -19,22 +21,15 @@ librdkafka client applications use.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+from pybroker.cli_connect import BrokerClients, add_client_options
+
 # librdkafka's own default for message.max.bytes is 1000000; a record pybroker accepts
 # (max.message.bytes 1048588) must not be refused by the client first.
 _CLIENT_MAX_MESSAGE = 16 * 1024 * 1024
-
-
-def add_bootstrap(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap", "-b", metavar="HOST:PORT",
-                        default=os.environ.get("PYBROKER_BOOTSTRAP", DEFAULT_BOOTSTRAP),
-                        help="broker to connect to (default $PYBROKER_BOOTSTRAP or "
-                             f"{DEFAULT_BOOTSTRAP})")
 
 
 def register(subparsers: Any) -> None:
@@ -50,9 +45,7 @@ def register(subparsers: Any) -> None:
                    choices=("none", "gzip", "snappy", "lz4", "zstd"))
     p.add_argument("--header", "-H", action="append", default=[], metavar="K=V",
                    help="header added to every record (repeatable)")
-    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="give up on a record not delivered in this time (default 30)")
-    add_bootstrap(p)
+    add_client_options(p)  # --timeout: also how long a record may take to be delivered
     p.set_defaults(func=produce_main)
 
     c = subparsers.add_parser("consume", help="print records of a topic")
@@ -65,7 +58,7 @@ def register(subparsers: Any) -> None:
     c.add_argument("--partition", "-p", type=int, action="append", default=None,
                    help="partition to read (repeatable; default all)")
     c.add_argument("--format", "-F", default="%v\\n", help="output format (default %%v\\n)")
-    add_bootstrap(c)
+    add_client_options(c)
     c.set_defaults(func=consume_main)
 
 
@@ -90,10 +83,10 @@ def _headers(pairs: list[str]) -> list[tuple[str, str | bytes | None]]:
 
 
 def produce_main(args: argparse.Namespace) -> int:
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import KafkaException
 
-    producer = Producer({
-        "bootstrap.servers": args.bootstrap,
+    clients = BrokerClients(args)
+    producer = clients.producer(**{
         "acks": args.acks,
         "compression.type": args.compression,
         "message.max.bytes": _CLIENT_MAX_MESSAGE,
@@ -102,6 +95,7 @@ def produce_main(args: argparse.Namespace) -> int:
         # an unknown topic fails its records after this, not after the whole timeout
         "topic.metadata.propagation.max.ms": int(min(args.timeout, 5.0) * 1000),
     })
+    clients.metadata(producer)  # fails fast when no broker answers
     separator = args.key_separator.encode() if args.key_separator is not None else None
     headers = _headers(args.header) or None
     failures: list[str] = []
@@ -189,7 +183,7 @@ def _start_offset(text: str) -> int:
 
 
 def consume_records(consumer: Any, topic: str, partitions: list[int], start: int,
-                    stop_at_end: bool) -> Iterator[Any]:
+                    stop_at_end: bool, timeout: float) -> Iterator[Any]:
     """Records of ``partitions`` from ``start``; with ``stop_at_end`` until each partition's
     high watermark as read now, else forever."""
     from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
@@ -197,7 +191,8 @@ def consume_records(consumer: Any, topic: str, partitions: list[int], start: int
     ends: dict[int, int] = {}
     if stop_at_end:
         for p in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                       timeout=timeout)
             first = high if start == OFFSET_END else low if start < 0 else max(start, low)
             if high > first:
                 ends[p] = high
@@ -222,12 +217,10 @@ def consume_records(consumer: Any, topic: str, partitions: list[int], start: int
 
 
 def consume_main(args: argparse.Namespace) -> int:
-    from confluent_kafka import Consumer, KafkaException
-
     render = compile_format(args.format)
     start = _start_offset(args.offset)
-    consumer = Consumer({
-        "bootstrap.servers": args.bootstrap,
+    clients = BrokerClients(args)
+    consumer = clients.consumer(**{
         # assign() without a group: librdkafka still wants an id, nothing is committed
         "group.id": "pybroker-cli",
         "enable.auto.commit": False,
@@ -238,17 +231,19 @@ def consume_main(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     count = 0
     try:
-        metadata = consumer.list_topics(args.topic, timeout=10)
+        # through the admin client: a Consumer's poll waits for its list_topics to return
+        metadata = clients.metadata()
         topic = metadata.topics.get(args.topic)
         if topic is None or topic.error is not None:
-            reason = topic.error if topic is not None else "not found"
-            print(f"error: topic {args.topic}: {reason}", file=sys.stderr)
+            reason = topic.error.name() if topic is not None else "UNKNOWN_TOPIC_OR_PARTITION"
+            print(f"{args.topic}: {reason}", file=sys.stderr)
             return 1
         partitions = args.partition or sorted(topic.partitions)
         stop_at_end = not args.follow and args.num is None
         if args.num == 0:
             return 0
-        for msg in consume_records(consumer, args.topic, partitions, start, stop_at_end):
+        for msg in consume_records(consumer, args.topic, partitions, start, stop_at_end,
+                                   args.timeout):
             out.write(render(msg))
             out.flush()
             count += 1
@@ -256,9 +251,6 @@ def consume_main(args: argparse.Namespace) -> int:
                 break
     except KeyboardInterrupt:
         pass
-    except KafkaException as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
     finally:
         consumer.close()
     return 0

@@ -22,7 +22,7 @@ import argparse
 import sys
 from typing import Any
 
-from pybroker.cli_clients import add_bootstrap
+from pybroker.cli_connect import add_client_options
 from pybroker.cli_topic import _admin, _report
 from pybroker.kafka_admin import (
     apply_reset,
@@ -72,7 +72,7 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=reset_offsets_main)
 
     for parser in sub.choices.values():
-        add_bootstrap(parser)
+        add_client_options(parser)
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> None:
@@ -152,7 +152,8 @@ def _targets(admin: Any, args: argparse.Namespace) -> list[tuple[str, int]]:
             continue
         metadata = admin.list_topics(topic, timeout=_TIMEOUT).topics.get(topic)
         if metadata is None or metadata.error is not None:
-            raise SystemExit(f"{topic}: {metadata.error if metadata else 'unknown topic'}")
+            reason = error_text(metadata.error) if metadata else "unknown topic"
+            raise SystemExit(f"{topic}: {reason}")
         out += [(topic, p) for p in sorted(metadata.partitions)]
     return out
 

@@ -23,8 +23,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from pybroker.cli_clients import add_bootstrap
+from pybroker.cli_connect import BrokerClients, add_client_options
 
+# How long _report waits for each item when its caller gives no timeout.
 _TIMEOUT = 30.0
 
 
@@ -85,13 +86,19 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=add_partitions_main)
 
     for parser in sub.choices.values():
-        add_bootstrap(parser)
+        add_client_options(parser)
+
+
+def _connect(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The command's admin client and the metadata of every topic: asking for it fails the
+    command at once when no broker answers (``BrokerClients.metadata``)."""
+    clients = BrokerClients(args)
+    return clients.admin(), clients.metadata()
 
 
 def _admin(args: argparse.Namespace) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": args.bootstrap})
+    """The command's admin client, once a broker has answered."""
+    return _connect(args)[0]
 
 
 def parse_pairs(pairs: Iterable[str], option: str) -> dict[str, str]:
@@ -104,13 +111,13 @@ def parse_pairs(pairs: Iterable[str], option: str) -> dict[str, str]:
     return out
 
 
-def _report(futures: dict[Any, Any], done: str) -> int:
+def _report(futures: dict[Any, Any], done: str, timeout: float = _TIMEOUT) -> int:
     """Wait for per-item futures; one line each; 1 if any failed."""
     status = 0
     for item, future in futures.items():
         name = getattr(item, "name", None) or getattr(item, "topic", None) or item
         try:
-            future.result(timeout=_TIMEOUT)
+            future.result(timeout=timeout)
             print(f"{name}: {done}")
         except Exception as exc:  # the client raises KafkaException carrying the error
             print(f"{name}: {_error_text(exc)}", file=sys.stderr)
@@ -133,15 +140,16 @@ def create_main(args: argparse.Namespace) -> int:
                        replication_factor=args.replicas, config=configs)
               for name in args.names]
     admin = _admin(args)  # held until the futures resolve: a collected client fails them
-    futures = admin.create_topics(topics, operation_timeout=_TIMEOUT,
+    futures = admin.create_topics(topics, operation_timeout=args.timeout,
+                                  request_timeout=args.timeout,
                                   validate_only=args.validate_only)
-    return _report(futures, "validated" if args.validate_only else "created")
+    return _report(futures, "validated" if args.validate_only else "created", args.timeout)
 
 
 def list_main(args: argparse.Namespace) -> int:
     from pybroker.broker.topic_manager import INTERNAL_TOPICS  # (only this command needs it)
 
-    metadata = _admin(args).list_topics(timeout=_TIMEOUT)
+    _, metadata = _connect(args)
     rows = [(name, len(t.partitions)) for name, t in sorted(metadata.topics.items())
             if args.internal or name not in INTERNAL_TOPICS]
     width = max([len("NAME")] + [len(name) for name, _ in rows])
@@ -157,12 +165,11 @@ def describe_main(args: argparse.Namespace) -> int:
 
     from pybroker.cli_group import _table  # (it imports this module: not at the top)
 
-    admin = _admin(args)
-    metadata = admin.list_topics(timeout=_TIMEOUT)
+    admin, metadata = _connect(args)
     status = 0
     brokers_stats = _read_stats(args.data_dirs) if args.data_dirs else None
     resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in args.names]
-    config_futures = admin.describe_configs(resources, request_timeout=_TIMEOUT)
+    config_futures = admin.describe_configs(resources, request_timeout=args.timeout)
     for resource, future in config_futures.items():
         name = resource.name
         topic = metadata.topics.get(name)
@@ -172,7 +179,7 @@ def describe_main(args: argparse.Namespace) -> int:
             status = 1
             continue
         try:
-            configs = future.result(timeout=_TIMEOUT)
+            configs = future.result(timeout=args.timeout)
         except Exception as exc:
             print(f"{name}: {_error_text(exc)}", file=sys.stderr)
             status = 1
@@ -257,12 +264,13 @@ def _ids(broker_ids: list[int]) -> str:
 def _watermarks(args: argparse.Namespace, topic: str, partitions: list[int],
                 topic_partition: Any) -> dict[int, tuple[int, int]]:
     """Low and high watermark per partition (a throwaway consumer asks ListOffsets)."""
-    from confluent_kafka import Consumer, KafkaException
+    from confluent_kafka import KafkaException
 
-    consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": "pybroker-cli",
-                         "enable.auto.commit": False})
+    consumer = BrokerClients(args).consumer(**{"group.id": "pybroker-cli",
+                                               "enable.auto.commit": False})
     try:
-        return {p: consumer.get_watermark_offsets(topic_partition(topic, p), timeout=10)
+        return {p: consumer.get_watermark_offsets(topic_partition(topic, p),
+                                                  timeout=args.timeout)
                 for p in partitions}
     except KafkaException:
         return {}
@@ -272,8 +280,9 @@ def _watermarks(args: argparse.Namespace, topic: str, partitions: list[int],
 
 def delete_main(args: argparse.Namespace) -> int:
     admin = _admin(args)
-    futures = admin.delete_topics(list(args.names), operation_timeout=_TIMEOUT)
-    return _report(futures, "deleted")
+    futures = admin.delete_topics(list(args.names), operation_timeout=args.timeout,
+                                  request_timeout=args.timeout)
+    return _report(futures, "deleted", args.timeout)
 
 
 def alter_config_main(args: argparse.Namespace) -> int:
@@ -295,16 +304,15 @@ def alter_config_main(args: argparse.Namespace) -> int:
     resources = [ConfigResource(ConfigResource.Type.TOPIC, name,
                                 incremental_configs=entries) for name in args.names]
     admin = _admin(args)
-    futures = admin.incremental_alter_configs(resources, request_timeout=_TIMEOUT,
+    futures = admin.incremental_alter_configs(resources, request_timeout=args.timeout,
                                               validate_only=args.validate_only)
-    return _report(futures, "validated" if args.validate_only else "altered")
+    return _report(futures, "validated" if args.validate_only else "altered", args.timeout)
 
 
 def add_partitions_main(args: argparse.Namespace) -> int:
-    admin = _admin(args)
-    metadata = admin.list_topics(timeout=_TIMEOUT)
     from confluent_kafka.admin import NewPartitions
 
+    admin, metadata = _connect(args)
     requests = []
     status = 0
     for name in args.names:
@@ -315,6 +323,7 @@ def add_partitions_main(args: argparse.Namespace) -> int:
             continue
         requests.append(NewPartitions(name, len(topic.partitions) + args.num))
     if requests:
-        futures = admin.create_partitions(requests, operation_timeout=_TIMEOUT)
-        status |= _report(futures, f"added {args.num} partitions")
+        futures = admin.create_partitions(requests, operation_timeout=args.timeout,
+                                          request_timeout=args.timeout)
+        status |= _report(futures, f"added {args.num} partitions", args.timeout)
     return status

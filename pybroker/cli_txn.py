@@ -49,7 +49,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from pybroker.cli_clients import add_bootstrap
+from pybroker.cli import CommandError
+from pybroker.cli_connect import add_client_options, unreachable
 from pybroker.cli_group import _table
 from pybroker.client.cluster import Cluster
 from pybroker.errors import ErrorCode, KafkaError
@@ -102,25 +103,39 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=find_hanging_main)
 
     for parser in sub.choices.values():
-        add_bootstrap(parser)
+        add_client_options(parser)
 
 
 @contextmanager
 def _cluster(args: argparse.Namespace) -> Iterator[Cluster]:
-    """A client for one command; a broker that refused or dropped a request (one that
-    does not know an API closes the connection) ends the command with status 1."""
-    cluster = Cluster(args.bootstrap, "pybroker-txn")
+    """A client for one command, each request bounded by ``--timeout``. Its first request
+    is tried once at each bootstrap server: none answering ends the command at once. A
+    broker that refused or dropped a request (one that does not know an API closes the
+    connection) ends it too; each with one line on stderr and status 1."""
+    cluster = Cluster(args.bootstrap, "pybroker-txn", timeout=args.timeout)
     try:
-        cluster.refresh()
+        try:
+            cluster.refresh(attempts=1)
+        except OSError as exc:
+            raise unreachable(args.bootstrap, _socket_failure(exc, args.timeout)) from None
         yield cluster
     except KafkaError as exc:
-        print(f"error: {exc}: {exc.code.name}", file=sys.stderr)
-        raise SystemExit(1) from None
+        raise CommandError(f"{exc}: {exc.code.name}") from None
+    except TimeoutError:
+        raise CommandError(f"no answer from the broker within {args.timeout:g} s") from None
     except OSError as exc:
-        print(f"error: {exc} (does the broker support the request?)", file=sys.stderr)
-        raise SystemExit(1) from None
+        raise CommandError(f"{exc} (does the broker support the request?)") from None
     finally:
         cluster.close()
+
+
+def _socket_failure(exc: OSError, timeout: float) -> str:
+    """``connection refused``, ``no answer within 10 s``: why no broker answered."""
+    cause = exc.__cause__ or exc.__context__ or exc
+    if isinstance(cause, TimeoutError):
+        return f"no answer within {timeout:g} s"
+    text = getattr(cause, "strerror", None) or str(cause)
+    return text[:1].lower() + text[1:]
 
 
 def _error(what: str, code: int) -> None:

@@ -118,7 +118,7 @@ class Cluster:
                 last = exc
                 self._any.close()
                 self._any = None
-        raise ConnectionError(f"no broker reachable: {last}")
+        raise ConnectionError(f"no broker reachable: {last}") from last
 
     def connection(self, broker_id: int) -> BrokerConnection:
         conn = self._connections.get(broker_id)
@@ -135,12 +135,15 @@ class Cluster:
         if conn is not None:
             conn.close()
 
-    def refresh(self, topics: list[str] | None = None, auto_create: bool = True) -> None:
+    def refresh(self, topics: list[str] | None = None, auto_create: bool = True,
+                attempts: int = 20) -> None:
+        """Metadata of ``topics`` (None: every topic); each of ``attempts`` tries every
+        known broker and bootstrap server."""
         body = {"topics": None if topics is None else [{"name": t} for t in topics],
                 "allow_auto_topic_creation": auto_create,
                 "include_cluster_authorized_operations": False,
                 "include_topic_authorized_operations": False}
-        response = self._control_request(METADATA, METADATA_VERSION, body)
+        response = self._control_request(METADATA, METADATA_VERSION, body, attempts)
         self.brokers = {b["node_id"]: (b["host"], b["port"]) for b in response["brokers"]}
         for t in response["topics"]:
             if t["error_code"] != ErrorCode.NONE:

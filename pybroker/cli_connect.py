@@ -1,0 +1,187 @@
+"""How the client commands reach a broker, and how they fail when they cannot.
+
+Every client command (``topic``, ``group``, ``txn``, ``produce``, ``consume``) takes the
+same options (``add_client_options``): ``--bootstrap``, ``--timeout SECONDS`` (default
+10) and ``-v/--verbose``, and builds its librdkafka clients through one
+``BrokerClients``, so they are configured alike:
+
+- librdkafka's own log lines (one per failed connection attempt, several a second) are off
+  (``log_level`` 0) unless ``-v``;
+- its ``error_cb`` notes the last connection failure and when every broker went down;
+- connection setup (TCP, then ApiVersions) is bounded by ``--timeout``.
+
+A command's first request is ``BrokerClients.metadata``. It fails fast: when librdkafka
+reports every broker down (a refused connection, an unknown host) and no answer comes in
+``_DOWN_GRACE_S`` (time for the other addresses of a host, ``localhost`` being ``::1`` and
+127.0.0.1), or when no answer comes within the timeout (a listener that never answers),
+it raises ``CommandError``: ``pybroker: cannot reach broker HOST:PORT: connection
+refused``, exit status 1. librdkafka serves ``error_cb`` only from ``poll``, never from a
+blocking call such as ``list_topics``, so the metadata request runs in a thread while this
+one polls. Once a broker has answered, a lost connection is not fatal by itself (librdkafka
+reconnects; ``consume --follow`` outlives a broker restart): requests end on their own
+timeouts. (``txn`` speaks through pybroker's own client, ``pybroker.client.Cluster``: its
+first Metadata request is tried once at each bootstrap server, and fails the same way.)
+
+What still escapes a command as an exception from the client (a ``KafkaException``, a
+timeout, a socket error) is turned into one line by ``failure_text``, which ``cli.main``
+calls for the commands ``add_client_options`` marked: a client command never ends with a
+traceback. Errors the broker answers are the commands' own to print (one line per item,
+with Kafka's error name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+from pybroker.cli import CommandError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_TIMEOUT_S = 10.0
+# After librdkafka reports every broker down, this long for an answer before giving up:
+# it retries a refused connection within ~100 ms, each time at the host's next address.
+_DOWN_GRACE_S = 1.0
+_POLL_S = 0.05
+# librdkafka's local error codes meaning "no broker answered", not an answer.
+_UNREACHABLE = frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN", "_RESOLVE", "_TIMED_OUT"})
+# "127.0.0.1:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed: Connection refused
+# (after 0ms in state CONNECT)" -> "Connection refused"
+_BROKER_PREFIX = re.compile(r"^\S+/\S+: ")
+_CONNECT_FAILED = re.compile(r"^Connect to \S+ failed: ")
+# (... or "(after 0ms in state CONNECT, 1 identical error(s) suppressed)")
+_AFTER_SUFFIX = re.compile(r"\s*\(after \d+ms in state .*\)$")
+
+
+def add_client_options(parser: argparse.ArgumentParser) -> None:
+    """``--bootstrap``, ``--timeout`` and ``-v``; marks the command as a client command
+    (``cli.main`` turns its client failures into one line)."""
+    parser.add_argument("--bootstrap", "-b", metavar="HOST:PORT",
+                        default=os.environ.get("PYBROKER_BOOTSTRAP", DEFAULT_BOOTSTRAP),
+                        help="broker to connect to, or a comma-separated list (default "
+                             f"$PYBROKER_BOOTSTRAP or {DEFAULT_BOOTSTRAP})")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                        metavar="SECONDS", help="give up when the broker has not answered "
+                        f"in this time (default {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="show the client library's log lines (connection attempts)")
+    parser.set_defaults(failure_text=failure_text)
+
+
+def connection_failure(error_text: str) -> str:
+    """librdkafka's text of a failed connection, without the broker name and the state:
+    ``connection refused``."""
+    text = _AFTER_SUFFIX.sub("", _CONNECT_FAILED.sub("", _BROKER_PREFIX.sub("", error_text)))
+    return text[:1].lower() + text[1:]
+
+
+def unreachable(bootstrap: str, reason: str) -> CommandError:
+    which = "brokers" if "," in bootstrap else "broker"
+    return CommandError(f"cannot reach {which} {bootstrap}: {reason}")
+
+
+class BrokerClients:
+    """The librdkafka clients of one command, configured alike, and what their error
+    callbacks said about reaching the brokers."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.bootstrap: str = args.bootstrap
+        self.timeout: float = args.timeout
+        self.verbose: bool = args.verbose
+        self.last_failure: str | None = None  # of a connection, as connection_failure says
+        self.all_down_at: float | None = None
+        self._admin: Any = None
+
+    def config(self, **settings: Any) -> dict[str, Any]:
+        timeout_ms = max(1, int(self.timeout * 1000))
+        return {"bootstrap.servers": self.bootstrap, "client.id": "pybroker-cli",
+                "error_cb": self._on_error, "log_level": 6 if self.verbose else 0,
+                "socket.connection.setup.timeout.ms": timeout_ms, **settings}
+
+    def _on_error(self, error: Any) -> None:
+        if error.name() == "_ALL_BROKERS_DOWN":
+            if self.all_down_at is None:
+                self.all_down_at = time.monotonic()
+        elif error.name() in ("_TRANSPORT", "_RESOLVE") or error.fatal():
+            self.last_failure = connection_failure(error.str())
+
+    def admin(self) -> Any:
+        """The command's admin client (one per command)."""
+        from confluent_kafka.admin import AdminClient
+
+        if self._admin is None:
+            # asking about a topic must not create it (a producer's, and so an admin
+            # client's, metadata requests may by default)
+            self._admin = AdminClient(self.config(**{"allow.auto.create.topics": False}))
+        return self._admin
+
+    def producer(self, **settings: Any) -> Any:
+        from confluent_kafka import Producer
+
+        return Producer(self.config(**settings))
+
+    def consumer(self, **settings: Any) -> Any:
+        from confluent_kafka import Consumer
+
+        return Consumer(self.config(**settings))
+
+    def metadata(self, client: Any = None, topic: str | None = None) -> Any:
+        """Metadata (of every topic, or of ``topic``) through ``client`` (the admin client or
+        a producer; not a consumer, whose ``poll`` waits for its ``list_topics``), failing
+        fast with ``CommandError`` when no broker can be reached."""
+        client = self.admin() if client is None else client
+        answer: Future[Any] = Future()
+
+        def ask() -> None:
+            try:
+                answer.set_result(client.list_topics(topic, timeout=self.timeout))
+            except BaseException as exc:  # handed to the waiting thread
+                answer.set_exception(exc)
+
+        threading.Thread(target=ask, name="pybroker-cli-metadata", daemon=True).start()
+        deadline = time.monotonic() + self.timeout
+        while not answer.done():
+            client.poll(_POLL_S)  # serves error_cb
+            now = time.monotonic()
+            if self.all_down_at is not None and now - self.all_down_at > _DOWN_GRACE_S \
+                    and self.last_failure is not None:
+                raise unreachable(self.bootstrap, self.last_failure)
+            if now > deadline + _DOWN_GRACE_S:
+                break
+        if not answer.done():
+            raise self.no_answer()
+        exc = answer.exception()
+        if exc is not None:
+            raise self.no_answer() if _local_failure(exc) else exc
+        return answer.result()
+
+    def no_answer(self) -> CommandError:
+        reason = f"no answer within {self.timeout:g} s"
+        if self.last_failure is not None:
+            reason += f" (last: {self.last_failure})"
+        return unreachable(self.bootstrap, reason)
+
+
+def _local_failure(exc: BaseException) -> bool:
+    """A client exception saying no broker answered (not an error a broker answered)."""
+    error: Any = exc.args[0] if exc.args else None
+    return hasattr(error, "name") and error.name() in _UNREACHABLE
+
+
+def failure_text(exc: Exception, args: argparse.Namespace) -> str | None:
+    """One line for a client command's failure, or None for what is not a client failure
+    (a bug: its traceback helps)."""
+    if isinstance(exc, TimeoutError):  # a future's result() or a socket's timeout
+        return str(unreachable(args.bootstrap, f"no answer within {args.timeout:g} s"))
+    if isinstance(exc, OSError):
+        return str(exc)
+    error: Any = exc.args[0] if exc.args else None
+    if type(exc).__name__ != "KafkaException" or not hasattr(error, "name"):
+        return None
+    if _local_failure(exc):
+        return str(unreachable(args.bootstrap, connection_failure(error.str())))
+    return f"{error.name()}: {error.str()}"
