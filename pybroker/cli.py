@@ -13,7 +13,7 @@ MESSAGE``) and exit status 1; a client command's other client-side failures (a
 ``failure_text`` its parser set, so none ends with a traceback.
 
 ``serve`` runs a single node, or with ``--zookeeper`` (``zookeeper.connect``) a member of
-the cluster coordinated by that ZooKeeper (docs/REPLICATION.md); ``cluster`` (in
+the cluster coordinated by that ZooKeeper (docs/REPLICATION.md); ``cluster local`` (in
 ``cli_cluster.py``) starts a local one for development. ``serve`` logs one line per record
 on stderr (``time level logger message``), says when recovery starts and how long it
 took, and prints ``ready`` with the listen address once the port accepts connections.

@@ -1,9 +1,24 @@
-"""``pybroker cluster``: a local multi-broker cluster, for development only.
+"""``pybroker cluster info|health|local``: a cluster's brokers and health, and a local
+multi-broker cluster for development.
 
-    pybroker cluster [--brokers 3] [--data-dir DIR] [--base-port 9092]
+    pybroker cluster info [-b HOST:PORT]     cluster id, controller, brokers (host, port,
+                                             rack), topic and partition counts
+    pybroker cluster health [-b HOST:PORT]   rpk's ``cluster health``: healthy or not, and
+                                             why; exit status 1 when unhealthy
+    pybroker cluster local [--brokers 3] [--data-dir DIR] [--base-port 9092]
                      [--zookeeper HOST:PORT[/chroot]] [--set KEY=VALUE ...]
 
-Starts a ZooKeeper of its own (Debian's package, through
+``info`` and ``health`` are client commands like ``topic`` (``cli_connect``: ``--timeout``,
+one line and exit status 1 when no broker answers), over Kafka's protocol only
+(DescribeCluster, Metadata), so they work against any Kafka broker. ``health`` reads one
+Metadata answer: the live brokers, the controller, and each partition's leader, replicas
+and in-sync replicas. A broker is *down* when a partition names it as a replica but it is
+not among the live brokers (the protocol does not list registered brokers that hold no
+replica); a partition is *leaderless* when its leader is -1 or not live, and
+*under-replicated* when its ISR is smaller than its replica set (Kafka's
+``--under-replicated-partitions``). Healthy means a controller and none of those.
+
+``local`` starts a ZooKeeper of its own (Debian's package, through
 ``pybroker.cluster.zookeeper_server``; data in ``DIR/zookeeper``) unless ``--zookeeper``
 names one, then N ``pybroker serve`` processes: broker ids 1..N, listening on 127.0.0.1
 ports base..base+N-1 (``--base-port 0``: any free ports), data in ``DIR/broker-<id>``
@@ -29,7 +44,9 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
+
+from pybroker.cli_connect import BrokerClients, add_client_options
 
 READY = re.compile(r"ready: listening on (\S+):(\d+)")
 START_TIMEOUT_S = 60.0
@@ -38,9 +55,26 @@ HOST = "127.0.0.1"
 
 
 def register(subparsers: Any) -> None:
-    """Add ``cluster`` to ``pybroker``'s parser."""
-    p = subparsers.add_parser(
-        "cluster", help="start a local multi-broker cluster (development only)",
+    """Add ``cluster`` and its subcommands to ``pybroker``'s parser."""
+    cluster = subparsers.add_parser("cluster", help="a cluster's brokers and health; a "
+                                    "local cluster for development")
+    sub = cluster.add_subparsers(dest="cluster_command", required=True)
+
+    p = sub.add_parser("info", help="cluster id, controller, brokers, topic and partition "
+                       "counts")
+    add_client_options(p)
+    p.set_defaults(func=info_main)
+
+    p = sub.add_parser(
+        "health", help="healthy or not: brokers down, leaderless and under-replicated "
+        "partitions (exit status 1 when unhealthy)",
+        description="rpk's cluster health over Kafka's protocol. Exit status: 0 healthy, "
+        "1 unhealthy (or no broker reachable: stderr says which).")
+    add_client_options(p)
+    p.set_defaults(func=health_main)
+
+    p = sub.add_parser(
+        "local", help="start a local multi-broker cluster (development only)",
         description="Start a local ZooKeeper (unless --zookeeper is given) and N brokers "
         "on loopback, print the bootstrap list, and run until Ctrl-C/SIGTERM, which "
         "stops everything cleanly. For development and trying failover by hand only: "
@@ -56,7 +90,91 @@ def register(subparsers: Any) -> None:
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                    help="a setting for every broker, e.g. --set min.insync.replicas=2 "
                    "(repeatable)")
-    p.set_defaults(func=cluster_main)
+    p.set_defaults(func=local_main)
+
+
+# ------------------------------------------------------------------------ info, health
+
+
+def info_main(args: argparse.Namespace) -> int:
+    clients = BrokerClients(args)
+    metadata = clients.metadata()
+    described = clients.admin().describe_cluster(request_timeout=args.timeout) \
+        .result(timeout=args.timeout)
+    controller = described.controller.id if described.controller is not None else -1
+    from pybroker.broker.topic_manager import INTERNAL_TOPICS
+    from pybroker.cli_group import _table  # (it imports the client modules: not at the top)
+
+    partitions = sum(len(t.partitions) for t in metadata.topics.values())
+    internal = len(INTERNAL_TOPICS & set(metadata.topics))
+    print(f"CLUSTER     {described.cluster_id or '-'}")
+    print(f"CONTROLLER  {controller}")
+    print(f"TOPICS      {len(metadata.topics)} ({internal} internal)")
+    print(f"PARTITIONS  {partitions}")
+    print()
+
+    _table(["ID", "HOST", "PORT", "RACK"],
+           [[f"{node.id}*" if node.id == controller else node.id, node.host, node.port,
+             node.rack or "-"] for node in sorted(described.nodes, key=lambda n: n.id)])
+    print("\n(* the controller)")
+    return 0
+
+
+class ClusterHealth(NamedTuple):
+    controller: int
+    brokers: list[int]  # live
+    down: list[int]  # named as replicas, not live
+    leaderless: list[str]  # topic/partition
+    under_replicated: list[str]
+
+    @property
+    def reasons(self) -> list[str]:
+        found = [("no_controller", self.controller < 0), ("brokers_down", self.down),
+                 ("leaderless_partitions", self.leaderless),
+                 ("under_replicated_partitions", self.under_replicated)]
+        return [reason for reason, present in found if present]
+
+
+def cluster_health(metadata: Any) -> ClusterHealth:
+    """The health of the cluster a confluent-kafka ``ClusterMetadata`` describes."""
+    live = set(metadata.brokers)
+    replicas: set[int] = set()
+    leaderless, under_replicated = [], []
+    for name in sorted(metadata.topics):
+        partitions = metadata.topics[name].partitions
+        for index in sorted(partitions):
+            partition = partitions[index]
+            replicas.update(partition.replicas)
+            if partition.leader not in live:
+                leaderless.append(f"{name}/{index}")
+            if len(partition.isrs) < len(partition.replicas):
+                under_replicated.append(f"{name}/{index}")
+    return ClusterHealth(metadata.controller_id, sorted(live), sorted(replicas - live),
+                         leaderless, under_replicated)
+
+
+def health_main(args: argparse.Namespace) -> int:
+    health = cluster_health(BrokerClients(args).metadata())
+
+    def listed(items: list[Any]) -> str:
+        return "[" + " ".join(map(str, items)) + "]"
+
+    rows = [("Healthy:", str(not health.reasons).lower()),
+            ("Unhealthy reasons:", listed(health.reasons)),
+            ("Controller ID:", str(health.controller)),
+            ("All brokers:", listed(health.brokers)),
+            ("Brokers down:", listed(health.down)),
+            (f"Leaderless partitions ({len(health.leaderless)}):", listed(health.leaderless)),
+            (f"Under-replicated partitions ({len(health.under_replicated)}):",
+             listed(health.under_replicated))]
+    width = max(len(label) for label, _ in rows)
+    print("CLUSTER HEALTH OVERVIEW\n=======================")
+    for label, value in rows:
+        print(f"{label:<{width}}  {value}")
+    return 1 if health.reasons else 0
+
+
+# ------------------------------------------------------------------------------ local
 
 
 def default_settings(brokers: int) -> dict[str, str]:
@@ -128,7 +246,7 @@ def _child_env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=root + os.pathsep + path if path else root)
 
 
-def cluster_main(args: argparse.Namespace) -> int:
+def local_main(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         raise SystemExit("--brokers must be at least 1")
     settings = default_settings(args.brokers)

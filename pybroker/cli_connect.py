@@ -1,9 +1,9 @@
 """How the client commands reach a broker, and how they fail when they cannot.
 
-Every client command (``topic``, ``group``, ``txn``, ``produce``, ``consume``) takes the
-same options (``add_client_options``): ``--bootstrap``, ``--timeout SECONDS`` (default
-10) and ``-v/--verbose``, and builds its librdkafka clients through one
-``BrokerClients``, so they are configured alike:
+Every client command (``topic``, ``group``, ``txn``, ``produce``, ``consume``, ``cluster
+info|health``) takes the same options (``add_client_options``): ``--bootstrap``,
+``--timeout SECONDS`` (default 10) and ``-v/--verbose``, and builds its librdkafka clients
+through one ``BrokerClients``, so they are configured alike:
 
 - librdkafka's own log lines (one per failed connection attempt, several a second) are off
   (``log_level`` 0) unless ``-v``;

@@ -1,4 +1,4 @@
-"""A standalone ZooKeeper from Debian's package, for ``pybroker cluster`` and the tests.
+"""A standalone ZooKeeper from Debian's package, for ``pybroker cluster local`` and the tests.
 
 ``start_zookeeper(data_dir, port=0, tick_ms=200)`` writes ``zoo.cfg`` and a log4j
 configuration into ``data_dir`` and runs the server as a plain java process (no

@@ -1,7 +1,8 @@
 """Client commands that cannot reach a broker, or are refused by one (issue 15): one line
 on stderr, exit status 1, never a traceback nor librdkafka's own log lines (unless
 ``-v``). Real processes against a port nothing listens on, a listener that accepts and
-never answers, and a real broker;"""
+never answers, and a real broker; ``cluster info`` and ``health`` against a single node.
+(Against three brokers, one killed: tests/cluster/test_cluster_cli.py.)"""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ HANG_GUARD_S = 60
 CLIENT_COMMANDS = [
     ("topic", "list"), ("topic", "describe", "t"), ("topic", "create", "t"),
     ("group", "list"), ("group", "describe", "g"), ("txn", "list"),
-    ("produce", "t"), ("consume", "t")]
+    ("produce", "t"), ("consume", "t"), ("cluster", "info"), ("cluster", "health")]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -79,8 +80,8 @@ def test_a_refused_connection_is_one_line(command, closed_port):
 
 
 @pytest.mark.parametrize("command", [("topic", "list"), ("group", "describe", "g"),
-                                     ("txn", "list"), ("produce", "t"), ("consume", "t")],
-                         ids=" ".join)
+                                     ("txn", "list"), ("produce", "t"), ("consume", "t"),
+                                     ("cluster", "health")], ids=" ".join)
 def test_a_broker_that_never_answers_is_one_line_after_the_timeout(command, silent_port):
     address = f"127.0.0.1:{silent_port}"
     done = run(*command, "--bootstrap", address, "--timeout", "2")
@@ -126,3 +127,14 @@ def test_errors_the_broker_answers_are_one_line(module_broker):
         f"{missing}: UNKNOWN_TOPIC_OR_PART: Broker: Unknown topic or partition"]
     assert missing not in pybroker(module_broker, "topic", "list").stdout.decode().split()
 
+
+def test_cluster_info_and_health_of_a_single_node(module_broker):
+    info = pybroker(module_broker, "cluster", "info").stdout.decode().splitlines()
+    host, port = module_broker.bootstrap.rsplit(":", 1)
+    assert "CONTROLLER  0" in info
+    assert ["0*", host, port, "-"] in [line.split() for line in info]
+    health = pybroker(module_broker, "cluster", "health").stdout.decode().splitlines()
+    assert health[2].split() == ["Healthy:", "true"]
+    assert health[3:6] == ["Unhealthy reasons:                []",
+                           "Controller ID:                    0",
+                           "All brokers:                      [0]"]

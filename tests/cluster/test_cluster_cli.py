@@ -1,8 +1,12 @@
-"""The command line of cluster mode (issue 7, fourth check): ``pybroker cluster`` starts
-a ZooKeeper of its own and three brokers, records go through it with the ``produce`` and
-``consume`` commands, ``topic describe`` shows three replicas all in sync, and Ctrl-C
-(SIGINT) stops everything with exit status 0. Given ``--zookeeper``, it starts none and
-joins that one; SIGTERM stops it as cleanly."""
+"""The command line of cluster mode (issue 7, fourth check): ``pybroker cluster local``
+starts a ZooKeeper of its own and three brokers, records go through it with the
+``produce`` and ``consume`` commands, ``topic describe`` shows three replicas all in sync,
+and Ctrl-C (SIGINT) stops everything with exit status 0. Given ``--zookeeper``, it starts
+none and joins that one; SIGTERM stops it as cleanly.
+
+``cluster info`` and ``cluster health`` (issue 15) against a three-broker cluster: every
+broker listed, healthy; one broker killed, health names it down with the partitions it
+left under-replicated and exits 1."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import threading
 from typing import Any
 
 from pybroker import cli
+from tests.cluster.harness import LocalCluster
 from tests.conftest import ROOT
 
 START_TIMEOUT_S = 120.0
@@ -27,7 +32,7 @@ def pybroker(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
 
 
 class ClusterCommand:
-    """``python -m pybroker cluster ...`` in the background: its stdout read line by
+    """``python -m pybroker cluster local ...`` in the background: its stdout read line by
     line (``printed``), its stderr in a file; ``stop(sig)`` returns the exit code."""
 
     def __init__(self, tmp_path: Any, *args: str) -> None:
@@ -35,7 +40,7 @@ class ClusterCommand:
         self.errors = tmp_path / "cluster.err"
         with open(self.errors, "w") as stderr_file:  # the child keeps its own copy
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pybroker", "cluster", "--data-dir",
+                [sys.executable, "-m", "pybroker", "cluster", "local", "--data-dir",
                  str(tmp_path / "cluster"), "--base-port", "0", *args],
                 stdout=subprocess.PIPE, stderr=stderr_file, text=True, env=env, cwd=ROOT)
         self.lines: queue.Queue[str] = queue.Queue()
@@ -133,8 +138,58 @@ def _partition_rows(described: str) -> dict[str, dict[str, str]]:
 
 def test_cluster_help_says_it_is_for_development(capsys):
     try:
-        cli.main(["cluster", "--help"])
+        cli.main(["cluster", "local", "--help"])
     except SystemExit as done:
         assert done.code == 0
     out = capsys.readouterr().out
     assert "development" in out and "--zookeeper" in out and "--base-port" in out
+
+
+def test_cluster_info_and_health_see_a_broker_go_down(zk_connect, tmp_path):
+    with LocalCluster(zk_connect, tmp_path, size=3) as cluster:
+        cluster.create_topic("spread", partitions=3, replication_factor=3)
+        bootstrap = cluster.bootstrap
+
+        info = pybroker("cluster", "info", "-b", bootstrap)
+        assert info.returncode == 0, info.stderr
+        lines = info.stdout.splitlines()
+        controller = cluster.controller_id()
+        assert f"CONTROLLER  {controller}" in lines
+        header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["ID"])
+        ports = {row.split()[0].rstrip("*"): row.split()[2] for row in lines[header + 1:]
+                 if row[:1].isdigit()}
+        assert ports == {str(i): cluster.address(i).rsplit(":", 1)[1] for i in (1, 2, 3)}
+        assert f"{controller}*" in info.stdout
+
+        healthy = pybroker("cluster", "health", "-b", bootstrap)
+        assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+        assert _health(healthy.stdout)["Healthy"] == "true"
+        assert _health(healthy.stdout)["All brokers"] == "[1 2 3]"
+
+        victim = next(i for i in (1, 2, 3) if i != controller)
+        cluster.kill(victim)
+        survivors = ",".join(cluster.address(i) for i in cluster.running())
+
+        def unhealthy() -> dict[str, str] | None:
+            done = pybroker("cluster", "health", "-b", survivors)
+            report = _health(done.stdout)
+            under = report.get("Under-replicated partitions", "")
+            if done.returncode == 1 and all(f"spread/{p}" in under for p in range(3)):
+                return report
+            return None
+
+        report = cluster.wait_for(unhealthy, 60, what="health to see the dead broker")
+        assert report["Healthy"] == "false"
+        assert report["Brokers down"] == f"[{victim}]"
+        assert report["All brokers"] == "[" + " ".join(map(str, cluster.running())) + "]"
+        assert report["Leaderless partitions"] == "[]"
+        assert report["Unhealthy reasons"] == "[brokers_down under_replicated_partitions]"
+
+def _health(printed: str) -> dict[str, str]:
+    """``cluster health``'s lines as label -> value, a count in the label left out."""
+    rows = {}
+    for line in printed.splitlines():
+        label, sep, value = line.partition(":")
+        if sep:
+            rows[label.split(" (")[0].strip()] = value.strip()
+    return rows
