@@ -10,7 +10,8 @@ commands share their options and their way to fail (``cli_connect.py``).
 A command ends with ``CommandError`` to fail with one line on stderr (``pybroker:
 MESSAGE``) and exit status 1; a client command's other client-side failures (a
 ``KafkaException``, a timeout, a socket error) are put into one line the same way by the
-``failure_text`` its parser set, so none ends with a traceback.
+``failure_text`` its parser set, so none ends with a traceback; interrupted (Ctrl-C), it
+exits with the shell's status 130, quietly.
 
 ``serve`` runs a single node, or with ``--zookeeper`` (``zookeeper.connect``) a member of
 the cluster coordinated by that ZooKeeper (docs/REPLICATION.md); ``cluster local`` (in
@@ -232,6 +233,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as exc:
         print(f"pybroker: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        if getattr(args, "failure_text", None) is None:
+            raise
+        return 130  # a client command interrupted while it waits: the shell's status
     except Exception as exc:
         # a client command's failure to reach or use a broker (cli_connect.failure_text)
         explain = getattr(args, "failure_text", None)

@@ -56,8 +56,11 @@ HOST = "127.0.0.1"
 
 def register(subparsers: Any) -> None:
     """Add ``cluster`` and its subcommands to ``pybroker``'s parser."""
-    cluster = subparsers.add_parser("cluster", help="a cluster's brokers and health; a "
-                                    "local cluster for development")
+    cluster = subparsers.add_parser(
+        "cluster", help="a cluster's brokers and health; a local cluster for development",
+        description="info and health ask a running cluster (any Kafka broker); local "
+        "starts a ZooKeeper and N brokers on this machine for development "
+        "(pybroker cluster local --brokers 3).")
     sub = cluster.add_subparsers(dest="cluster_command", required=True)
 
     p = sub.add_parser("info", help="cluster id, controller, brokers, topic and partition "

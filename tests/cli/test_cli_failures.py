@@ -6,6 +6,7 @@ never answers, and a real broker; ``cluster info`` and ``health`` against a sing
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -86,6 +87,20 @@ def test_a_broker_that_never_answers_is_one_line_after_the_timeout(command, sile
     address = f"127.0.0.1:{silent_port}"
     done = run(*command, "--bootstrap", address, "--timeout", "2")
     assert_one_line(done, f"pybroker: cannot reach broker {address}: no answer within 2 s")
+
+
+def test_ctrl_c_while_waiting_for_a_broker_is_status_130_without_a_traceback():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "pybroker", "topic", "list", "--timeout", "50", "-b",
+             f"127.0.0.1:{server.getsockname()[1]}"],
+            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        server.settimeout(HANG_GUARD_S)
+        conn, _ = server.accept()  # the command is waiting for its answer
+        with conn:
+            waiting.send_signal(signal.SIGINT)
+            _, err = waiting.communicate(timeout=HANG_GUARD_S)
+    assert waiting.returncode == 130 and err == ""
 
 
 def test_an_unknown_host_and_a_list_of_brokers_are_named(closed_port):
