@@ -40,6 +40,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from pybroker.cli import CommandError
+from pybroker.kafka_admin import error_text
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_S = 10.0
@@ -72,10 +73,10 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(failure_text=failure_text)
 
 
-def connection_failure(error_text: str) -> str:
+def connection_failure(librdkafka_text: str) -> str:
     """librdkafka's text of a failed connection, without the broker name and the state:
     ``connection refused``."""
-    text = _AFTER_SUFFIX.sub("", _CONNECT_FAILED.sub("", _BROKER_PREFIX.sub("", error_text)))
+    text = _AFTER_SUFFIX.sub("", _CONNECT_FAILED.sub("", _BROKER_PREFIX.sub("", librdkafka_text)))
     return text[:1].lower() + text[1:]
 
 
@@ -184,4 +185,4 @@ def failure_text(exc: Exception, args: argparse.Namespace) -> str | None:
         return None
     if _local_failure(exc):
         return str(unreachable(args.bootstrap, connection_failure(error.str())))
-    return f"{error.name()}: {error.str()}"
+    return error_text(exc)

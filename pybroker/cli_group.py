@@ -34,8 +34,6 @@ from pybroker.kafka_admin import (
     state_name,
 )
 
-_TIMEOUT = 30.0
-
 
 def register(subparsers: Any) -> None:
     """Add ``group`` and its subcommands to ``pybroker``'s parser."""
@@ -85,7 +83,7 @@ def _table(header: list[str], rows: list[list[Any]]) -> None:
 def list_main(args: argparse.Namespace) -> int:
     from confluent_kafka import ConsumerGroupState
 
-    kwargs: dict[str, Any] = {"request_timeout": _TIMEOUT}
+    kwargs: dict[str, Any] = {"request_timeout": args.timeout}
     if args.state:
         by_name = {s.name.lower().replace("_", ""): s for s in ConsumerGroupState}
         try:
@@ -94,7 +92,7 @@ def list_main(args: argparse.Namespace) -> int:
             raise SystemExit(f"unknown group state {exc}; one of "
                              f"{', '.join(s.name for s in ConsumerGroupState)}") from None
     admin = _admin(args)  # kept referenced: a collected client cancels its requests
-    result = admin.list_consumer_groups(**kwargs).result(timeout=_TIMEOUT)
+    result = admin.list_consumer_groups(**kwargs).result(timeout=args.timeout)
     for error in result.errors:
         print(f"error: {error_text(error)}", file=sys.stderr)
     _table(["GROUP", "STATE"], [[g.group_id, state_name(g.state)]
@@ -107,7 +105,7 @@ def describe_main(args: argparse.Namespace) -> int:
     status = 0
     for group_id in args.groups:
         try:
-            lag = describe_group_lag(admin, group_id, _TIMEOUT)
+            lag = describe_group_lag(admin, group_id, args.timeout)
         except Exception as exc:
             print(f"{group_id}: {error_text(exc)}", file=sys.stderr)
             status = 1
@@ -137,20 +135,20 @@ def _or_dash(value: int | None) -> int | str:
 
 def delete_main(args: argparse.Namespace) -> int:
     admin = _admin(args)
-    futures = admin.delete_consumer_groups(list(args.groups), request_timeout=_TIMEOUT)
-    return _report(futures, "deleted")
+    futures = admin.delete_consumer_groups(list(args.groups), request_timeout=args.timeout)
+    return _report(futures, "deleted", args.timeout)
 
 
 def _targets(admin: Any, args: argparse.Namespace) -> list[tuple[str, int]]:
     if args.all_topics:
-        return sorted(committed_offsets(admin, args.group, _TIMEOUT))
+        return sorted(committed_offsets(admin, args.group, args.timeout))
     out = []
     for item in args.topic:
         topic, _, parts = item.partition(":")
         if parts:
             out += [(topic, int(p)) for p in parts.split(",") if p]
             continue
-        metadata = admin.list_topics(topic, timeout=_TIMEOUT).topics.get(topic)
+        metadata = admin.list_topics(topic, timeout=args.timeout).topics.get(topic)
         if metadata is None or metadata.error is not None:
             reason = error_text(metadata.error) if metadata else "unknown topic"
             raise SystemExit(f"{topic}: {reason}")
@@ -161,16 +159,16 @@ def _targets(admin: Any, args: argparse.Namespace) -> list[tuple[str, int]]:
 def reset_offsets_main(args: argparse.Namespace) -> int:
     admin = _admin(args)
     group = args.group
-    refusal = reset_refusal(admin, group, _TIMEOUT)
+    refusal = reset_refusal(admin, group, args.timeout)
     if refusal is not None:
         print(f"{group}: {refusal}", file=sys.stderr)
         return 1
     partitions = _targets(admin, args)
     to = "earliest" if args.to_earliest else "latest" if args.to_latest else args.to_offset
-    plan, failed = reset_plan(admin, partitions, to, _TIMEOUT)
+    plan, failed = reset_plan(admin, partitions, to, args.timeout)
     for (topic, partition), error in failed.items():
         print(f"{topic}-{partition}: {error}", file=sys.stderr)
-    committed = committed_offsets(admin, group, _TIMEOUT)
+    committed = committed_offsets(admin, group, args.timeout)
     _table(["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
            [[t, p, committed.get((t, p), "-"), offset] for (t, p), offset in plan.items()])
     if len(plan) < len(partitions):
@@ -178,7 +176,7 @@ def reset_offsets_main(args: argparse.Namespace) -> int:
     if not args.execute:
         print("(dry run: add --execute to apply)")
         return 0
-    errors = apply_reset(admin, group, plan, _TIMEOUT)
+    errors = apply_reset(admin, group, plan, args.timeout)
     for key, error in errors.items():
         print(f"{group if key is None else f'{key[0]}-{key[1]}'}: {error}", file=sys.stderr)
     return 1 if errors else 0

@@ -24,9 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pybroker.cli_connect import BrokerClients, add_client_options
-
-# How long _report waits for each item when its caller gives no timeout.
-_TIMEOUT = 30.0
+from pybroker.kafka_admin import error_text
 
 
 def register(subparsers: Any) -> None:
@@ -111,7 +109,7 @@ def parse_pairs(pairs: Iterable[str], option: str) -> dict[str, str]:
     return out
 
 
-def _report(futures: dict[Any, Any], done: str, timeout: float = _TIMEOUT) -> int:
+def _report(futures: dict[Any, Any], done: str, timeout: float) -> int:
     """Wait for per-item futures; one line each; 1 if any failed."""
     status = 0
     for item, future in futures.items():
@@ -120,16 +118,9 @@ def _report(futures: dict[Any, Any], done: str, timeout: float = _TIMEOUT) -> in
             future.result(timeout=timeout)
             print(f"{name}: {done}")
         except Exception as exc:  # the client raises KafkaException carrying the error
-            print(f"{name}: {_error_text(exc)}", file=sys.stderr)
+            print(f"{name}: {error_text(exc)}", file=sys.stderr)
             status = 1
     return status
-
-
-def _error_text(exc: Exception) -> str:
-    err = exc.args[0] if exc.args else exc
-    if hasattr(err, "name") and hasattr(err, "str"):
-        return f"{err.name()}: {err.str()}"
-    return str(exc)
 
 
 def create_main(args: argparse.Namespace) -> int:
@@ -181,7 +172,7 @@ def describe_main(args: argparse.Namespace) -> int:
         try:
             configs = future.result(timeout=args.timeout)
         except Exception as exc:
-            print(f"{name}: {_error_text(exc)}", file=sys.stderr)
+            print(f"{name}: {error_text(exc)}", file=sys.stderr)
             status = 1
             continue
         print(f"NAME        {name}")
