@@ -36,7 +36,6 @@ import os
 import re
 import threading
 import time
-from concurrent.futures import Future
 from typing import Any
 
 from pybroker.cli import CommandError
@@ -107,7 +106,7 @@ class BrokerClients:
         if error.name() == "_ALL_BROKERS_DOWN":
             if self.all_down_at is None:
                 self.all_down_at = time.monotonic()
-        elif error.name() in ("_TRANSPORT", "_RESOLVE") or error.fatal():
+        elif error.name() in ("_TRANSPORT", "_RESOLVE", "_AUTHENTICATION"):
             self.last_failure = connection_failure(error.str())
 
     def admin(self) -> Any:
@@ -135,30 +134,30 @@ class BrokerClients:
         a producer; not a consumer, whose ``poll`` waits for its ``list_topics``), failing
         fast with ``CommandError`` when no broker can be reached."""
         client = self.admin() if client is None else client
-        answer: Future[Any] = Future()
+        answer: list[Any] = []  # the metadata, or what list_topics raised
+        answered = threading.Event()
 
         def ask() -> None:
             try:
-                answer.set_result(client.list_topics(topic, timeout=self.timeout))
-            except BaseException as exc:  # handed to the waiting thread
-                answer.set_exception(exc)
+                answer.append(client.list_topics(topic, timeout=self.timeout))
+            except Exception as exc:  # handed to the waiting thread
+                answer.append(exc)
+            answered.set()
 
+        # a daemon: a command failing fast does not wait for list_topics to give up
         threading.Thread(target=ask, name="pybroker-cli-metadata", daemon=True).start()
         deadline = time.monotonic() + self.timeout
-        while not answer.done():
+        while not answered.is_set():
             client.poll(_POLL_S)  # serves error_cb
             now = time.monotonic()
             if self.all_down_at is not None and now - self.all_down_at > _DOWN_GRACE_S \
                     and self.last_failure is not None:
                 raise unreachable(self.bootstrap, self.last_failure)
             if now > deadline + _DOWN_GRACE_S:
-                break
-        if not answer.done():
-            raise self.no_answer()
-        exc = answer.exception()
-        if exc is not None:
-            raise self.no_answer() if _local_failure(exc) else exc
-        return answer.result()
+                raise self.no_answer()
+        if isinstance(answer[0], Exception):
+            raise self.no_answer() if _local_failure(answer[0]) else answer[0]
+        return answer[0]
 
     def no_answer(self) -> CommandError:
         reason = f"no answer within {self.timeout:g} s"
