@@ -47,6 +47,7 @@ import time
 from typing import Any, NamedTuple
 
 from pybroker.cli_connect import BrokerClients, add_client_options
+from pybroker.cli_group import _table
 
 READY = re.compile(r"ready: listening on (\S+):(\d+)")
 START_TIMEOUT_S = 60.0
@@ -100,14 +101,13 @@ def register(subparsers: Any) -> None:
 
 
 def info_main(args: argparse.Namespace) -> int:
+    from pybroker.broker.topic_manager import INTERNAL_TOPICS  # (only this command needs it)
+
     clients = BrokerClients(args)
     metadata = clients.metadata()
     described = clients.admin().describe_cluster(request_timeout=args.timeout) \
         .result(timeout=args.timeout)
     controller = described.controller.id if described.controller is not None else -1
-    from pybroker.broker.topic_manager import INTERNAL_TOPICS
-    from pybroker.cli_group import _table  # (it imports the client modules: not at the top)
-
     partitions = sum(len(t.partitions) for t in metadata.topics.values())
     internal = len(INTERNAL_TOPICS & set(metadata.topics))
     print(f"CLUSTER     {described.cluster_id or '-'}")
@@ -115,7 +115,6 @@ def info_main(args: argparse.Namespace) -> int:
     print(f"TOPICS      {len(metadata.topics)} ({internal} internal)")
     print(f"PARTITIONS  {partitions}")
     print()
-
     _table(["ID", "HOST", "PORT", "RACK"],
            [[f"{node.id}*" if node.id == controller else node.id, node.host, node.port,
              node.rack or "-"] for node in sorted(described.nodes, key=lambda n: n.id)])
