@@ -29,6 +29,7 @@ from pybroker.kafka_admin import (
 )
 
 DEFAULT_TIMEOUT_S = 15.0
+DESCRIBE_LOG_DIRS, DESCRIBE_LOG_DIRS_VERSION = 35, 4
 # a browse waits for records up to this long (an empty or transactional partition's end
 # may never deliver a record: control records and open transactions' records are skipped)
 BROWSE_WAIT_S = 5.0
@@ -50,6 +51,7 @@ class PartitionInfo:
     earliest: int | None
     latest: int | None
     error: str
+    size: int | None = None  # bytes of the leader's log; None: not known
 
     @property
     def records(self) -> int | None:
@@ -77,6 +79,12 @@ class TopicInfo:
     @property
     def records(self) -> int:
         return sum(p.records or 0 for p in self.partitions)
+
+    @property
+    def size(self) -> int | None:
+        """Bytes of the partitions' leader logs (of those known)."""
+        known = [p.size for p in self.partitions if p.size is not None]
+        return sum(known) if known else None
 
 
 @dataclass
@@ -166,12 +174,41 @@ class ClusterClient:
                     for index, p in sorted(t.partitions.items())]
                 topics.append(TopicInfo(t.topic, partitions, t.topic in INTERNAL_TOPICS))
             brokers = sorted((b.id, b.host, b.port) for b in metadata.brokers.values())
+            sizes = self._log_sizes(brokers, topics)
+            for info in topics:
+                for p in info.partitions:
+                    p.size = sizes.get((info.name, p.index, p.leader))
             return Cluster(metadata.cluster_id or "", metadata.controller_id, brokers, topics)
 
         return self._call("metadata", ask)
 
     def topic(self, name: str) -> TopicInfo:
         return self.cluster(name).topics[0]
+
+    def _log_sizes(self, brokers: list[tuple[int, str, int]],
+                   topics: list[TopicInfo]) -> dict[tuple[str, int, int], int]:
+        """Bytes of each replica's log, by (topic, partition, broker id): DescribeLogDirs,
+        asked of every broker over pybroker's own client (confluent-kafka's has no call
+        for it). A broker that does not answer leaves its replicas out."""
+        from pybroker.client.connection import BrokerConnection
+
+        if not topics:
+            return {}
+        body = {"topics": [{"topic": t.name, "partitions": [p.index for p in t.partitions]}
+                           for t in topics]}
+        sizes: dict[tuple[str, int, int], int] = {}
+        for broker_id, host, port in brokers:
+            try:
+                with BrokerConnection(host, port, "pybroker-console", self.timeout) as conn:
+                    answer = conn.request(DESCRIBE_LOG_DIRS, DESCRIBE_LOG_DIRS_VERSION, body)
+            except OSError:
+                continue
+            for result in answer["results"]:
+                for topic in result["topics"]:
+                    for p in topic["partitions"]:
+                        sizes[(topic["name"], p["partition_index"], broker_id)] = \
+                            p["partition_size"]
+        return sizes
 
     def configs(self, topic: str) -> list[ConfigInfo]:
         from confluent_kafka.admin import ConfigResource, ConfigSource

@@ -73,6 +73,18 @@ def _dash(value: Any) -> Any:
     return "-" if value is None or value == "" else value
 
 
+def size_text(size: int | None) -> str:
+    """Bytes for people: ``412 B``, ``1.5 KiB``, ``3.0 GiB``; ``-`` when not known."""
+    if size is None:
+        return "-"
+    amount = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if amount < 1024:
+            return f"{size} B" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    return f"{amount:.1f} TiB"
+
+
 def _ids(ids: list[int]) -> str:
     return ",".join(map(str, ids)) or "-"
 
@@ -170,10 +182,11 @@ def overview(cluster: Cluster, groups: int) -> Html:
 def topics_page(cluster: Cluster, internal: bool, csrf: str) -> Html:
     shown = [t for t in cluster.topics if internal or not t.internal]
     table = html_table(
-        ["TOPIC", "PARTITIONS", "REPLICATION", "UNDER-REPLICATED", "RECORDS"],
+        ["TOPIC", "PARTITIONS", "REPLICATION", "UNDER-REPLICATED", "RECORDS", "SIZE"],
         [[link(url("/topic", name=t.name), t.name), len(t.partitions),
-          t.replication_factor, t.under_replicated, t.records] for t in shown],
-        "topics", numeric=(1, 2, 3, 4), warn=[t.under_replicated > 0 for t in shown])
+          t.replication_factor, t.under_replicated, t.records, size_text(t.size)]
+         for t in shown],
+        "topics", numeric=(1, 2, 3, 4, 5), warn=[t.under_replicated > 0 for t in shown])
     toggle = (link("/topics", "Hide internal topics") if internal
               else link(url("/topics", internal=1), "Show internal topics"))
     create = action_form(
@@ -192,12 +205,12 @@ def topic_page(topic: TopicInfo, configs: list[ConfigInfo] | str, all_configs: b
     """``configs``: the topic's, or why they could not be read."""
     rows = [[p.index, _dash(p.leader if p.leader >= 0 else None), _ids(p.replicas),
              _ids(p.isr), _dash(p.earliest), _dash(p.latest), _dash(p.records),
-             _dash(p.error), link(url("/records", topic=topic.name, partition=p.index),
+             size_text(p.size), _dash(p.error), link(url("/records", topic=topic.name, partition=p.index),
                                   "browse")]
             for p in topic.partitions]
     partitions = html_table(
-        ["PARTITION", "LEADER", "REPLICAS", "ISR", "EARLIEST", "LATEST", "RECORDS", "ERROR",
-         ""], rows, "partitions", numeric=(0, 4, 5, 6),
+        ["PARTITION", "LEADER", "REPLICAS", "ISR", "EARLIEST", "LATEST", "RECORDS", "SIZE",
+         "ERROR", ""], rows, "partitions", numeric=(0, 4, 5, 6, 7),
         warn=[len(p.isr) < len(p.replicas) or p.leader < 0 for p in topic.partitions])
     if isinstance(configs, str):
         config_table = message(configs, False)

@@ -3,6 +3,8 @@ librdkafka's), including DeleteRecords and the legacy AlterConfigs."""
 
 from __future__ import annotations
 
+import glob
+import os
 import warnings
 
 import pytest
@@ -123,3 +125,24 @@ def test_delete_records(module_broker, client):
     assert _read(bootstrap, name) == []
     _send(bootstrap, name, 1)
     assert [r.offset for r in _read(bootstrap, name)] == [10]
+
+
+def test_describe_log_dirs_sizes_every_replica_here(client, module_broker):
+    name = unique("logdirs")
+    client.create_topics([NewTopic(name, 2, 1)])
+    _send(module_broker.bootstrap, name, 20, partition=1)
+    answers = client.describe_log_dirs(topic_partitions={name: [0, 1, 7]})
+    (answer,) = answers  # one broker
+    (log_dir,) = answer["log_dirs"]
+    assert log_dir["error_code"] == 0
+    assert log_dir["log_dir"] == os.path.abspath(module_broker.data_dir)
+    (topic,) = log_dir["topics"]
+    sizes = {p["partition_index"]: p["partition_size"] for p in topic["partitions"]}
+    assert sorted(sizes) == [0, 1]  # partition 7 does not exist: left out, as Kafka does
+    assert sizes[0] == 0
+    assert sizes[1] == sum(os.path.getsize(path) for path in glob.glob(
+        os.path.join(module_broker.data_dir, f"{name}-1", "*.log")))
+    assert all(p["offset_lag"] == 0 and not p["is_future_key"] for p in topic["partitions"])
+    assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
+    everything = client.describe_log_dirs()[0]["log_dirs"][0]["topics"]
+    assert name in {t["name"] for t in everything}

@@ -127,7 +127,7 @@ def test_pages_render_with_the_cluster_contents(browser, cluster, shots):
 
     open_page(browser, cluster, "/topics")
     screenshot(browser, shots, "topics")
-    assert [topic, "2", "1", "0", str(RECORDS)] in rows(browser, "topics")
+    assert [topic, "2", "1", "0", str(RECORDS)] in [r[:5] for r in rows(browser, "topics")]
     follow(browser, browser.find_element(By.LINK_TEXT, topic))
     screenshot(browser, shots, "topic")
     assert browser.title.startswith(f"Topic {topic}")

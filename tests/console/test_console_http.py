@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import html
+import re
 import urllib.parse
 from typing import Any
 
@@ -18,6 +19,7 @@ from tests.admin.clients import TIMEOUT, admin, create_topic, unique
 from tests.console.helpers import commit_offset, committed_offsets, console_url, fetch, parse
 
 RECORDS = 6  # on partition 0
+SIZE = re.compile(r"^\d+ B$|^\d+\.\d (KiB|MiB|GiB|TiB)$")  # size_text
 COMMITTED = 2
 BASE_MS = 1_700_000_000_000
 HOSTILE = "<script>alert('console')</script>"
@@ -76,7 +78,8 @@ def test_topics_list_partitions_and_records(cluster):
     status, found, _ = page(cluster, "/topics")
     rows = {row[0]: row[1:] for row in found.tables["topics"]}
     assert status == 200
-    assert rows[cluster["topic"]] == ["2", "1", "0", str(RECORDS + 1)]
+    assert rows[cluster["topic"]][:4] == ["2", "1", "0", str(RECORDS + 1)]
+    assert SIZE.match(rows[cluster["topic"]][4]), rows
     assert "__consumer_offsets" not in rows
     assert "__consumer_offsets" in {r[0] for r in page(cluster, "/topics", internal=1)[1]
                                     .tables["topics"]}
@@ -85,9 +88,12 @@ def test_topics_list_partitions_and_records(cluster):
 def test_topic_page_shows_leaders_isr_watermarks_and_overrides(cluster):
     status, found, _ = page(cluster, "/topic", name=cluster["topic"])
     assert status == 200
-    assert [row[:8] for row in found.tables["partitions"]] == [
+    partitions = found.tables["partitions"]
+    assert [row[:7] + row[8:9] for row in partitions] == [
         ["0", "0", "0", "0", "0", str(RECORDS), str(RECORDS), "-"],
         ["1", "0", "0", "0", "0", "1", "1", "-"]]
+    # each partition's bytes on its leader (DescribeLogDirs): some records, not none
+    assert all(SIZE.match(row[7]) and row[7] != "0 B" for row in partitions), partitions
     assert ["retention.ms", "86400000", "DYNAMIC_TOPIC_CONFIG"] in found.tables["configs"]
 
 
@@ -253,3 +259,9 @@ def test_bad_input_is_a_message_and_the_broker_goes_on(cluster):
     assert status == 413
     assert fetch(cluster["url"] + "/metrics")[0] == 200
     assert cluster["broker"].alive()
+
+
+def test_sizes_read_as_people_write_them():
+    from pybroker.console.pages import size_text
+    assert [size_text(n) for n in (None, 0, 1023, 1024, 1536, 5 * 2**30, 3 * 2**40)] == [
+        "-", "0 B", "1023 B", "1.0 KiB", "1.5 KiB", "5.0 GiB", "3.0 TiB"]
