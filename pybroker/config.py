@@ -169,6 +169,10 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "stats.file": (str, None),
     "stats.interval.ms": (int, 1000),
     "metrics.listener": (str, None),
+    # ACLs (pybroker/security): checked when an authorizer is named
+    "authorizer.class.name": (str, ""),
+    "super.users": (str, ""),
+    "allow.everyone.if.no.acl.found": (parse_bool, False),
     "log.level": (str, "INFO"),
 }
 

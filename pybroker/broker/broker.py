@@ -6,9 +6,10 @@ interface, a single node's or a ZooKeeper cluster's, chosen from the settings), 
 (the LogManager), ``topics`` (the TopicManager), ``producer_ids``, ``group_coordinator``
 and ``txn_coordinator`` (built by the metadata plane, which wires them to partition
 leadership), ``markers`` (the transaction coordinator's ``MarkerWriter``),
-``txn_verifier`` (the produce path's question to the coordinator, KIP-890) and
+``txn_verifier`` (the produce path's question to the coordinator, KIP-890),
 ``validation_pool`` (threads validating large produce batches; None with
-``num.io.threads=0``). Nothing is attached to the broker from elsewhere. ``config`` is
+``num.io.threads=0``) and ``authorizer`` (ACLs, :mod:`pybroker.security`; None without
+``authorizer.class.name``). Nothing is attached to the broker from elsewhere. ``config`` is
 the current settings, static and dynamic (``dynamic_config``,
 :mod:`pybroker.broker.dynamic_config`, which tells the topics, the log cleaner, the
 server and the transaction verifier when a dynamic key they use changes).
@@ -93,6 +94,7 @@ from pybroker.net.protocol.codec import parse_request_header
 from pybroker.net.protocol.schema import in_range
 from pybroker.net.protocol.table import APIS
 from pybroker.net.server import Server
+from pybroker.security.authorizer import AclAuthorizer
 from pybroker.txn.config import TxnConfig
 from pybroker.txn.coordinator import TxnCoordinator
 from pybroker.txn.markers import MarkerWriter
@@ -119,7 +121,7 @@ class Broker:
     # the broker's parts are these attributes, built here.
     __slots__ = ("dynamic_config", "broker_id", "data_dir", "handlers", "cluster_id", "metadata",
                  "logs", "cleaner", "topics", "producer_ids", "group_coordinator", "txn_coordinator",
-                 "markers", "txn_verifier", "validation_pool",
+                 "markers", "txn_verifier", "validation_pool", "authorizer",
                  "server", "advertised", "shutting_down", "_tasks", "_logs_open",
                  "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
                  "_stats_last", "requests_by_api", "http_listener", "refusals",
@@ -141,6 +143,8 @@ class Broker:
         self.txn_coordinator: TxnCoordinator
         self.txn_verifier: PartitionVerifier
         self.validation_pool: ValidationPool | None = None
+        # checks ACLs; None without authorizer.class.name: every request is allowed
+        self.authorizer: AclAuthorizer | None = None
         self.server: Server | None = None
         self.advertised: tuple[str, int] = ("127.0.0.1", 0)
         self.shutting_down = False
@@ -175,6 +179,11 @@ class Broker:
         os.makedirs(self.data_dir, exist_ok=True)
         self.cluster_id = self._read_meta(await self.metadata.join(self._read_meta()))
         await self.metadata.follow_broker_configs(self.dynamic_config)
+        if self.config["authorizer.class.name"]:
+            self.authorizer = AclAuthorizer.from_config(
+                self.config["authorizer.class.name"], self.metadata.acl_store(),
+                self.config["super.users"], self.config["allow.everyone.if.no.acl.found"])
+            await self.authorizer.start()
         self.logs = logs = LogManager(
             self.data_dir, producer_id_expiration_ms=self.config["producer.id.expiration.ms"])
         self._logs_open = True
@@ -329,6 +338,8 @@ class Broker:
                 partition.wake()  # long-polling fetches answer now
             await self.server.drain(SHUTDOWN_DRAIN_SECONDS)
         # the fetchers stop appending before the logs close
+        if self.authorizer is not None:
+            await self._quietly("authorizer", self.authorizer.stop)
         await self._quietly("control plane", self.metadata.stop)
         if self._coordinator_started:
             await self._quietly("group coordinator", self.group_coordinator.stop)

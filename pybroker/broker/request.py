@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.security.acl import ANONYMOUS, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
@@ -12,6 +16,14 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
+
+# the error refusing an operation on a resource of each type
+AUTHORIZATION_FAILED = {
+    ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    ResourceType.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    ResourceType.CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+    ResourceType.TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+}
 
 
 @dataclass(slots=True)
@@ -27,6 +39,57 @@ class RequestContext:
     # the client's connection: a handler that parks the request awaits through
     # ``conn.wait(future)``, which gives up as soon as the client is gone (PeerGone)
     conn: Connection | None = None
+
+    @property
+    def principal(self) -> str:
+        """The client's principal (``User:name``), its connection's."""
+        return self.conn.principal if self.conn is not None else ANONYMOUS
+
+    @property
+    def host(self) -> str:
+        """The client's address, as ACLs name hosts."""
+        return self.peer.rpartition(":")[0] or self.peer
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType,
+                  name: str) -> bool:
+        """Whether the client may do ``operation`` on the resource: always, without an
+        authorizer (``authorizer.class.name`` unset)."""
+        authorizer = self.broker.authorizer
+        return authorizer is None or authorizer.authorize(
+            self.principal, self.host, operation, resource_type, name)
+
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Whether the client may do ``operation`` on some resource of the type."""
+        authorizer = self.broker.authorizer
+        return authorizer is None or authorizer.authorize_any(
+            self.principal, self.host, operation, resource_type)
+
+    def refusal(self, operation: AclOperation, resource_type: ResourceType,
+                name: str) -> KafkaError | None:
+        """The resource type's authorization error unless the client may do
+        ``operation`` on the resource; None when it may."""
+        if self.authorize(operation, resource_type, name):
+            return None
+        return KafkaError(f"{operation.name} on {resource_type.name} {name!r} is not "
+                          f"authorized", AUTHORIZATION_FAILED[resource_type])
+
+    def require(self, operation: AclOperation, resource_type: ResourceType,
+                name: str) -> None:
+        """Raise ``refusal``'s error (a whole-request error) unless the client may do
+        ``operation`` on the resource."""
+        refused = self.refusal(operation, resource_type, name)
+        if refused is not None:
+            raise refused
+
+    def authorized(self, operation: AclOperation, resource_type: ResourceType,
+                   names: Iterable[str]) -> set[str]:
+        """The names among ``names`` the client may do ``operation`` on."""
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return set(names)
+        principal, host = self.principal, self.host
+        return {name for name in names
+                if authorizer.authorize(principal, host, operation, resource_type, name)}
 
     async def park(self, waited: asyncio.Future[T]) -> T:
         """Await ``waited`` (a long poll's wake-up, a parked group join) unless the client

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pybroker.broker.partition import Partition
     from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
     from pybroker.errors import KafkaError
+    from pybroker.security.store import AclStore
     from pybroker.txn.config import TxnConfig
     from pybroker.txn.coordinator import TxnCoordinator
     from pybroker.txn.markers import MarkerWrite
@@ -110,6 +111,11 @@ class Metadata(Protocol):
     def producer_id_source(self) -> Callable[[int], int] | None:
         """``source(size)``: the first id of a new block of producer ids for this broker
         (blocking, for a worker thread), or None: the broker's own file allocates them."""
+        ...
+
+    def acl_store(self) -> AclStore:
+        """Where this broker's ACLs are kept (after ``join``): its own file, or the
+        cluster's store that every broker sees."""
         ...
 
     def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:

@@ -98,6 +98,7 @@ from pybroker.metadata.interface import (
     missing_topic,
 )
 from pybroker.net.protocol.codec import ZERO_UUID
+from pybroker.security.store import AclStore, FileAclStore
 from pybroker.txn.config import TxnConfig
 from pybroker.txn.coordinator import TxnCoordinator
 from pybroker.txn.markers import MarkerWrite
@@ -138,6 +139,9 @@ class SingleNodeMetadata:
 
     def producer_id_source(self) -> Callable[[int], int] | None:
         return None
+
+    def acl_store(self) -> AclStore:
+        return FileAclStore(self._broker.data_dir)
 
     def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:
         self._offsets_topic = offsets_topic(self._broker.topics, config)

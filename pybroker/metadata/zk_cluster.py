@@ -84,6 +84,8 @@ from pybroker.metadata.interface import (
 )
 from pybroker.net.protocol.codec import ZERO_UUID
 from pybroker.net.protocol.typed import MetadataResponsePartition
+from pybroker.security.store import AclStore
+from pybroker.security.zk_acl_store import ZkAclStore
 from pybroker.txn.config import TxnConfig
 from pybroker.txn.coordinator import TxnCoordinator
 from pybroker.txn.markers import MarkerWrite
@@ -120,6 +122,9 @@ class ZkClusterMetadata:
 
     def producer_id_source(self) -> Callable[[int], int] | None:
         return self.node.producer_id_block
+
+    def acl_store(self) -> AclStore:
+        return ZkAclStore(self.node.store.client, asyncio.get_running_loop())
 
     def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:
         coordinator = GroupCoordinator(

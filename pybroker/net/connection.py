@@ -98,6 +98,7 @@ from pybroker.net import frame_pool
 from pybroker.net.network_threads import NetworkThreads
 from pybroker.net.request_memory import RequestMemory
 from pybroker.net.request_times import RequestTimes, api_key_of
+from pybroker.security.acl import ANONYMOUS
 
 log = logging.getLogger("pybroker.net")
 
@@ -243,7 +244,7 @@ def frame_charge(frame: Any) -> int:
 class Connection:
     """State of one accepted socket. Created and driven by :class:`pybroker.net.server.Server`."""
 
-    __slots__ = ("sock", "fd", "peer", "last_active", "closed", "_dispatch", "_limits",
+    __slots__ = ("sock", "fd", "peer", "principal", "last_active", "closed", "_dispatch", "_limits",
                  "_on_close", "_loop", "_pending", "_large", "_large_pos", "_queue",
                  "_queued_bytes", "_charged", "_reading", "_handover",
                  "_write_waiter", "_write_blocked", "_draining", "_gone", "_memory_wait",
@@ -254,6 +255,9 @@ class Connection:
         self.sock = sock
         self.fd = sock.fileno()
         self.peer = peer
+        # Kafka's principal of the client ("User:name"), which the ACLs name; what an
+        # unauthenticated (PLAINTEXT) connection is. A SASL or TLS layer sets it.
+        self.principal = ANONYMOUS
         self._dispatch = dispatch
         self._limits = limits
         self._on_close = on_close

@@ -116,7 +116,8 @@ def _epoch_log(tmp_path) -> Log:
 def _ask(partition: Partition, version: int, parts: list[tuple[int, int, int]],
          replica_id: int = 2) -> list[tuple[int, int, int, int]]:
     handler = load_all()[OFFSET_FOR_LEADER_EPOCH].fn
-    ctx = RequestContext(SimpleNamespace(topics=_Topics(partition)), OFFSET_FOR_LEADER_EPOCH,
+    ctx = RequestContext(SimpleNamespace(topics=_Topics(partition), authorizer=None),
+                         OFFSET_FOR_LEADER_EPOCH,
                          version, 1, "tests", "test")
     body = request_body(partition.topic, parts, replica_id)
     return answers(asyncio.run(handler(ctx, body)))

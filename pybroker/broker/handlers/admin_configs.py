@@ -74,6 +74,7 @@ from pybroker.net.protocol.typed import (
     IncrementalAlterConfigsRequestAlterConfigsResource,
     IncrementalAlterConfigsResponse,
 )
+from pybroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 # AlterConfigs and IncrementalAlterConfigs differ only in their configs' operation field.
 AlterRequest = AlterConfigsRequest | IncrementalAlterConfigsRequest
@@ -267,10 +268,20 @@ async def _topic_overrides(ctx: RequestContext, name: str) -> dict[str, str]:
     return await ctx.broker.metadata.topic_configs(name)
 
 
+def _require_access(ctx: RequestContext, operation: AclOperation, kind: int | None,
+                    name: str) -> None:
+    """ACLs: a topic's configs are the topic's, the brokers' and loggers' the cluster's."""
+    if kind == TOPIC:
+        ctx.require(operation, ResourceType.TOPIC, name)
+    elif kind in (BROKER, BROKER_LOGGER):
+        ctx.require(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
 async def _describe_one(ctx: RequestContext, resource: DescribeConfigsRequestResource,
                   with_synonyms: bool,
                   with_docs: bool) -> list[DescribeConfigsResponseResourceResult]:
     kind, name = resource.get("resource_type"), resource.get("resource_name") or ""
+    _require_access(ctx, AclOperation.DESCRIBE_CONFIGS, kind, name)
     named = resource.get("configuration_keys")
     keys = None if named is None else set(named)
     if kind == TOPIC:
@@ -417,6 +428,7 @@ async def _alter_broker(ctx: RequestContext, name: str, configs: Sequence[Altera
 async def _alter_one(ctx: RequestContext, resource: AlterResource, validate_only: bool,
                      incremental: bool) -> None:
     kind, name = resource.get("resource_type"), resource.get("resource_name") or ""
+    _require_access(ctx, AclOperation.ALTER_CONFIGS, kind, name)
     configs = resource.get("configs") or []
     _no_duplicate_keys(configs)
     if kind == TOPIC:

@@ -37,6 +37,7 @@ from pybroker.net.protocol.typed import (
     DeleteTopicsResponse,
     DeleteTopicsResponseDeletableTopicResult,
 )
+from pybroker.security.acl import AclOperation, ResourceType
 
 # DeleteTopics -----------------------------------------------------------------------------
 
@@ -64,6 +65,11 @@ def _refusal(ctx: RequestContext, name: str | None, topic_id: uuid.UUID,
                                    else "You may not specify both topic name and topic id.")
     if duplicated:
         return InvalidRequestError("Duplicate topic name." if name else "Duplicate topic id.")
+    known = name if name is not None else ctx.broker.metadata.topic_name(topic_id)
+    refused = ctx.refusal(AclOperation.DELETE, ResourceType.TOPIC, known) \
+        if known is not None else None
+    if refused is not None:
+        return refused
     if not ctx.broker.config["delete.topic.enable"]:
         return TopicDeletionDisabledError("Topic deletion is disabled.")
     return None
@@ -104,6 +110,9 @@ async def _create_partitions_one(ctx: RequestContext, item: CreatePartitionsRequ
     name = item["name"]
     if duplicated:
         return _partitions_result(name, InvalidRequestError("Duplicate topic name."))
+    refused = ctx.refusal(AclOperation.ALTER, ResourceType.TOPIC, name)
+    if refused is not None:
+        return _partitions_result(name, refused)
     try:
         await ctx.broker.metadata.create_partitions(name, item["count"], item["assignments"],
                                                     validate_only)

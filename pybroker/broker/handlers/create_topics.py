@@ -26,6 +26,7 @@ from pybroker.net.protocol.typed import (
     CreateTopicsResponseCreatableTopicConfigs,
     CreateTopicsResponseCreatableTopicResult,
 )
+from pybroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 
 def _new_topic(item: CreateTopicsRequestCreatableTopic) -> NewTopic:
@@ -91,12 +92,17 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
     counts = collections.Counter(item["name"] for item in items)
     results: list[CreateTopicsResponseCreatableTopicResult] = []
     creating: list[tuple[int, NewTopic]] = []  # (slot in results, topic): created together
+    may_create_any = ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
     for item in items:
         try:
             if counts[item["name"]] > 1:
                 raise InvalidRequestError(f"Create topics request from client "
                                           f"`{ctx.client_id}` contains multiple entries for "
                                           f"the following topics: {item['name']}")
+            refused = None if may_create_any else \
+                ctx.refusal(AclOperation.CREATE, ResourceType.TOPIC, item["name"])
+            if refused is not None:
+                raise refused
             creating.append((len(results), _new_topic(item)))
             results.append({"name": item["name"], "error_code": ErrorCode.NONE})  # answered below
         except KafkaError as exc:

@@ -21,11 +21,13 @@ from pybroker.net.protocol.typed import (
     DeleteRecordsResponsePartitionResult,
     DeleteRecordsResponseTopicResult,
 )
+from pybroker.security.acl import AclOperation, ResourceType
 
 HIGH_WATERMARK = -1
 
 
 def _delete_before(ctx: RequestContext, topic: str, index: int, offset: int) -> int:
+    ctx.require(AclOperation.DELETE, ResourceType.TOPIC, topic)
     partition = ctx.broker.topics.led_partition(topic, index)
     if not partition.config.deletes:
         raise KafkaError(f"Records of partition {topic}-{index} can not be deleted due to "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pybroker.broker.authorized_operations import ResourceType, authorized_operations
+from pybroker.broker.authorized_operations import authorized_operations
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.errors import ErrorCode
@@ -11,6 +11,7 @@ from pybroker.net.protocol.typed import (
     DescribeClusterResponse,
     DescribeClusterResponseBroker,
 )
+from pybroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 UNSUPPORTED_ENDPOINT_TYPE = 115
 ENDPOINT_BROKERS = 1
@@ -19,6 +20,7 @@ ENDPOINT_BROKERS = 1
 @handler(api_key=60, versions=(0, 1))
 async def describe_cluster(ctx: RequestContext,
                            request: DescribeClusterRequest) -> DescribeClusterResponse:
+    ctx.require(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
     broker = ctx.broker
     host, port = broker.advertised
     if request.get("endpoint_type", ENDPOINT_BROKERS) != ENDPOINT_BROKERS:
@@ -35,5 +37,6 @@ async def describe_cluster(ctx: RequestContext,
         "controller_id": broker.metadata.controller_id,
         "brokers": brokers,
         "cluster_authorized_operations": authorized_operations(
-            ResourceType.CLUSTER, request["include_cluster_authorized_operations"]),
+            ctx, ResourceType.CLUSTER, CLUSTER_NAME,
+            request["include_cluster_authorized_operations"]),
     }

@@ -29,10 +29,12 @@ from pybroker.net.protocol.typed import (
     DescribeProducersResponseProducerState,
     DescribeProducersResponseTopicResponse,
 )
+from pybroker.security.acl import AclOperation, ResourceType
 
 
 def _active_producers(ctx: RequestContext, topic: str,
                       index: int) -> list[DescribeProducersResponseProducerState]:
+    ctx.require(AclOperation.READ, ResourceType.TOPIC, topic)
     try:
         partition = ctx.broker.topics.partition(topic, index)
     except UnknownTopicOrPartitionError:

@@ -17,15 +17,11 @@ Eligible leader replicas (KIP-966's ELR) are not kept here: both lists are empty
 
 from __future__ import annotations
 
-from pybroker.broker.authorized_operations import (
-    NOT_REQUESTED,
-    ResourceType,
-    authorized_operations,
-)
+from pybroker.broker.authorized_operations import NOT_REQUESTED, authorized_operations
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.errors import ErrorCode
-from pybroker.metadata import TopicAnswer
+from pybroker.metadata import TopicAnswer, missing_topic
 from pybroker.net.protocol.codec import ZERO_UUID
 from pybroker.net.protocol.typed import (
     DescribeTopicPartitionsRequest,
@@ -33,6 +29,7 @@ from pybroker.net.protocol.typed import (
     DescribeTopicPartitionsResponseCursor,
     DescribeTopicPartitionsResponseTopic,
 )
+from pybroker.security.acl import AclOperation, ResourceType
 
 _METADATA_VERSION = 12
 
@@ -49,23 +46,29 @@ async def describe_topic_partitions(ctx: RequestContext, request: DescribeTopicP
         return {"throttle_time_ms": 0, "next_cursor": None,
                 "topics": [_refused(name, ErrorCode.INVALID_REQUEST) for name in named]}
     if named:
-        names = sorted({name for name in named if name >= first_name})
+        names = {name for name in named if name >= first_name}
+        visible = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, names)
         answers = await plane.describe_topics(
-            [{"name": name} for name in names], False, _METADATA_VERSION)
+            [{"name": name} for name in sorted(visible)], False, _METADATA_VERSION)
+        answers = sorted(answers + [
+            missing_topic(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            for name in names - visible], key=lambda t: t["name"] or "")
     else:
         answers = sorted((t for t in plane.describe_all_topics()
                           if (t["name"] or "") >= first_name), key=lambda t: t["name"] or "")
+        visible = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                 [t["name"] or "" for t in answers])
+        answers = [t for t in answers if t["name"] in visible]
     limit = max(1, min(request["response_partition_limit"],
                        ctx.broker.config["max.request.partition.size.limit"]))
-    topics, next_cursor = _page(answers, cursor, limit)
+    topics, next_cursor = _page(ctx, answers, cursor, limit)
     return {"throttle_time_ms": 0, "topics": topics, "next_cursor": next_cursor}
 
 
-def _page(answers: list[TopicAnswer], cursor: DescribeTopicPartitionsResponseCursor | None,
+def _page(ctx: RequestContext, answers: list[TopicAnswer], cursor: DescribeTopicPartitionsResponseCursor | None,
           limit: int) -> tuple[list[DescribeTopicPartitionsResponseTopic],
                                DescribeTopicPartitionsResponseCursor | None]:
     """The topics of one page, and the cursor to the first partition it leaves out."""
-    operations = authorized_operations(ResourceType.TOPIC)
     remaining = limit
     topics: list[DescribeTopicPartitionsResponseTopic] = []
     for answer in answers:
@@ -77,7 +80,8 @@ def _page(answers: list[TopicAnswer], cursor: DescribeTopicPartitionsResponseCur
         topics.append({
             "error_code": answer["error_code"], "name": name, "topic_id": answer["topic_id"],
             "is_internal": answer.get("is_internal", False),
-            "topic_authorized_operations": operations,
+            "topic_authorized_operations": authorized_operations(
+                ctx, ResourceType.TOPIC, name),
             "partitions": [{
                 "error_code": p["error_code"], "partition_index": p["partition_index"],
                 "leader_id": p["leader_id"], "leader_epoch": p.get("leader_epoch", -1),

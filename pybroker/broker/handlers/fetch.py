@@ -48,6 +48,7 @@ from pybroker.broker.request import Encoded, RequestContext
 from pybroker.broker.topic_manager import check_leader
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.net.protocol.typed import FetchRequest
+from pybroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from pybroker._native.wire import CurrentLeader, NodeEndpoint
@@ -82,6 +83,9 @@ def _resolve(ctx: RequestContext, request: FetchRequest, replica_id: int
     wanted = []
     key: uuid.UUID | str
     name: str | None
+    # a follower's fetch needs CLUSTER_ACTION, a consumer's READ on each topic
+    follower_allowed = replica_id >= 0 and ctx.authorize(
+        AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
     for t in request["topics"]:
         if by_id:
             key, missing = t["topic_id"], ErrorCode.UNKNOWN_TOPIC_ID
@@ -91,6 +95,12 @@ def _resolve(ctx: RequestContext, request: FetchRequest, replica_id: int
             key = name = t["topic"]
             topic, missing = topics.get(name), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         parts: list[Wanted] = []
+        if name is not None and not (follower_allowed if replica_id >= 0 else
+                                     ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name)):
+            wanted.append((key, [_refused(None, name, p["partition"],
+                                          ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                                 for p in t["partitions"]]))
+            continue
         for p in t["partitions"]:
             index = p["partition"]
             if topic is None or not 0 <= index < len(topic.partitions):

@@ -24,14 +24,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pybroker.broker.authorized_operations import (
-    NOT_REQUESTED,
-    ResourceType,
-    authorized_operations,
-)
+from pybroker.broker.authorized_operations import NOT_REQUESTED, authorized_operations
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
-from pybroker.coordinator import GroupCoordinator, OffsetCommit
+from pybroker.coordinator import OffsetCommit
 from pybroker.errors import ErrorCode
 from pybroker.net.protocol.typed import (
     DeleteGroupsRequest,
@@ -60,8 +56,30 @@ from pybroker.net.protocol.typed import (
     TxnOffsetCommitRequestTopic,
     TxnOffsetCommitResponse,
 )
+from pybroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 _GROUP_KEY = 0
+
+
+def _refused_topics(ctx: RequestContext, group_error: int, topics: list[Any],
+                    operation: AclOperation = AclOperation.READ
+                    ) -> tuple[list[Any], dict[tuple[str, int], ErrorCode]]:
+    """The topics of an offsets request the client may touch, and the error of each
+    partition of the others: ``group_error`` for all when the group refused, else
+    TOPIC_AUTHORIZATION_FAILED where ``operation`` on the topic is refused."""
+    if group_error:
+        allowed: set[str] = set()
+    else:
+        allowed = ctx.authorized(operation, ResourceType.TOPIC, {t["name"] for t in topics})
+    code = ErrorCode(group_error or ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    return ([t for t in topics if t["name"] in allowed],
+            {(t["name"], p["partition_index"]): code
+             for t in topics if t["name"] not in allowed for p in t["partitions"]})
+
+
+def _group_error(ctx: RequestContext, operation: AclOperation, group_id: str) -> ErrorCode:
+    return ErrorCode.NONE if ctx.authorize(operation, ResourceType.GROUP, group_id) \
+        else ErrorCode.GROUP_AUTHORIZATION_FAILED
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -84,6 +102,11 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
 async def _coordinator_node(ctx: RequestContext, key: str, group: bool) -> dict:
     """The broker coordinating group or transactional id ``key`` (the control plane's
     answer)."""
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP if group
+                         else ResourceType.TRANSACTIONAL_ID, key):
+        return {"node_id": -1, "host": "", "port": -1, "error_message": None,
+                "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED if group
+                else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
     metadata = ctx.broker.metadata
     coordinator = await metadata.coordinator_for_group(key) if group \
         else await metadata.coordinator_for_transaction(key)
@@ -99,6 +122,7 @@ async def _coordinator_node(ctx: RequestContext, key: str, group: bool) -> dict:
 
 @handler(api_key=11, versions=(0, 9))
 async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
+    ctx.require(AclOperation.READ, ResourceType.GROUP, request["group_id"])
     coordinator = ctx.broker.group_coordinator
     result = await ctx.park(coordinator.join_group(
         request["group_id"], request["member_id"], request.get("group_instance_id"),
@@ -119,6 +143,7 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGrou
 
 @handler(api_key=14, versions=(0, 5))
 async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
+    ctx.require(AclOperation.READ, ResourceType.GROUP, request["group_id"])
     coordinator = ctx.broker.group_coordinator
     result = await ctx.park(coordinator.sync_group(
         request["group_id"], request["generation_id"], request["member_id"],
@@ -132,6 +157,7 @@ async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGrou
 
 @handler(api_key=12, versions=(0, 4))
 async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
+    ctx.require(AclOperation.READ, ResourceType.GROUP, request["group_id"])
     coordinator = ctx.broker.group_coordinator
     error = coordinator.heartbeat(request["group_id"], request["member_id"],
                                   request.get("group_instance_id"), request["generation_id"])
@@ -140,6 +166,7 @@ async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> Heartbeat
 
 @handler(api_key=13, versions=(0, 5))
 async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    ctx.require(AclOperation.READ, ResourceType.GROUP, request["group_id"])
     coordinator = ctx.broker.group_coordinator
     leaving: list[tuple[str, str | None]]
     if ctx.api_version < 3:
@@ -160,14 +187,17 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
 async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     coordinator = ctx.broker.group_coordinator
     topics = request["topics"] or []
+    allowed, results = _refused_topics(
+        ctx, _group_error(ctx, AclOperation.READ, request["group_id"]), topics)
     commits = [OffsetCommit(t["name"], p["partition_index"], p["committed_offset"],
                             p.get("committed_leader_epoch", -1), p.get("committed_metadata"),
                             p.get("commit_timestamp", -1))
-               for t in topics for p in t["partitions"]]
-    results = await coordinator.commit_offsets_async(
-        request["group_id"], request.get("member_id") or "", request.get("group_instance_id"),
-        request.get("generation_id_or_member_epoch", -1), commits,
-        request.get("retention_time_ms", -1))
+               for t in allowed for p in t["partitions"]]
+    if commits or not results:
+        results.update(await coordinator.commit_offsets_async(
+            request["group_id"], request.get("member_id") or "",
+            request.get("group_instance_id"), request.get("generation_id_or_member_epoch", -1),
+            commits, request.get("retention_time_ms", -1)))
     return {"throttle_time_ms": 0, "topics": _committed_topics(topics, results)}
 
 
@@ -178,13 +208,18 @@ async def txn_offset_commit(ctx: RequestContext,
     commits (the coordinator keeps them pending until the producer's marker)."""
     coordinator = ctx.broker.group_coordinator
     topics = request["topics"]
+    refusal = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if not ctx.authorize(
+        AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request["transactional_id"]) \
+        else _group_error(ctx, AclOperation.READ, request["group_id"])
+    allowed, results = _refused_topics(ctx, refusal, topics)
     commits = [OffsetCommit(t["name"], p["partition_index"], p["committed_offset"],
                             p.get("committed_leader_epoch", -1), p["committed_metadata"])
-               for t in topics for p in t["partitions"]]
-    results = await coordinator.commit_transactional_offsets(
-        request["group_id"], request["producer_id"], request["producer_epoch"],
-        request.get("member_id", ""), request.get("group_instance_id"),
-        request.get("generation_id", -1), commits)
+               for t in allowed for p in t["partitions"]]
+    if commits or not results:
+        results.update(await coordinator.commit_transactional_offsets(
+            request["group_id"], request["producer_id"], request["producer_epoch"],
+            request.get("member_id", ""), request.get("group_instance_id"),
+            request.get("generation_id", -1), commits))
     return {"throttle_time_ms": 0, "topics": _committed_topics(topics, results)}
 
 
@@ -200,20 +235,28 @@ def _committed_topics(topics: list[OffsetCommitRequestTopic] | list[TxnOffsetCom
 
 
 def _fetched_topics(
-        coordinator: GroupCoordinator, group_id: str,
+        ctx: RequestContext, group_id: str,
         topics: list[OffsetFetchRequestTopic] | list[OffsetFetchRequestTopics] | None,
         require_stable: bool = False,
 ) -> list[dict]:
     """The committed offsets asked for; with ``require_stable`` (KIP-447) a partition
-    whose transactional commit is pending gets UNSTABLE_OFFSET_COMMIT instead."""
+    whose transactional commit is pending gets UNSTABLE_OFFSET_COMMIT instead. Topics the
+    client may not DESCRIBE: TOPIC_AUTHORIZATION_FAILED where named, left out otherwise."""
+    coordinator = ctx.broker.group_coordinator
     wanted = None if topics is None else \
         [(t["name"], p) for t in topics for p in t["partition_indexes"]]
     offsets = coordinator.fetch_offsets(group_id, wanted)
     unstable = coordinator.unstable_offsets(group_id, list(offsets)) if require_stable \
         else set()
+    visible = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC,
+                             {topic for topic, _ in offsets})
     by_topic: dict[str, list[dict]] = {}
     for (topic, partition), o in offsets.items():
-        if (topic, partition) in unstable:
+        if topic not in visible:
+            if topics is None:
+                continue
+            o, error = None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif (topic, partition) in unstable:
             o, error = None, ErrorCode.UNSTABLE_OFFSET_COMMIT
         else:
             error = ErrorCode.NONE
@@ -233,16 +276,18 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> dict
     if ctx.api_version >= 8:
         groups = []
         for g in request["groups"]:
-            error = coordinator.coordinator_error(g["group_id"])
+            error = _group_error(ctx, AclOperation.READ, g["group_id"]) \
+                or coordinator.coordinator_error(g["group_id"])
             groups.append({"group_id": g["group_id"], "error_code": error, "topics":
-                           [] if error else _fetched_topics(coordinator, g["group_id"],
+                           [] if error else _fetched_topics(ctx, g["group_id"],
                                                             g["topics"], require_stable)})
         return {"throttle_time_ms": 0, "groups": groups}
     group_id = request["group_id"]
-    error = coordinator.coordinator_error(group_id)
+    error = _group_error(ctx, AclOperation.READ, group_id) \
+        or coordinator.coordinator_error(group_id)
     if not error:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
-                "topics": _fetched_topics(coordinator, group_id, request["topics"],
+                "topics": _fetched_topics(ctx, group_id, request["topics"],
                                           require_stable)}
     if ctx.api_version >= 2:
         return {"throttle_time_ms": 0, "error_code": error, "topics": []}
@@ -256,11 +301,14 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> dict
 
 @handler(api_key=47, versions=(0, 0))
 async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
+    ctx.require(AclOperation.DELETE, ResourceType.GROUP, request["group_id"])
     coordinator = ctx.broker.group_coordinator
     topics = request["topics"] or []
+    allowed, refused = _refused_topics(ctx, ErrorCode.NONE, topics)
     error, results = coordinator.delete_offsets(
         request["group_id"],
-        [(t["name"], p["partition_index"]) for t in topics for p in t["partitions"]])
+        [(t["name"], p["partition_index"]) for t in allowed for p in t["partitions"]])
+    results.update(refused)
     if error:
         return {"error_code": error, "throttle_time_ms": 0, "topics": []}
     return {"error_code": ErrorCode.NONE, "throttle_time_ms": 0, "topics": [
@@ -276,16 +324,22 @@ async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> Of
 @handler(api_key=15, versions=(0, 5))
 async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> dict:
     coordinator = ctx.broker.group_coordinator
-    operations = authorized_operations(
-        ResourceType.GROUP, request.get("include_authorized_operations", False))
+    include_operations = request.get("include_authorized_operations", False)
     groups = []
     for group_id in request["groups"]:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            groups.append({"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                           "group_id": group_id, "group_state": "", "protocol_type": "",
+                           "protocol_data": "", "authorized_operations": NOT_REQUESTED,
+                           "members": []})
+            continue
         d = coordinator.describe_group(group_id)
         groups.append({
             "error_code": d.error, "group_id": d.group_id, "group_state": d.state,
             "protocol_type": d.protocol_type, "protocol_data": d.protocol_name,
-            "authorized_operations": operations if d.error == ErrorCode.NONE
-            else NOT_REQUESTED,
+            "authorized_operations": authorized_operations(
+                ctx, ResourceType.GROUP, group_id,
+                include_operations and d.error == ErrorCode.NONE),
             "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                          "client_id": m.client_id, "client_host": m.client_host,
                          "member_metadata": m.metadata, "member_assignment": m.assignment}
@@ -297,6 +351,10 @@ async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -
 async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     coordinator = ctx.broker.group_coordinator
     listed = coordinator.list_groups(request.get("states_filter"), request.get("types_filter"))
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        visible = ctx.authorized(AclOperation.DESCRIBE, ResourceType.GROUP,
+                                 [g for g, _, _ in listed])
+        listed = [entry for entry in listed if entry[0] in visible]
     error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading() else ErrorCode.NONE
     return {"throttle_time_ms": 0, "error_code": error, "groups": [
         {"group_id": g, "protocol_type": t, "group_state": s, "group_type": "classic"}
@@ -306,6 +364,9 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
 @handler(api_key=42, versions=(0, 2))
 async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     coordinator = ctx.broker.group_coordinator
-    results = coordinator.delete_groups(list(request["groups_names"]))
-    return {"throttle_time_ms": 0,
-            "results": [{"group_id": g, "error_code": e} for g, e in results.items()]}
+    names = list(request["groups_names"])
+    allowed = ctx.authorized(AclOperation.DELETE, ResourceType.GROUP, names)
+    results = coordinator.delete_groups([g for g in names if g in allowed])
+    return {"throttle_time_ms": 0, "results": [
+        {"group_id": g, "error_code": results[g] if g in allowed
+         else ErrorCode.GROUP_AUTHORIZATION_FAILED} for g in dict.fromkeys(names)]}

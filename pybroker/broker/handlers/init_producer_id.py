@@ -15,6 +15,7 @@ from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.errors import ErrorCode
 from pybroker.net.protocol.typed import InitProducerIdRequest, InitProducerIdResponse
+from pybroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from pybroker.txn.coordinator import ProducerIdAndEpoch
 
 PRODUCER_FENCED_FIRST_VERSION = 4  # KIP-588: older clients are told INVALID_PRODUCER_EPOCH
@@ -24,6 +25,11 @@ PRODUCER_FENCED_FIRST_VERSION = 4  # KIP-588: older clients are told INVALID_PRO
 async def init_producer_id(ctx: RequestContext,
                            request: InitProducerIdRequest) -> InitProducerIdResponse:
     transactional_id = request.get("transactional_id")
+    if transactional_id:
+        ctx.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    elif not (ctx.authorize(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME)
+              or ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC)):
+        ctx.require(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME)
     if not transactional_id:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
                 "producer_id": await ctx.broker.producer_ids.new_id_async(),

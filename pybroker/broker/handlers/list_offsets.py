@@ -28,6 +28,7 @@ from pybroker.net.protocol.typed import (
     ListOffsetsResponsePartitionResponse,
     ListOffsetsResponseTopicResponse,
 )
+from pybroker.security.acl import AclOperation, ResourceType
 
 log = logging.getLogger("pybroker.list_offsets")
 
@@ -72,6 +73,7 @@ async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> List
         for p in t["partitions"]:
             index = p["partition_index"]
             try:
+                ctx.require(AclOperation.DESCRIBE, ResourceType.TOPIC, t["name"])
                 partition = topics.led_partition(t["name"], index,
                                                  p.get("current_leader_epoch", -1))
                 timestamp, offset, epoch = _offset(partition, p["timestamp"],

@@ -32,6 +32,7 @@ from pybroker.net.protocol.typed import (
     OffsetForLeaderEpochResponseEpochEndOffset,
     OffsetForLeaderEpochResponseOffsetForLeaderTopicResult,
 )
+from pybroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 DEBUGGING_REPLICA_ID = -2
 FIRST_REPLICA_ID_VERSION = 3
@@ -63,11 +64,16 @@ async def offset_for_leader_epoch(
     topics = ctx.broker.topics
     leader_only = not (ctx.api_version >= FIRST_REPLICA_ID_VERSION
                        and request["replica_id"] == DEBUGGING_REPLICA_ID)
+    # a follower's request needs CLUSTER_ACTION, a client's DESCRIBE on each topic
+    follower = ctx.api_version >= FIRST_REPLICA_ID_VERSION and request["replica_id"] >= 0
     out: list[OffsetForLeaderEpochResponseOffsetForLeaderTopicResult] = []
     for t in request["topics"]:
         parts: list[OffsetForLeaderEpochResponseEpochEndOffset] = []
+        refused = ctx.refusal(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME) \
+            if follower else ctx.refusal(AclOperation.DESCRIBE, ResourceType.TOPIC, t["topic"])
         for p in t["partitions"]:
-            code, epoch, end = _epoch_end(topics, t["topic"], p, leader_only)
+            code, epoch, end = _epoch_end(topics, t["topic"], p, leader_only) \
+                if refused is None else (refused.code, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
             parts.append({"error_code": code, "partition": p["partition"],
                           "leader_epoch": epoch, "end_offset": end})
         out.append({"topic": t["topic"], "partitions": parts})

@@ -85,6 +85,7 @@ from pybroker.errors import (
 )
 from pybroker.log.log import AppendInfo
 from pybroker.net.connection import CloseConnection
+from pybroker.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from pybroker._native.wire import NodeEndpoint, ProducePartition
@@ -122,6 +123,8 @@ def _check_size(partition: Partition, records: Any) -> None:
 
 
 def _topic_error(ctx: RequestContext, name: str) -> int:
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, name):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED
     topic = ctx.broker.topics.get(name)
     if topic is not None:
         # Existing names were validated when created. Internal topics are the broker's
@@ -225,10 +228,13 @@ async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
     inline_bytes = 0
     refused = False  # a partition was refused, so leader hints may be due
     slice_end = clock() + SLICE_SECONDS
+    request_code = ErrorCode.INVALID_REQUIRED_ACKS if acks not in (0, 1, -1) else \
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if transactional_id is not None \
+        and not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                              transactional_id) else ErrorCode.NONE
     for name, partitions in topic_data:
         results: list[PartitionResult] = []
-        topic_code = _topic_error(ctx, name) if acks in (0, 1, -1) else \
-            ErrorCode.INVALID_REQUIRED_ACKS
+        topic_code = request_code or _topic_error(ctx, name)
         for index, records in partitions:
             if topic_code:
                 results.append(_error(index, topic_code))

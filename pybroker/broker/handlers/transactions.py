@@ -32,6 +32,7 @@ from pybroker.net.protocol.typed import (
     ListTransactionsRequest,
     ListTransactionsResponse,
 )
+from pybroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from pybroker.txn.state import TopicPartition, TxnState, partitions_by_topic
 
 PRODUCER_FENCED_FIRST_VERSION = 2  # of AddPartitions/AddOffsets/EndTxn (KIP-588)
@@ -58,22 +59,41 @@ def _by_topic(errors: dict[TopicPartition, ErrorCode]
         for topic, indexes in partitions_by_topic(errors).items()]
 
 
+def _refused(ctx: RequestContext, transactional_id: str, wanted: list[TopicPartition]
+             ) -> dict[TopicPartition, ErrorCode] | None:
+    """ACLs, as Kafka: WRITE on the transactional id and on every topic added, or each
+    partition's error (the allowed ones' OPERATION_NOT_ATTEMPTED); None when allowed."""
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    topics = {topic for topic, _ in wanted}
+    allowed = ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, topics)
+    if allowed == topics:
+        return None
+    return {tp: ErrorCode.OPERATION_NOT_ATTEMPTED if tp[0] in allowed
+            else ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in wanted}
+
+
 @handler(api_key=24, versions=(0, 5))
 async def add_partitions_to_txn(ctx: RequestContext, request: AddPartitionsToTxnRequest
                                 ) -> AddPartitionsToTxnResponse:
     coordinator = ctx.broker.txn_coordinator
     version = ctx.api_version
     if version < BATCHED_FIRST_VERSION:
-        errors = await coordinator.add_partitions(
-            request["v3_and_below_transactional_id"], request["v3_and_below_producer_id"],
-            request["v3_and_below_producer_epoch"],
-            _partitions(request["v3_and_below_topics"]))
+        transactional_id = request["v3_and_below_transactional_id"]
+        wanted = _partitions(request["v3_and_below_topics"])
+        errors = _refused(ctx, transactional_id, wanted) or await coordinator.add_partitions(
+            transactional_id, request["v3_and_below_producer_id"],
+            request["v3_and_below_producer_epoch"], wanted)
         errors = {tp: _fenced_as(e, version) for tp, e in errors.items()}
         return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _by_topic(errors)}
+    ctx.require(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)  # brokers'
     results: list[AddPartitionsToTxnResponseResult] = []
     for txn in request["transactions"]:
         wanted = _partitions(txn["topics"])
-        if txn["verify_only"]:
+        refused = _refused(ctx, txn["transactional_id"], wanted)
+        if refused is not None:
+            errors = refused
+        elif txn["verify_only"]:
             errors = coordinator.verify_partitions(
                 txn["transactional_id"], txn["producer_id"], txn["producer_epoch"], wanted)
         else:
@@ -88,6 +108,8 @@ async def add_partitions_to_txn(ctx: RequestContext, request: AddPartitionsToTxn
 @handler(api_key=25, versions=(0, 4))
 async def add_offsets_to_txn(ctx: RequestContext, request: AddOffsetsToTxnRequest
                              ) -> AddOffsetsToTxnResponse:
+    ctx.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request["transactional_id"])
+    ctx.require(AclOperation.READ, ResourceType.GROUP, request["group_id"])
     offsets_partition = (OFFSETS_TOPIC,
                          ctx.broker.group_coordinator.partition_for(request["group_id"]))
     error = await ctx.broker.txn_coordinator.add_offsets(
@@ -98,6 +120,7 @@ async def add_offsets_to_txn(ctx: RequestContext, request: AddOffsetsToTxnReques
 
 @handler(api_key=26, versions=(0, 4))
 async def end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
+    ctx.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request["transactional_id"])
     error = await ctx.broker.txn_coordinator.end_transaction(
         request["transactional_id"], request["producer_id"], request["producer_epoch"],
         request["committed"])
@@ -109,7 +132,9 @@ async def describe_transactions(ctx: RequestContext, request: DescribeTransactio
                                 ) -> DescribeTransactionsResponse:
     states: list[DescribeTransactionsResponseTransactionState] = []
     for transactional_id in request["transactional_ids"]:
-        txn = ctx.broker.txn_coordinator.describe(transactional_id)
+        txn = ctx.broker.txn_coordinator.describe(transactional_id) if ctx.authorize(
+            AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id) \
+            else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         if isinstance(txn, ErrorCode):
             states.append({"error_code": txn, "transactional_id": transactional_id,
                            "transaction_state": "", "transaction_timeout_ms": 0,
@@ -137,6 +162,9 @@ async def list_transactions(ctx: RequestContext, request: ListTransactionsReques
     error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading() else ErrorCode.NONE
     listed = [] if unknown and not states else coordinator.list(
         states, set(request["producer_id_filters"]), request.get("duration_filter", -1))
+    visible = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                             [t.transactional_id for t in listed])
+    listed = [t for t in listed if t.transactional_id in visible]
     return {"throttle_time_ms": 0, "error_code": error, "unknown_state_filters": unknown,
             "transaction_states": [
                 {"transactional_id": t.transactional_id, "producer_id": t.producer_id,

@@ -11,10 +11,17 @@ TRANSACTION_COORDINATOR_FENCED, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, ...).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
-from pybroker.net.protocol.typed import WriteTxnMarkersRequest, WriteTxnMarkersResponse
+from pybroker.errors import ErrorCode
+from pybroker.net.protocol.typed import (
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersRequestWritableTxnMarker,
+    WriteTxnMarkersResponse,
+)
+from pybroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from pybroker.txn.markers import TxnMarker, append_markers
 
 
@@ -22,11 +29,20 @@ from pybroker.txn.markers import TxnMarker, append_markers
 async def write_txn_markers(ctx: RequestContext,
                             request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
     markers = request["markers"]
+    if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        written = [{(t["name"], p): ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                    for t in m["topics"] for p in t["partition_indexes"]} for m in markers]
+        return _answer(markers, written)
     written = await asyncio.gather(*(append_markers(ctx.broker, TxnMarker(
         m["producer_id"], m["producer_epoch"], m["transaction_result"],
         m["coordinator_epoch"],
         frozenset((t["name"], p) for t in m["topics"] for p in t["partition_indexes"])))
         for m in markers))
+    return _answer(markers, written)
+
+
+def _answer(markers: list[WriteTxnMarkersRequestWritableTxnMarker],
+            written: Sequence[dict[tuple[str, int], ErrorCode]]) -> WriteTxnMarkersResponse:
     return {"markers": [{"producer_id": m["producer_id"], "topics": [
         {"name": t["name"], "partitions": [
             {"partition_index": p, "error_code": codes[(t["name"], p)]}
