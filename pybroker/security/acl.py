@@ -165,13 +165,18 @@ def parse_principal(text: str) -> str:
     """``Type:name`` as Kafka's ``SecurityUtils.parseKafkaPrincipal`` accepts it; raises
     ValueError otherwise."""
     kind, sep, name = text.partition(":")
-    if not sep or not kind or not name:
-        raise ValueError(f"principal {text!r} is not of the form Type:name")
+    if not sep:
+        raise ValueError(f"Could not parse principal from `{text}` (no colon is present "
+                         "separating the principal type from the principal name)")
+    if not kind or not name:
+        raise ValueError(f"Could not parse principal from `{text}`: it must be Type:name")
     return text
 
 
 def binding_problem(binding: AclBinding) -> str | None:
-    """Why Kafka refuses to create this binding (INVALID_REQUEST), or None."""
+    """Why Kafka refuses to create this binding (INVALID_REQUEST), or None. (Kafka 4.1
+    answers an UNKNOWN, ANY or MATCH element with UNKNOWN_SERVER_ERROR for the whole
+    request, an exception it did not mean to throw; it is refused here on its own.)"""
     pattern, entry = binding
     if pattern.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
         return f"invalid resource type {pattern.resource_type.name}"
@@ -182,11 +187,9 @@ def binding_problem(binding: AclBinding) -> str | None:
     if entry.permission not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
         return f"invalid permission type {entry.permission.name}"
     if not pattern.name:
-        return "Invalid empty resource name specified"
+        return "Invalid empty resource name"
     if pattern.resource_type == ResourceType.CLUSTER and pattern.name != CLUSTER_NAME:
         return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
-    if not entry.host:
-        return "Invalid empty host specified"
     try:
         parse_principal(entry.principal)
     except ValueError as exc:
