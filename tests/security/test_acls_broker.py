@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -246,15 +247,29 @@ def test_allow_everyone_if_no_acl_found(broker_factory):
     broker = broker_factory(authorizer_class_name=AUTHORIZER, super_users=ANON)
     create_topic(broker.bootstrap, "free")
     create_topic(broker.bootstrap, "guarded")
-    wait_all(admin(broker.bootstrap).create_acls([AclBinding(
-        ResourceType.TOPIC, "guarded", ResourcePatternType.LITERAL, "User:alice", "*",
-        AclOperation.WRITE, AclPermissionType.ALLOW)]))
+    wait_all(admin(broker.bootstrap).create_acls([
+        AclBinding(ResourceType.TOPIC, "guarded", ResourcePatternType.LITERAL, "User:alice",
+                   "*", AclOperation.WRITE, AclPermissionType.ALLOW),
+        AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL,
+                   "User:alice", "*", AclOperation.CREATE, AclPermissionType.ALLOW),
+        _allow(ResourceType.TOPIC, "auto-", AclOperation.READ, ResourcePatternType.PREFIXED)]))
     broker.settings.pop("super.users")
     broker.settings["allow.everyone.if.no.acl.found"] = "true"
     broker.restart()
     assert _produce(broker.bootstrap, "free") is None
     assert _produce(broker.bootstrap, "guarded").code() == \
         KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # described (READ implies DESCRIBE) but not creatable, on the topic or the cluster
+    with WireClient(broker.bootstrap) as client:
+        for _ in range(2):  # the second asks whether the first created it
+            answer = client.request(3, 12, {
+                "topics": [{"name": "auto-x", "topic_id": uuid.UUID(int=0)}],
+                "allow_auto_topic_creation": True})
+            assert answer["topics"][0]["error_code"] == TOPIC_AUTHORIZATION_FAILED
+        answer = client.request(3, 12, {
+            "topics": [{"name": "other-x", "topic_id": uuid.UUID(int=0)}],
+            "allow_auto_topic_creation": True})  # no ACL at all on it: everyone may
+        assert answer["topics"][0]["error_code"] in (0, 5)  # created (leader maybe not yet)
 
 
 def test_no_authorizer_answers_security_disabled(module_broker_factory):

@@ -110,3 +110,18 @@ def test_transaction_apis(acl_broker):  # noqa: F811
         "coordinator_epoch": 0, "topics": [{"name": "open", "partition_indexes": [0]}]}]})
     assert markers["markers"][0]["topics"][0]["partitions"][0]["error_code"] == \
         CLUSTER_DENIED
+
+
+def test_described_topics_are_those_the_client_may_describe(acl_broker):  # noqa: F811
+    named = _ask(acl_broker, 75, 0, {"topics": [{"name": "open"}, {"name": "secret"}],
+                                     "response_partition_limit": 100, "cursor": None})
+    assert {t["name"]: t["error_code"] for t in named["topics"]} == \
+        {"open": OK, "secret": TOPIC_DENIED}
+    every = _ask(acl_broker, 75, 0, {"topics": [], "response_partition_limit": 100,
+                                     "cursor": None})
+    names = {t["name"] for t in every["topics"]}
+    assert "open" in names and "secret" not in names
+    producers = _ask(acl_broker, 61, 0, {"topics": [
+        {"name": t, "partition_indexes": [0]} for t in ("open", "secret")]})
+    assert [t["partitions"][0]["error_code"] for t in producers["topics"]] == \
+        [OK, TOPIC_DENIED]
