@@ -24,7 +24,8 @@ import sys
 from typing import Any
 
 from pybroker.cli_clients import add_bootstrap
-from pybroker.cli_topic import _admin, _error_text
+from pybroker.cli_topic import _admin
+from pybroker.kafka_admin import error_text
 
 _TIMEOUT = 30.0
 CLUSTER_NAME = "kafka-cluster"
@@ -115,7 +116,7 @@ def create_main(args: argparse.Namespace) -> int:
             future.result(timeout=_TIMEOUT)
             print(f"created {_describe(binding)}")
         except Exception as exc:
-            print(f"{_describe(binding)}: {_error_text(exc)}", file=sys.stderr)
+            print(f"{_describe(binding)}: {error_text(exc)}", file=sys.stderr)
             status = 1
     return status
 
@@ -152,7 +153,7 @@ def list_main(args: argparse.Namespace) -> int:
                     timeout=_TIMEOUT):
                 found.setdefault(_resource(binding), []).append(binding)
     except Exception as exc:
-        print(f"error: {_error_text(exc)}", file=sys.stderr)
+        print(f"error: {error_text(exc)}", file=sys.stderr)
         return 1
     for resource, bindings in sorted(found.items()):
         print(f"Current ACLs for resource `{resource}`:")
@@ -175,7 +176,7 @@ def delete_main(args: argparse.Namespace) -> int:
             for binding in future.result(timeout=_TIMEOUT):
                 print(f"deleted {_describe(binding)}")
         except Exception as exc:
-            print(f"error: {_error_text(exc)}", file=sys.stderr)
+            print(f"error: {error_text(exc)}", file=sys.stderr)
             status = 1
     return status
 
