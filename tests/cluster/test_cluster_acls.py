@@ -1,11 +1,13 @@
 """ACLs in a cluster: kept in ZooKeeper as Kafka's ZooKeeper mode kept them, a change
-made through one broker enforced by every broker, and still there after a restart."""
+made through one broker enforced by every broker, still there after a restart, and the
+brokers' own requests authorized as a client's."""
 
 from __future__ import annotations
 
 import json
 
 from pybroker.errors import ErrorCode
+from tests.admin.clients import consume, produce
 from tests.cluster.harness import LocalCluster
 
 CREATE_ACLS, DELETE_ACLS = 30, 31
@@ -34,6 +36,12 @@ def test_an_acl_made_on_one_broker_holds_on_every_broker(zk_connect, tmp_path):
             _acl(CLUSTER, "kafka-cluster", LITERAL, ALL, ALLOW),
             _acl(TOPIC, "hidden-", PREFIXED, DESCRIBE, DENY)]})
         assert [r["error_code"] for r in created["results"]] == [0, 0]
+        # the brokers' own requests (replica fetches) are the client's principal's too:
+        # with CLUSTER_ACTION (in ALL) replication goes on, acks=all answered
+        cluster.create_topic("data", replication_factor=2)
+        produce(cluster.bootstrap, "data", [b"v%d" % i for i in range(10)], acks="all")
+        assert [m.value() for m in consume(cluster.bootstrap, "data")] == \
+            [b"v%d" % i for i in range(10)]
 
         cluster.wait_for(lambda: _topic_error(cluster, 2, "hidden-1")
                          == ErrorCode.TOPIC_AUTHORIZATION_FAILED, 30,
