@@ -16,7 +16,8 @@ server and the transaction verifier when a dynamic key they use changes).
 
 Start-up: open the data dir (``meta.properties`` holds the cluster id and node id; the
 control plane may have its own cluster id, ZooKeeper's, which wins), read the dynamic
-broker configs the control plane keeps (so the logs load under them), recover the logs
+broker configs the control plane keeps (so the logs load under them), load the ACLs
+(with an authorizer, from the control plane's store), recover the logs
 (``LogManager.load``, logged with its duration; each log restores its producer state from
 its own snapshots), open the topics (and once, after an upgrade, adopt the broker-wide
 ``producer-state.json`` of earlier versions), start the group coordinator and the
@@ -94,7 +95,7 @@ from pybroker.net.protocol.codec import parse_request_header
 from pybroker.net.protocol.schema import in_range
 from pybroker.net.protocol.table import APIS
 from pybroker.net.server import Server
-from pybroker.security.authorizer import AclAuthorizer
+from pybroker.security.authorizer import AclAuthorizer, Authorizer
 from pybroker.txn.config import TxnConfig
 from pybroker.txn.coordinator import TxnCoordinator
 from pybroker.txn.markers import MarkerWriter
@@ -144,7 +145,7 @@ class Broker:
         self.txn_verifier: PartitionVerifier
         self.validation_pool: ValidationPool | None = None
         # checks ACLs; None without authorizer.class.name: every request is allowed
-        self.authorizer: AclAuthorizer | None = None
+        self.authorizer: Authorizer | None = None
         self.server: Server | None = None
         self.advertised: tuple[str, int] = ("127.0.0.1", 0)
         self.shutting_down = False

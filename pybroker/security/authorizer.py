@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Protocol
 
 from pybroker.security.acl import (
     WILDCARD,
@@ -71,6 +72,30 @@ class UnknownAuthorizerError(ValueError):
 def parse_super_users(text: str) -> frozenset[str]:
     """``super.users``: principals separated by semicolons."""
     return frozenset(p.strip() for p in text.split(";") if p.strip())
+
+
+class Authorizer(Protocol):
+    """What the broker and its handlers ask of an authorizer (Kafka's ``Authorizer``):
+    decisions, and the ACLs it keeps. ``AclAuthorizer`` is the one there is."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def authorize(self, principal: str, host: str, operation: AclOperation,
+                  resource_type: ResourceType, name: str) -> bool: ...
+
+    def authorize_any(self, principal: str, host: str, operation: AclOperation,
+                      resource_type: ResourceType) -> bool: ...
+
+    def authorized_operations(self, principal: str, host: str, resource_type: ResourceType,
+                              name: str, supported: Iterable[AclOperation]) -> int: ...
+
+    def bindings(self, selected: AclBindingFilter | None = None) -> Iterable[AclBinding]: ...
+
+    async def create(self, bindings: list[AclBinding]) -> list[str | None]: ...
+
+    async def delete(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]: ...
 
 
 class AclAuthorizer:

@@ -42,7 +42,7 @@ from pybroker.security.acl import (
     ResourcePattern,
     ResourceType,
 )
-from pybroker.security.authorizer import AclAuthorizer
+from pybroker.security.authorizer import Authorizer
 
 log = logging.getLogger("pybroker.security")
 
@@ -76,7 +76,7 @@ def _filter(request: DescribeAclsRequest | DeleteAclsRequestFilter) -> AclBindin
 
 
 def _refusal(ctx: RequestContext, operation: AclOperation
-             ) -> tuple[AclAuthorizer | None, ErrorCode, str | None]:
+             ) -> tuple[Authorizer | None, ErrorCode, str | None]:
     """The authorizer, or why the request is refused as a whole."""
     authorizer = ctx.broker.authorizer
     if authorizer is None:
