@@ -285,3 +285,8 @@ def test_no_authorizer_answers_security_disabled(module_broker_factory):
             {"resource_type": 2, "resource_name": "t", "resource_pattern_type": 3,
              "principal": ANON, "host": "*", "operation": 3, "permission_type": 3}]})
         assert created["results"][0]["error_code"] == SECURITY_DISABLED
+
+
+def test_an_unknown_authorizer_stops_the_start(broker_factory):
+    with pytest.raises(RuntimeError, match="authorizer.class.name='com.example.Custom'"):
+        broker_factory(authorizer_class_name="com.example.Custom")

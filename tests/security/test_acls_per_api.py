@@ -125,3 +125,11 @@ def test_described_topics_are_those_the_client_may_describe(acl_broker):  # noqa
         {"name": t, "partition_indexes": [0]} for t in ("open", "secret")]})
     assert [t["partitions"][0]["error_code"] for t in producers["topics"]] == \
         [OK, TOPIC_DENIED]
+
+
+def test_configs_need_alter_configs(acl_broker):  # noqa: F811
+    altered = _ask(acl_broker, 44, 1, {"resources": [
+        {"resource_type": 2, "resource_name": t, "configs": [
+            {"name": "retention.ms", "config_operation": 0, "value": "86400000"}]}
+        for t in ("open", "secret")], "validate_only": True})
+    assert [r["error_code"] for r in altered["responses"]] == [OK, TOPIC_DENIED]
