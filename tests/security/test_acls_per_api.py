@@ -133,3 +133,12 @@ def test_configs_need_alter_configs(acl_broker):  # noqa: F811
             {"name": "retention.ms", "config_operation": 0, "value": "86400000"}]}
         for t in ("open", "secret")], "validate_only": True})
     assert [r["error_code"] for r in altered["responses"]] == [OK, TOPIC_DENIED]
+
+
+def test_created_topics_configs_need_describe_configs(acl_broker):  # noqa: F811
+    created = _ask(acl_broker, 19, 7, {"topics": [
+        {"name": "pre-created", "num_partitions": 1, "replication_factor": 1,
+         "assignments": [], "configs": []}], "timeout_ms": 10000})
+    topic = created["topics"][0]
+    assert (topic["error_code"], topic["topic_config_error_code"], topic["configs"]) == \
+        (OK, TOPIC_DENIED, [])

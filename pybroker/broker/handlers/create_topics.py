@@ -112,6 +112,11 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
                                                           validate_only)
         configs = _ConfigAnswers(ctx)
         for (slot, new), outcome in zip(creating, created, strict=True):
-            results[slot] = _failed(new.name, outcome) if isinstance(outcome, KafkaError) \
-                else _answer(new.name, outcome, configs(outcome.overrides))
+            if isinstance(outcome, KafkaError):
+                results[slot] = _failed(new.name, outcome)
+            elif ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, new.name):
+                results[slot] = _answer(new.name, outcome, configs(outcome.overrides))
+            else:  # created, but its configs are not the client's to see (Kafka's answer)
+                results[slot] = _answer(new.name, outcome, [])
+                results[slot]["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
     return {"throttle_time_ms": 0, "topics": results}
