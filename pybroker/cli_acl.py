@@ -1,7 +1,8 @@
 """``pybroker acl create|list|delete``: ACLs, like Kafka's ``kafka-acls.sh``.
 
 Over confluent-kafka's ``AdminClient`` (CreateAcls, DescribeAcls, DeleteAcls), so it works
-against any Kafka-protocol broker with an authorizer (``--bootstrap HOST:PORT``)::
+against any Kafka-protocol broker with an authorizer (``--bootstrap HOST:PORT``,
+``--timeout``, as every client command)::
 
     pybroker acl create --allow-principal User:alice --operation Read --operation Describe \\
         --topic orders [--resource-pattern-type prefixed] [--allow-host 10.0.0.1]
@@ -23,11 +24,10 @@ import argparse
 import sys
 from typing import Any
 
-from pybroker.cli_clients import add_bootstrap
+from pybroker.cli_connect import add_client_options
 from pybroker.cli_topic import _admin
 from pybroker.kafka_admin import error_text
 
-_TIMEOUT = 30.0
 CLUSTER_NAME = "kafka-cluster"
 
 
@@ -59,7 +59,7 @@ def register(subparsers: Any) -> None:
                            help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, "
                                 "DescribeConfigs, AlterConfigs, IdempotentWrite, All")
         p.set_defaults(func=func)
-        add_bootstrap(p)
+        add_client_options(p)
 
 
 def _enum(enum: Any, text: str, what: str) -> Any:
@@ -111,9 +111,9 @@ def create_main(args: argparse.Namespace) -> int:
                 for op in operations]
     admin = _admin(args)  # kept referenced: a collected client cancels its requests
     status = 0
-    for binding, future in admin.create_acls(bindings, request_timeout=_TIMEOUT).items():
+    for binding, future in admin.create_acls(bindings, request_timeout=args.timeout).items():
         try:
-            future.result(timeout=_TIMEOUT)
+            future.result(timeout=args.timeout)
             print(f"created {_describe(binding)}")
         except Exception as exc:
             print(f"{_describe(binding)}: {error_text(exc)}", file=sys.stderr)
@@ -149,8 +149,8 @@ def list_main(args: argparse.Namespace) -> int:
     try:
         for selected in _filters(args, [(AclPermissionType.ANY, p, None)
                                         for p in args.principal], []):
-            for binding in admin.describe_acls(selected, request_timeout=_TIMEOUT).result(
-                    timeout=_TIMEOUT):
+            for binding in admin.describe_acls(selected, request_timeout=args.timeout).result(
+                    timeout=args.timeout):
                 found.setdefault(_resource(binding), []).append(binding)
     except Exception as exc:
         print(f"error: {error_text(exc)}", file=sys.stderr)
@@ -171,9 +171,9 @@ def delete_main(args: argparse.Namespace) -> int:
     operations = [_enum(AclOperation, op, "operation") for op in args.operation]
     status = 0
     filters = _filters(args, _entries(args, required=False), operations)
-    for _, future in admin.delete_acls(filters, request_timeout=_TIMEOUT).items():
+    for _, future in admin.delete_acls(filters, request_timeout=args.timeout).items():
         try:
-            for binding in future.result(timeout=_TIMEOUT):
+            for binding in future.result(timeout=args.timeout):
                 print(f"deleted {_describe(binding)}")
         except Exception as exc:
             print(f"error: {error_text(exc)}", file=sys.stderr)
