@@ -142,3 +142,10 @@ def test_created_topics_configs_need_describe_configs(acl_broker):  # noqa: F811
     topic = created["topics"][0]
     assert (topic["error_code"], topic["topic_config_error_code"], topic["configs"]) == \
         (OK, TOPIC_DENIED, [])
+
+
+def test_log_dirs_need_describe_on_the_cluster(acl_broker, broker_factory):  # noqa: F811
+    assert _ask(acl_broker, 35, 4, {"topics": None})["error_code"] == OK  # implied by ALTER
+    refused = broker_factory(authorizer_class_name="kafka.security.authorizer.AclAuthorizer")
+    answer = _ask(refused, 35, 4, {"topics": None})
+    assert (answer["error_code"], answer["results"]) == (CLUSTER_DENIED, [])

@@ -24,6 +24,7 @@ from pybroker.net.protocol.typed import (
     DescribeLogDirsResponsePartition,
     DescribeLogDirsResponseResult,
 )
+from pybroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 log = logging.getLogger("pybroker.describe_log_dirs")
 
@@ -41,6 +42,10 @@ def _volume_bytes(path: str) -> tuple[int, int]:
 @handler(api_key=35, versions=(1, 4))
 async def describe_log_dirs(ctx: RequestContext,
                             request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        # as Kafka: no directory, and the error from v3 (before, the empty list says it)
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "results": []}
     wanted: dict[str, set[int]] | None = None
     if request["topics"] is not None:
         wanted = defaultdict(set)
