@@ -133,9 +133,11 @@ def _serve(args: argparse.Namespace) -> int:
             raise SystemExit(f"--set wants KEY=VALUE, got {item!r}")
         overrides[key.strip()] = value.strip()
     # None means "flag not given": BrokerConfig.load keeps the value from file/environment.
-    # --listen sets listeners too, so it beats a listeners= line of the file.
+    # --listen sets listeners too, so it beats a listeners= line of the file (not a
+    # --set listeners=..., which names more than the one PLAINTEXT listener).
     overrides.update({"log.dirs": args.data_dir, "broker.id": args.broker_id,
-                      "listen": args.listen, "listeners": args.listen,
+                      "listen": args.listen,
+                      "listeners": overrides.get("listeners", args.listen),
                       "zookeeper.connect": args.zookeeper})
     config = BrokerConfig.load(args.config, overrides=overrides)
     setup_logging(config["log.level"])
@@ -155,7 +157,7 @@ async def _run_broker(config: object) -> int:
     broker.install_signal_handlers()
     try:
         host, port = await broker.start()
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # a port in use, bad listeners or TLS stores
         log.error("cannot start: %s", exc)
         await broker.shutdown()
         return 1

@@ -62,6 +62,27 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "listeners": (str, None),
     "listen": (str, "127.0.0.1:9092"),
     "advertised.listeners": (str, None),
+    # listeners and TLS (pybroker.net.listeners, pybroker.net.tls): Kafka's keys
+    "listener.security.protocol.map": (
+        str, "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"),
+    "inter.broker.listener.name": (str, None),
+    "security.inter.broker.protocol": (str, "PLAINTEXT"),
+    # Kafka: JKS. pybroker reads PEM only (a file holding the key and the chain).
+    "ssl.keystore.type": (str, "PEM"),
+    "ssl.keystore.location": (str, None),
+    "ssl.keystore.password": (str, None),
+    "ssl.key.password": (str, None),
+    "ssl.truststore.type": (str, "PEM"),
+    "ssl.truststore.location": (str, None),
+    "ssl.truststore.password": (str, None),
+    "ssl.protocol": (str, "TLSv1.3"),
+    "ssl.enabled.protocols": (str, "TLSv1.2,TLSv1.3"),
+    "ssl.cipher.suites": (str, ""),
+    "ssl.client.auth": (str, "none"),
+    "ssl.principal.mapping.rules": (str, "DEFAULT"),
+    "ssl.endpoint.identification.algorithm": (str, "https"),
+    # pybroker only: a TLS handshake not done by then is closed
+    "ssl.handshake.timeout.ms": (int, 10_000),
     "log.dirs": (str, None),
     "log.dir": (str, "./data"),
     "broker.id": (int, 0),
@@ -353,20 +374,6 @@ class BrokerConfig:
     def broker_id(self) -> int:
         node = self._values["node.id"]
         return self._values["broker.id"] if node is None else node
-
-    @property
-    def listen(self) -> tuple[str, int]:
-        """(host, port) to bind: the first of ``listeners`` if set, else ``listen``."""
-        if self._values["listeners"]:
-            return parse_address(self._values["listeners"].split(",")[0])
-        return parse_address(self._values["listen"])
-
-    def advertised(self, bound: tuple[str, int]) -> tuple[str, int]:
-        """The address clients are told in Metadata; defaults to the bound one."""
-        if self._values["advertised.listeners"]:
-            return parse_address(self._values["advertised.listeners"].split(",")[0])
-        host, port = bound
-        return ("127.0.0.1" if host in ("", "0.0.0.0", "::") else host), port
 
     @property
     def retention_ms(self) -> int:

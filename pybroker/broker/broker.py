@@ -90,11 +90,13 @@ from pybroker.log.log_manager import LogManager
 from pybroker.log.state_machine import replay
 from pybroker.metadata import Metadata, metadata_for
 from pybroker.net.connection import CloseConnection, Connection, ConnectionClosed
+from pybroker.net.listeners import PLAINTEXT, advertised_endpoints, listeners_from
 from pybroker.net.protocol import codec
 from pybroker.net.protocol.codec import parse_request_header
 from pybroker.net.protocol.schema import in_range
 from pybroker.net.protocol.table import APIS
 from pybroker.net.server import Server
+from pybroker.net.tls import ServerTls
 from pybroker.security.authorizer import AclAuthorizer, Authorizer
 from pybroker.txn.config import TxnConfig
 from pybroker.txn.coordinator import TxnCoordinator
@@ -123,7 +125,8 @@ class Broker:
     __slots__ = ("dynamic_config", "broker_id", "data_dir", "handlers", "cluster_id", "metadata",
                  "logs", "cleaner", "topics", "producer_ids", "group_coordinator", "txn_coordinator",
                  "markers", "txn_verifier", "validation_pool", "authorizer",
-                 "server", "advertised", "shutting_down", "_tasks", "_logs_open",
+                 "server", "advertised", "listener_endpoints", "inter_broker_listener",
+                 "shutting_down", "_tasks", "_logs_open",
                  "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
                  "_stats_last", "requests_by_api", "http_listener", "refusals",
                  "leader_offsets")
@@ -147,6 +150,11 @@ class Broker:
         # checks ACLs; None without authorizer.class.name: every request is allowed
         self.authorizer: Authorizer | None = None
         self.server: Server | None = None
+        # what clients are told, per listener name (Kafka answers a client with the
+        # endpoints of the listener it connected on), and the inter-broker listener's
+        # name and address (what the cluster registration and peers use)
+        self.listener_endpoints: dict[str, tuple[str, int]] = {}
+        self.inter_broker_listener = PLAINTEXT
         self.advertised: tuple[str, int] = ("127.0.0.1", 0)
         self.shutting_down = False
         self.requests_by_api: collections.Counter[int] = collections.Counter()
@@ -172,8 +180,12 @@ class Broker:
     # lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> tuple[str, int]:
-        """Recover storage, bind the listener; returns the bound address."""
+        """Recover storage, bind the listeners; returns the first one's bound address."""
         started = time.monotonic()
+        # settings errors (listeners, TLS stores) stop the start before recovery
+        listeners = listeners_from(self.config)
+        tls = {listener.name: ServerTls(self.config)
+               for listener in listeners.bind if listener.tls}
         changed = self.config.changed()
         if changed:
             log.info("settings: %s", ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
@@ -230,10 +242,9 @@ class Broker:
                  len(self.topics.topics()), len(self.topics.partitions()),
                  time.monotonic() - started)
         collector.freeze_long_lived()
-        host, port = self.config.listen
         config = self.config
         self.server = Server(
-            self.dispatch, host, port,
+            self.dispatch, listeners.bind, tls=tls,
             max_request_bytes=config["socket.request.max.bytes"],
             max_queued_bytes=config["connection.queued.max.bytes"],
             queued_max_request_bytes=config["queued.max.request.bytes"],
@@ -247,7 +258,9 @@ class Broker:
         self.dynamic_config.subscribe(CONNECTION_KEYS, lambda new: server.set_connection_limits(
             new["max.connections"], new["max.connections.per.ip"],
             new["max.connections.per.ip.overrides"]))
-        self.advertised = self.config.advertised(bound)
+        self.listener_endpoints = advertised_endpoints(config, bound)
+        self.inter_broker_listener = listeners.inter_broker
+        self.advertised = self.listener_endpoints[listeners.inter_broker]
         await self.metadata.start()
         if config["metrics.listener"]:
             from pybroker.console import Console  # (only a broker with the listener needs it)
@@ -267,7 +280,7 @@ class Broker:
                         logs.expire_producers),
             self._every(60_000, collector.thaw_if_due),
         )]
-        return bound
+        return bound[listeners.bind[0].name]
 
     def _read_meta(self, cluster_id: str | None = None) -> str:
         """Cluster id from ``meta.properties`` (created on first start), Kafka's file name;

@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 
 
 class LeaderHints:
-    def __init__(self, metadata: Metadata) -> None:
+    def __init__(self, metadata: Metadata, listener: str) -> None:
+        """``listener``: the client's (the endpoints named are on it)."""
         self._metadata = metadata
+        self._listener = listener
         self._endpoints: dict[int, NodeEndpoint] = {}
 
     def current_leader(self, topic: str, partition: int) -> CurrentLeader | None:
@@ -26,9 +28,11 @@ class LeaderHints:
         leader = self._metadata.current_leader(topic, partition)
         if leader is None:
             return None
-        if leader.endpoint is not None:
-            self._endpoints[leader.leader_id] = (leader.leader_id, leader.endpoint.host,
-                                                 leader.endpoint.port, None)
+        endpoint = self._metadata.endpoint(leader.leader_id, self._listener) \
+            if leader.endpoint is not None else None
+        if endpoint is not None:
+            self._endpoints[leader.leader_id] = (leader.leader_id, endpoint.host,
+                                                 endpoint.port, None)
         return leader.leader_id, leader.leader_epoch
 
     def node_endpoints(self) -> list[NodeEndpoint] | None:

@@ -12,6 +12,7 @@ from pybroker.security.acl import ANONYMOUS, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
+    from pybroker.metadata import Endpoint
     from pybroker.net.connection import Connection
 
 
@@ -90,6 +91,31 @@ class RequestContext:
         principal, host = self.principal, self.host
         return {name for name in names
                 if authorizer.authorize(principal, host, operation, resource_type, name)}
+
+    @property
+    def listener(self) -> str:
+        """The name of the listener the client connected on: the brokers' endpoints a
+        response names are that listener's (Kafka's rule). A request without a
+        connection is the inter-broker listener's."""
+        conn = self.conn
+        return conn.listener.name if conn is not None else self.broker.inter_broker_listener
+
+    def endpoint(self, broker_id: int) -> Endpoint | None:
+        """Broker ``broker_id``'s address on this client's listener (None: not live, or
+        no such listener)."""
+        return self.broker.metadata.endpoint(broker_id, self.listener)
+
+    def live_endpoints(self) -> list[Endpoint]:
+        """The live brokers on this client's listener; this broker alone while the
+        control plane knows of none yet (clients ask again)."""
+        broker = self.broker
+        live = [endpoint for b in broker.metadata.live_brokers()
+                if (endpoint := self.endpoint(b.broker_id)) is not None]
+        if live:
+            return live
+        from pybroker.metadata import Endpoint
+        host, port = broker.listener_endpoints.get(self.listener, broker.advertised)
+        return [Endpoint(broker.broker_id, host, port)]
 
     async def park(self, waited: asyncio.Future[T]) -> T:
         """Await ``waited`` (a long poll's wake-up, a parked group join) unless the client

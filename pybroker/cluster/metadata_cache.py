@@ -34,10 +34,13 @@ class TopicInfo(NamedTuple):
 
 
 class MetadataCache:
-    def __init__(self, broker_id: int) -> None:
+    def __init__(self, broker_id: int, inter_broker_listener: str = "PLAINTEXT") -> None:
         self.broker_id = broker_id
+        self.inter_broker_listener = inter_broker_listener
         self.controller_id = -1
+        # live brokers on the inter-broker listener, and every listener's address
         self.brokers: dict[int, Endpoint] = {}
+        self.listeners: dict[int, dict[str, tuple[str, int]]] = {}
         self.topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, str] = {}
         self.updates = 0  # UpdateMetadata requests applied
@@ -46,11 +49,17 @@ class MetadataCache:
         """Apply an UpdateMetadata (v7) body; returns the topics deleted by it."""
         self.controller_id = body["controller_id"]
         brokers = {}
+        listeners = {}
         for b in body["live_brokers"]:
             if b["endpoints"]:
-                endpoint = b["endpoints"][0]
-                brokers[b["id"]] = Endpoint(b["id"], endpoint["host"], endpoint["port"])
+                addresses = {e["listener"]: (e["host"], e["port"]) for e in b["endpoints"]}
+                inter_broker = addresses.get(self.inter_broker_listener)
+                first = b["endpoints"][0]
+                brokers[b["id"]] = Endpoint(b["id"], *(inter_broker or (first["host"],
+                                                                        first["port"])))
+                listeners[b["id"]] = addresses
         self.brokers = brokers
+        self.listeners = listeners
         deleted = []
         for t in body["topic_states"]:
             name = t["topic_name"]
@@ -103,6 +112,10 @@ class MetadataCache:
 
     def live_brokers(self) -> list[Endpoint]:
         return sorted(self.brokers.values())
+
+    def endpoint(self, broker_id: int, listener: str) -> Endpoint | None:
+        address = self.listeners.get(broker_id, {}).get(listener)
+        return None if address is None else Endpoint(broker_id, *address)
 
     def has_leaders(self, topic: str, partitions: int) -> bool:
         """Whether every one of the topic's first ``partitions`` partitions has a live leader."""

@@ -161,6 +161,13 @@ class Metadata(Protocol):
         with itself then, so clients ask again)."""
         ...
 
+    def endpoint(self, broker_id: int, listener: str) -> Endpoint | None:
+        """Live broker ``broker_id``'s advertised address on the listener named
+        ``listener`` (Kafka answers a client with the endpoints of the listener it
+        connected on); None when it is not live or has no such listener. The other
+        methods' endpoints are on the inter-broker listener."""
+        ...
+
     def leader_of(self, topic: str, partition: int) -> Endpoint | None: ...
 
     def current_leader(self, topic: str, partition: int) -> CurrentLeader | None:

@@ -188,6 +188,12 @@ class SingleNodeMetadata:
     def live_brokers(self) -> list[Endpoint]:
         return [self._self()]
 
+    def endpoint(self, broker_id: int, listener: str) -> Endpoint | None:
+        address = self._broker.listener_endpoints.get(listener)
+        if broker_id != self._broker.broker_id or address is None:
+            return None
+        return Endpoint(broker_id, *address)
+
     def leader_of(self, topic: str, partition: int) -> Endpoint | None:
         known = self._broker.topics.get(topic)
         if known is None or not 0 <= partition < len(known.partitions):

@@ -172,6 +172,9 @@ class ZkClusterMetadata:
     def live_brokers(self) -> list[Endpoint]:
         return self._cache.live_brokers()
 
+    def endpoint(self, broker_id: int, listener: str) -> Endpoint | None:
+        return self._cache.endpoint(broker_id, listener)
+
     def leader_of(self, topic: str, partition: int) -> Endpoint | None:
         return self._cache.leader_of(topic, partition)
 

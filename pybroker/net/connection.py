@@ -70,6 +70,12 @@ thread works for the one request the worker is answering, or the one frame being
 received. Unlike Kafka's network threads (each a selector owning a share of the
 connections), ours own no connection: small frames and responses stay on the loop.
 
+Listener and principal. A connection knows the listener it was accepted on
+(``listener``: its name picks the endpoints a response names, Kafka's rule) and who the
+client is (``principal``, "User:<name>"; ``User:ANONYMOUS`` unless TLS client
+authentication says otherwise). A connection on an SSL listener is the subclass
+:class:`pybroker.net.tls_connection.TlsConnection`, which replaces the system calls only.
+
 Threads. Every method runs on the event loop thread. The only work on other threads is
 the transfer function a pool thread runs with the fd, the splice pipe and the view of a
 frame buffer it was given; the loop does not touch those until the thread's result is
@@ -95,6 +101,7 @@ from pybroker._native import zerocopy
 from pybroker._native.framebuffer import FrameBuffer
 from pybroker.file_region import FileRegion
 from pybroker.net import frame_pool
+from pybroker.net.listeners import DEFAULT_LISTENER, Listener
 from pybroker.net.network_threads import NetworkThreads
 from pybroker.net.request_memory import RequestMemory
 from pybroker.net.request_times import RequestTimes, api_key_of
@@ -244,17 +251,21 @@ def frame_charge(frame: Any) -> int:
 class Connection:
     """State of one accepted socket. Created and driven by :class:`pybroker.net.server.Server`."""
 
-    __slots__ = ("sock", "fd", "peer", "principal", "last_active", "closed", "_dispatch", "_limits",
+    __slots__ = ("sock", "fd", "peer", "listener", "principal", "last_active", "closed",
+                 "_dispatch", "_limits",
                  "_on_close", "_loop", "_pending", "_large", "_large_pos", "_queue",
                  "_queued_bytes", "_charged", "_reading", "_handover",
                  "_write_waiter", "_write_blocked", "_draining", "_gone", "_memory_wait",
                  "_thread_users", "_receiving", "_pipe", "_worker")
 
     def __init__(self, sock: socket.socket, peer: str, dispatch: Dispatch, limits: Limits,
-                 on_close: Callable[[Connection], None]) -> None:
+                 on_close: Callable[[Connection], None],
+                 listener: Listener = DEFAULT_LISTENER) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.peer = peer
+        # the listener accepted on (its name picks the endpoints clients are told)
+        self.listener = listener
         # Kafka's principal of the client ("User:name"), which the ACLs name; what an
         # unauthenticated (PLAINTEXT) connection is. A SASL or TLS layer sets it.
         self.principal = ANONYMOUS

@@ -1,8 +1,14 @@
-"""The listening socket and the set of live connections, on one asyncio (uvloop) loop.
+"""The listening sockets and the set of live connections, on one asyncio (uvloop) loop.
+
+One listening socket per listener (:mod:`pybroker.net.listeners`), all served at once;
+each connection knows its listener. A connection on an SSL listener is a
+:class:`~pybroker.net.tls_connection.TlsConnection` (its socket wrapped with the
+listener's current context, :class:`~pybroker.net.tls.ServerTls`); the others are plain
+:class:`~pybroker.net.connection.Connection` objects, to which TLS costs nothing.
 
 The server knows framing and sockets only (see :mod:`pybroker.net.connection`); what a
 frame means is the dispatcher's business (:meth:`pybroker.broker.broker.Broker.dispatch`).
-Shutdown is in two steps: :meth:`Server.stop_accepting` closes the listener, then
+Shutdown is in two steps: :meth:`Server.stop_accepting` closes the listeners, then
 :meth:`Server.drain` lets every connection answer the requests it already received (up to
 a deadline) and closes them.
 
@@ -42,11 +48,15 @@ import resource
 import socket
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 
 from pybroker.net.connection import Connection, Dispatch, Limits, ReceiveScratch
+from pybroker.net.listeners import Listener
 from pybroker.net.network_threads import NetworkThreads
 from pybroker.net.request_memory import RequestMemory
 from pybroker.net.request_times import RequestTimes
+from pybroker.net.tls import ServerTls
+from pybroker.net.tls_connection import TlsConnection
 
 log = logging.getLogger("pybroker.net")
 
@@ -115,8 +125,41 @@ class _RateLimitedLog:
         log.log(level, message + suffix, *args)
 
 
+class _Acceptor:
+    """One listener's socket (None until bound, and once closed)."""
+
+    __slots__ = ("listener", "tls", "sock")
+
+    def __init__(self, listener: Listener, tls: ServerTls | None) -> None:
+        self.listener = listener
+        self.tls = tls
+        self.sock: socket.socket | None = None
+
+    def bind(self, backlog: int) -> None:
+        host, port = self.listener.host, self.listener.port
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(backlog)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+        log.info("listener %s (%s) on %s:%d", self.listener.name,
+                 self.listener.security_protocol, *sock.getsockname()[:2])
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
 class Server:
-    def __init__(self, dispatch: Dispatch, host: str, port: int, *,
+    def __init__(self, dispatch: Dispatch, listeners: Sequence[Listener], *,
+                 tls: Mapping[str, ServerTls] | None = None,
                  max_request_bytes: int, max_queued_bytes: int,
                  queued_max_request_bytes: int = 256 * 1024 * 1024,
                  max_connections: int = 2**31 - 1, max_connections_per_ip: int = 2**31 - 1,
@@ -129,7 +172,11 @@ class Server:
             raise ValueError(f"queued.max.request.bytes ({queued_max_request_bytes}) must be "
                              f"at least socket.request.max.bytes ({max_request_bytes})")
         self._dispatch = dispatch
-        self._host, self._port = host, port
+        tls = tls or {}
+        self._acceptors = [_Acceptor(listener, tls.get(listener.name)) for listener in listeners]
+        for acceptor in self._acceptors:
+            if acceptor.listener.tls and acceptor.tls is None:
+                raise ValueError(f"listener {acceptor.listener.name}: no TLS settings")
         self._backlog = backlog
         self._network_threads = network_threads
         self.memory = RequestMemory(queued_max_request_bytes)
@@ -140,7 +187,6 @@ class Server:
         self._max_per_ip = max_connections_per_ip
         self._per_ip_overrides = parse_ip_overrides(max_connections_per_ip_overrides)
         self._idle_s = connections_max_idle_ms / 1000 if connections_max_idle_ms > 0 else 0.0
-        self._listener: socket.socket | None = None
         self._accepting = False
         self._resume_accepting: asyncio.TimerHandle | None = None
         self._idle_sweep: asyncio.TimerHandle | None = None
@@ -157,20 +203,24 @@ class Server:
         return self._limits.threads
 
     @property
-    def address(self) -> tuple[str, int]:
-        assert self._listener is not None
-        host, port = self._listener.getsockname()[:2]
-        return host, port
+    def addresses(self) -> dict[str, tuple[str, int]]:
+        """Listener name -> the bound (host, port), in the listeners' order."""
+        out = {}
+        for acceptor in self._acceptors:
+            assert acceptor.sock is not None
+            host, port = acceptor.sock.getsockname()[:2]
+            out[acceptor.listener.name] = (host, port)
+        return out
 
-    def start(self) -> tuple[str, int]:
-        """Bind and listen; returns the bound (host, port) (port 0 picks a free one)."""
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        listener = socket.socket(family, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((self._host, self._port))
-        listener.listen(self._backlog)
-        listener.setblocking(False)
-        self._listener = listener
+    def start(self) -> dict[str, tuple[str, int]]:
+        """Bind and listen on every listener; returns :attr:`addresses` (port 0 picks a
+        free one)."""
+        try:
+            for acceptor in self._acceptors:
+                acceptor.bind(self._backlog)
+        except OSError:
+            self.stop_accepting()
+            raise
         self._fd_limit = raise_open_file_limit()
         if self._network_threads and self._limits.threads is None:
             self._limits.threads = NetworkThreads(self._network_threads)
@@ -179,18 +229,21 @@ class Server:
         self._set_accepting(True)
         if self._idle_s:
             self._schedule_idle_sweep()
-        return self.address
+        return self.addresses
 
     # accept -------------------------------------------------------------------------------
 
     def _set_accepting(self, on: bool) -> None:
-        if self._listener is None or on == self._accepting:
+        if on == self._accepting:
             return
         loop = asyncio.get_running_loop()
-        if on:
-            loop.add_reader(self._listener.fileno(), self._accept)
-        else:
-            loop.remove_reader(self._listener.fileno())
+        for acceptor in self._acceptors:
+            if acceptor.sock is None:
+                continue
+            if on:
+                loop.add_reader(acceptor.sock.fileno(), self._accept, acceptor)
+            else:
+                loop.remove_reader(acceptor.sock.fileno())
         self._accepting = on
 
     def set_connection_limits(self, max_connections: int, max_connections_per_ip: int,
@@ -200,7 +253,7 @@ class Server:
         self._per_ip_overrides = parse_ip_overrides(max_connections_per_ip_overrides)
         self._max_connections = max_connections
         self._max_per_ip = max_connections_per_ip
-        if self._listener is not None:
+        if any(acceptor.sock is not None for acceptor in self._acceptors):  # listening
             self._maybe_accept()
 
     def _back_off(self) -> None:
@@ -218,8 +271,9 @@ class Server:
         if self._resume_accepting is None and len(self.connections) < self._max_connections:
             self._set_accepting(True)
 
-    def _accept(self) -> None:
-        assert self._listener is not None
+    def _accept(self, acceptor: _Acceptor) -> None:
+        listener = acceptor.sock
+        assert listener is not None
         for _ in range(ACCEPT_BATCH):
             if len(self.connections) >= self._max_connections:
                 self._refusals("max.connections", logging.WARNING,
@@ -228,7 +282,7 @@ class Server:
                 self._set_accepting(False)  # a close resumes accepting
                 return
             try:
-                sock, addr = self._listener.accept()
+                sock, addr = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -246,9 +300,23 @@ class Server:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+            conn: Connection
+            if acceptor.tls is None:
+                conn = Connection(sock, peer, self._dispatch, self._limits, self._closed,
+                                  acceptor.listener)
+            else:
+                try:
+                    tls_sock = acceptor.tls.context().wrap_socket(
+                        sock, server_side=True, do_handshake_on_connect=False)
+                except (OSError, ValueError) as exc:
+                    log.warning("connection %s (listener %s): TLS set-up failed: %s", peer,
+                                acceptor.listener.name, exc)
+                    sock.close()
+                    continue
+                conn = TlsConnection(tls_sock, peer, self._dispatch, self._limits,
+                                     self._closed, acceptor.listener, acceptor.tls)
             self.accepted += 1
             self._per_ip[ip] += 1
-            conn = Connection(sock, peer, self._dispatch, self._limits, self._closed)
             self.connections.add(conn)
 
     def _refused(self, sock: socket.socket, ip: str) -> bool:
@@ -297,10 +365,9 @@ class Server:
             if timer is not None:
                 timer.cancel()
         self._resume_accepting = self._idle_sweep = None
-        if self._listener is not None:
-            self._set_accepting(False)
-            self._listener.close()
-            self._listener = None
+        self._set_accepting(False)
+        for acceptor in self._acceptors:
+            acceptor.close()
 
     async def drain(self, timeout: float) -> None:
         """Answer in-flight requests on every connection (up to ``timeout`` s), then close."""

@@ -7,6 +7,7 @@ so tests can send what no real client would (garbage, oversize prefixes, bad bat
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -16,9 +17,12 @@ TIMEOUT = 30.0
 
 
 class WireClient:
-    def __init__(self, bootstrap: str, timeout: float = TIMEOUT) -> None:
+    def __init__(self, bootstrap: str, timeout: float = TIMEOUT,
+                 tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: speak TLS with this context (an SSL listener)."""
         host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = tls.wrap_socket(sock, server_hostname=host) if tls is not None else sock
         self._correlation = 0
 
     def close(self) -> None:

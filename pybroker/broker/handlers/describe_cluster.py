@@ -1,4 +1,5 @@
-"""DescribeCluster (key 60): the live brokers and the controller (on one node: this broker)."""
+"""DescribeCluster (key 60): the live brokers (their addresses on the listener the client
+connected on) and the controller (on one node: this broker)."""
 
 from __future__ import annotations
 
@@ -22,14 +23,13 @@ async def describe_cluster(ctx: RequestContext,
                            request: DescribeClusterRequest) -> DescribeClusterResponse:
     ctx.require(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
     broker = ctx.broker
-    host, port = broker.advertised
     if request.get("endpoint_type", ENDPOINT_BROKERS) != ENDPOINT_BROKERS:
         return {"throttle_time_ms": 0, "error_code": UNSUPPORTED_ENDPOINT_TYPE,
                 "error_message": "only broker endpoints are served", "cluster_id": "",
                 "brokers": []}
-    live = broker.metadata.live_brokers() or []
-    brokers: list[DescribeClusterResponseBroker] = [{"broker_id": b.broker_id, "host": b.host, "port": b.port} for b in live] \
-        or [{"broker_id": broker.broker_id, "host": host, "port": port}]
+    brokers: list[DescribeClusterResponseBroker] = [
+        {"broker_id": b.broker_id, "host": b.host, "port": b.port}
+        for b in ctx.live_endpoints()]
     return {
         "throttle_time_ms": 0,
         "error_code": ErrorCode.NONE,

@@ -79,7 +79,7 @@ def _resolve(ctx: RequestContext, request: FetchRequest, replica_id: int
     topics = ctx.broker.topics
     metadata = ctx.broker.metadata
     by_id = ctx.api_version >= FIRST_TOPIC_ID_VERSION
-    hints = LeaderHints(metadata) if ctx.api_version >= FETCH_NODE_ENDPOINTS_FIRST else None
+    hints = LeaderHints(metadata, ctx.listener) if ctx.api_version >= FETCH_NODE_ENDPOINTS_FIRST else None
     wanted = []
     key: uuid.UUID | str
     name: str | None

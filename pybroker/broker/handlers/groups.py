@@ -110,6 +110,8 @@ async def _coordinator_node(ctx: RequestContext, key: str, group: bool) -> dict:
     metadata = ctx.broker.metadata
     coordinator = await metadata.coordinator_for_group(key) if group \
         else await metadata.coordinator_for_transaction(key)
+    if coordinator is not None:
+        coordinator = ctx.endpoint(coordinator.broker_id)  # on the client's listener
     if coordinator is None:
         return {"node_id": -1, "host": "", "port": -1,
                 "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "error_message": None}

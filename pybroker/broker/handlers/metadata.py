@@ -1,7 +1,8 @@
 """Metadata (key 3): brokers, cluster id, and topics with their partitions and ids.
 
 The answer is the control plane's (``ctx.broker.metadata``, :mod:`pybroker.metadata`):
-its live brokers (this broker alone while it knows of none yet, so clients ask again),
+its live brokers at their addresses on the listener the client connected on (this
+broker alone while it knows of none yet, so clients ask again),
 its controller, and its description of every topic, or of the topics named (by name, or
 by id from v10), unknown ones created with the defaults when both
 ``auto.create.topics.enable`` and the request's ``allow_auto_topic_creation`` allow it.
@@ -18,7 +19,7 @@ from pybroker.broker.authorized_operations import authorized_operations
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.errors import ErrorCode
-from pybroker.metadata import Endpoint, RequestedTopic, TopicAnswer, missing_topic
+from pybroker.metadata import RequestedTopic, TopicAnswer, missing_topic
 from pybroker.net.protocol.codec import ZERO_UUID
 from pybroker.net.protocol.typed import (
     MetadataRequest,
@@ -45,7 +46,7 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
         topic["topic_authorized_operations"] = authorized_operations(
             ctx, ResourceType.TOPIC, topic["name"] or "",
             include_topic_operations and topic["error_code"] == ErrorCode.NONE)
-    brokers = plane.live_brokers() or [Endpoint(broker.broker_id, *broker.advertised)]
+    brokers = ctx.live_endpoints()
     return {
         "throttle_time_ms": 0,
         "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": None}

@@ -193,7 +193,7 @@ def _leader_hints(ctx: RequestContext, responses: list[tuple[str, list[Partition
     """KIP-951: each partition refused with NOT_LEADER_OR_FOLLOWER gets its current leader
     (as Kafka, which names it for no other error of a produce), the response the
     endpoints of those leaders."""
-    hints = LeaderHints(ctx.broker.metadata)
+    hints = LeaderHints(ctx.broker.metadata, ctx.listener)
     for name, results in responses:
         for slot, result in enumerate(results):
             if result[1] == ErrorCode.NOT_LEADER_OR_FOLLOWER:

@@ -1,0 +1,222 @@
+"""A client connection on an SSL listener: :class:`Connection` with its bytes through TLS.
+
+Design. The server wraps the accepted socket in a non-blocking ``ssl.SSLSocket`` and
+this subclass overrides only the system calls: the handshake runs on the loop first
+(``do_handshake`` until it stops wanting to read or write), then the base class's
+receive path runs unchanged on the SSLSocket (``recv_into``: one TLS record's plaintext
+at most, ``SSLWantReadError`` meaning "nothing yet"), and sends go through ``send``.
+The plaintext class is untouched: a PLAINTEXT connection pays nothing for TLS. (An
+``SSLObject`` with memory BIOs, uvloop's design, would add a copy between the BIOs and
+the socket and the BIO bookkeeping; the SSLSocket does the same work in OpenSSL.)
+
+Two things differ from a plain socket:
+- Decrypted bytes can wait inside OpenSSL while the socket has nothing to read (a record
+  read in part because the receive asked for less), so readiness of the fd is not
+  enough: whenever reading is on and ``pending()`` is not zero, a read is scheduled.
+- OpenSSL writes a buffer whole or not at all (``SSL_write`` without partial writes):
+  after ``SSLWantWriteError`` the same bytes are offered again once the socket is
+  writable (the buffer may move, its content may not change).
+
+File regions (fetch) cannot be sent with sendfile/splice: their bytes must be encrypted
+in user space. They are read with ``preadv`` into a buffer of at most
+``REGION_CHUNK`` and written through TLS: the copying fallback. Kernel TLS (kTLS, which
+lets sendfile encrypt in the kernel) needs the negotiated keys handed to the socket
+(``TCP_ULP`` "tls" and ``SOL_TLS`` crypto info), which Python's ``ssl`` module does
+not expose, and this machine's kernel has no ``tls`` module anyway: ``KTLS_AVAILABLE``
+says False and the copying path is the one that runs. Network threads are not used on
+TLS connections: their native loops move raw bytes on the fd.
+
+Failures: a handshake that fails (a plaintext client, a wrong CA, no certificate where
+``ssl.client.auth=required``, a subject no mapping rule accepts) or is not done within
+``ssl.handshake.timeout.ms`` is one log line and a closed connection; nobody else is
+affected.
+
+Not thread-safe: the event loop thread only.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import ssl
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pybroker._native import zerocopy
+from pybroker.file_region import FileRegion
+from pybroker.net.connection import Connection, ConnectionClosed, Dispatch, Limits, Part
+from pybroker.net.listeners import Listener
+from pybroker.net.tls import ServerTls, peer_principal
+
+log = logging.getLogger("pybroker.net")
+
+# File regions go through TLS in reads of at most this much: 16 TLS records per write,
+# and the buffer a connection holds while one is sent.
+REGION_CHUNK = 256 * 1024
+# Python's ssl cannot install negotiated keys in the kernel (see the module docstring).
+KTLS_AVAILABLE = False
+_NONE, _READ, _WRITE = 0, 1, 2  # what the handshake waits for
+_WOULD_BLOCK = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError,
+                InterruptedError)
+
+
+class TlsConnection(Connection):
+    __slots__ = ("_tls", "_handshaking", "_handshake_watch", "_handshake_timer",
+                 "_pending_read")
+
+    def __init__(self, sock: ssl.SSLSocket, peer: str, dispatch: Dispatch, limits: Limits,
+                 on_close: Callable[[Connection], None], listener: Listener,
+                 tls: ServerTls) -> None:
+        # set before the base class's __init__, whose _update_reading must not read yet
+        self._tls = tls
+        self._handshaking = True
+        self._handshake_watch = _NONE
+        self._pending_read: Any = None
+        super().__init__(sock, peer, dispatch, limits, on_close, listener)
+        self._handshake_timer = self._loop.call_later(tls.handshake_timeout_s,
+                                                      self._handshake_timed_out)
+        self._watch(_READ)  # the client speaks first (ClientHello)
+
+    # handshake -------------------------------------------------------------------------
+
+    def _handshake(self) -> None:
+        sock: ssl.SSLSocket = self.sock  # type: ignore[assignment]
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._watch(_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._watch(_WRITE)
+            return
+        except OSError as exc:  # ssl.SSLError included: a plaintext client, a wrong CA
+            log.info("connection %s (listener %s): TLS handshake failed: %s; closing",
+                     self.peer, self.listener.name, exc)
+            self.close()
+            return
+        self._watch(_NONE)
+        self._handshake_timer.cancel()
+        principal = peer_principal(sock, self._tls.mapper)
+        if principal is None:
+            log.warning("connection %s (listener %s): no ssl.principal.mapping.rules rule "
+                        "applies to the certificate subject; closing", self.peer,
+                        self.listener.name)
+            self.close()
+            return
+        self.principal = principal
+        self._handshaking = False
+        cipher = sock.cipher()
+        log.debug("connection %s (listener %s): %s, %s, principal %s", self.peer,
+                  self.listener.name, sock.version(), cipher[0] if cipher else "?",
+                  principal)
+        self._update_reading()
+
+    def _watch(self, watch: int) -> None:
+        """Go on with the handshake when the socket is readable (_READ), writable
+        (_WRITE), or never (_NONE)."""
+        if self._handshake_watch == watch:
+            return
+        if self._handshake_watch == _READ:
+            self._loop.remove_reader(self.fd)
+        elif self._handshake_watch == _WRITE:
+            self._loop.remove_writer(self.fd)
+        if watch == _READ:
+            self._loop.add_reader(self.fd, self._handshake)
+        elif watch == _WRITE:
+            self._loop.add_writer(self.fd, self._handshake)
+        self._handshake_watch = watch
+
+    def _handshake_timed_out(self) -> None:
+        log.info("connection %s (listener %s): TLS handshake not done in %.1f s "
+                 "(ssl.handshake.timeout.ms); closing", self.peer, self.listener.name,
+                 self._tls.handshake_timeout_s)
+        self.close()
+
+    # receive ---------------------------------------------------------------------------
+
+    def _update_reading(self) -> None:
+        if self._handshaking:
+            return
+        super()._update_reading()
+        if self._reading and self._pending_read is None and \
+                self.sock.pending():  # type: ignore[attr-defined]
+            self._pending_read = self._loop.call_soon(self._read_pending)
+
+    def _read_pending(self) -> None:
+        self._pending_read = None
+        if self._reading:
+            self._on_readable()
+
+    def _receive_small(self) -> int:
+        try:
+            return super()._receive_small()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise BlockingIOError() from None
+
+    def _receive_large(self) -> int:
+        try:
+            return super()._receive_large()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise BlockingIOError() from None
+
+    def _receive_in_thread(self) -> None:
+        """Not on TLS: a network thread would read the encrypted bytes. The loop reads."""
+
+    # send ------------------------------------------------------------------------------
+
+    def _send_now(self, parts: Sequence[Part]) -> Sequence[Part] | None:
+        if len(parts) != 1 or isinstance(parts[0], FileRegion):
+            return parts
+        try:
+            sent = self.sock.send(parts[0])
+        except (OSError, ValueError):  # wants to wait, or an error the worker reports
+            return parts
+        zerocopy.count_copied(sent)
+        return None
+
+    async def _send_buffers(self, buffers: list[Any], flags: int = 0) -> None:
+        data = buffers[0] if len(buffers) == 1 else b"".join(buffers)
+        await self._send_tls(memoryview(data).cast("B"))
+
+    async def _send_tls(self, data: memoryview) -> None:
+        """All of ``data`` through TLS (offered again, whole, while OpenSSL waits)."""
+        while True:
+            if self.closed:
+                raise ConnectionClosed()
+            try:
+                sent = self.sock.send(data)
+            except _WOULD_BLOCK:
+                await self._writable()
+                continue
+            except OSError as exc:
+                self._failed_send(exc)
+            zerocopy.count_copied(sent)
+            return
+
+    async def _send_region(self, region: FileRegion) -> None:
+        """The copying fallback: read the region in chunks, write each through TLS."""
+        offset, remaining = region.position, region.length
+        chunk = memoryview(bytearray(min(remaining, REGION_CHUNK)))
+        while remaining > 0:
+            try:
+                n = os.preadv(region.fd, [chunk[:remaining]], offset)
+            except OSError as exc:
+                self._failed_send(exc)
+            if n == 0:
+                self._failed_send(OSError(errno.ENODATA, "file ends before the region"))
+            await self._send_tls(chunk[:n])
+            offset += n
+            remaining -= n
+
+    # lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self._handshake_timer.cancel()
+        self._watch(_NONE)
+        if self._pending_read is not None:
+            self._pending_read.cancel()
+            self._pending_read = None
+        super().close()
