@@ -72,6 +72,7 @@ from pybroker.cluster.zk_store import (
 )
 from pybroker.config import parse_bool
 from pybroker.errors import ErrorCode, UnknownTopicOrPartitionError
+from pybroker.net.listeners import PLAINTEXT, PROTOCOL_IDS
 from pybroker.net.protocol.typed import (
     LeaderAndIsrRequest,
     LeaderAndIsrRequestPartitionState,
@@ -752,10 +753,14 @@ class Controller:
                  "leader": DELETED_LEADER, "leader_epoch": EPOCH_DURING_DELETE, "isr": [],
                  "zk_version": 0, "replicas": replicas, "offline_replicas": []}
                 for p, replicas in sorted(topic.partitions.items())]})
-        live_brokers: list[UpdateMetadataRequestBroker] = [{"id": b, "endpoints": [{"port": info.port, "host": info.host,
-                                                 "listener": "PLAINTEXT",
-                                                 "security_protocol": 0}], "rack": None}
-                        for b, info in sorted(self._live.items())]
+        live_brokers: list[UpdateMetadataRequestBroker] = [
+            {"id": b, "rack": None, "endpoints": [
+                {"port": port, "host": host, "listener": name,
+                 "security_protocol": PROTOCOL_IDS.get(protocol, 0)}
+                for name, protocol, host, port in info.endpoints
+            ] or [{"port": info.port, "host": info.host, "listener": PLAINTEXT,
+                   "security_protocol": 0}]}
+            for b, info in sorted(self._live.items())]
         request: UpdateMetadataRequest = {
             "controller_id": self.broker_id, "controller_epoch": self._epoch,
             "topic_states": topic_states, "live_brokers": live_brokers}

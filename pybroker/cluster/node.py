@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pybroker.cluster.metadata_cache import MetadataCache
 from pybroker.config import parse_address
+from pybroker.net.listeners import listeners_from
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
@@ -67,6 +68,7 @@ class ClusterNode:
         from pybroker.cluster.channel import ControlClient, ControlServer
         from pybroker.cluster.controller import Controller
 
+        self.metadata.inter_broker_listener = self.broker.inter_broker_listener
         listen_host = self.broker.advertised[0]
         host, port = (parse_address(self.config["control.listener"])
                       if self.config["control.listener"] else (listen_host, 0))
@@ -135,9 +137,14 @@ class ClusterNode:
                 log.exception("applying the configs of topic %s", name)
 
     async def _register(self) -> None:
-        host, port = self.broker.advertised
-        epoch = await asyncio.to_thread(self.store.register_broker, self.broker.broker_id,
-                                        host, port, self.control_address)
+        broker = self.broker
+        host, port = broker.advertised
+        protocols = {listener.name: listener.security_protocol
+                     for listener in listeners_from(self.config).bind}
+        endpoints = [(name, protocols[name], *address)
+                     for name, address in broker.listener_endpoints.items()]
+        epoch = await asyncio.to_thread(self.store.register_broker, broker.broker_id,
+                                        host, port, self.control_address, endpoints)
         self.replicas.broker_epoch = epoch
         log.info("registered as broker %d (%s:%d, control %s), broker epoch %d",
                  self.broker.broker_id, host, port, self.control_address, epoch)

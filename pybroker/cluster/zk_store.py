@@ -55,7 +55,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import kazoo.exceptions as kex
@@ -89,10 +89,12 @@ CONFIG_CHANGE_EXPIRY_MS = 15 * 60 * 1000
 
 class BrokerInfo(NamedTuple):
     broker_id: int
-    host: str
+    host: str  # host and port: the broker's inter-broker listener
     port: int
     control: str
     epoch: int  # czxid of the registration
+    # every listener: (name, security protocol, host, port)
+    endpoints: tuple[tuple[str, str, str, int], ...] = ()
 
 
 class TopicAssignment(NamedTuple):
@@ -146,16 +148,28 @@ def decode_topic_id(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
 
 
-def _broker_json(host: str, port: int, control: str) -> bytes:
+def _broker_json(host: str, port: int, control: str,
+                 endpoints: Sequence[tuple[str, str, str, int]]) -> bytes:
+    """Kafka's registration (v5: ``endpoints`` and ``listener_security_protocol_map``),
+    with ``host``/``port`` the inter-broker listener's (Kafka's are the PLAINTEXT
+    listener's) and pybroker's ``control`` channel."""
     return _dumps({"version": 5, "host": host, "port": port,
-                   "endpoints": [f"PLAINTEXT://{host}:{port}"], "jmx_port": -1,
-                   "timestamp": _now_ms(), "control": control})
+                   "endpoints": [f"{name}://{h}:{p}" for name, _, h, p in endpoints],
+                   "listener_security_protocol_map": {name: protocol
+                                                      for name, protocol, _, _ in endpoints},
+                   "jmx_port": -1, "timestamp": _now_ms(), "control": control})
 
 
 def _broker_info(broker_id: int, data: bytes, stat: ZnodeStat) -> BrokerInfo:
     value = _loads(data)
+    protocols = value.get("listener_security_protocol_map") or {}
+    endpoints = []
+    for endpoint in value.get("endpoints") or ():
+        name, _, address = endpoint.partition("://")
+        host, _, port = address.rpartition(":")
+        endpoints.append((name, protocols.get(name, name), host.strip("[]"), int(port)))
     return BrokerInfo(broker_id, value["host"], int(value["port"]), value.get("control", ""),
-                      stat.czxid)
+                      stat.czxid, tuple(endpoints))
 
 
 def _topic_json(topic_id: uuid.UUID, assignment: dict[int, list[int]]) -> bytes:
@@ -327,15 +341,19 @@ class ClusterStore:
             raise RuntimeError(f"{CLUSTER_ID} vanished after its creation")
         return str(_loads(got[0])["id"])
 
-    def register_broker(self, broker_id: int, host: str, port: int, control: str) -> int:
+    def register_broker(self, broker_id: int, host: str, port: int, control: str,
+                        endpoints: Sequence[tuple[str, str, str, int]] | None = None) -> int:
         """Create the ephemeral ``/brokers/ids/<id>``; returns its czxid (the broker epoch).
+        ``host:port``: the inter-broker listener; ``endpoints``: every listener as (name,
+        security protocol, host, port), by default one PLAINTEXT listener at host:port.
 
         A registration left by an earlier session of this broker (a restart within the
         session timeout) is waited for, up to the session timeout, as Kafka does; one that
         does not go is another live broker's: BrokerIdInUseError.
         """
         path = f"{BROKER_IDS}/{broker_id}"
-        data = _broker_json(host, port, control)
+        data = _broker_json(host, port, control,
+                            endpoints or [("PLAINTEXT", "PLAINTEXT", host, port)])
         deadline = time.monotonic() + self.session_timeout_ms / 1000
         while True:
             try:

@@ -11,6 +11,10 @@ time (its callers wait their turn on a lock), so an answer is always the last re
 Any failure, timeout or cancellation closes the connection: a late response must never be
 read as the answer to the next request.
 
+The connections go to the peers' inter-broker listener; when that is an SSL listener
+they speak TLS with the context the broker gives ``use_tls`` at start (its truststore
+verifies the peer, its keystore is this broker's client certificate).
+
 Wire: Kafka's framing, a 4-byte big-endian size, then the frame. Responses are received
 into a buffer of the frame's size (``BufferedProtocol``: the kernel copies into it,
 nothing else does), large ones a ``FrameBuffer`` from the process's frame pool, which the
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import cast
 
 from pybroker._native.framebuffer import FrameBuffer
@@ -39,6 +44,16 @@ MAX_RESPONSE_BYTES = 1 << 30  # a size prefix above this is garbage, not a respo
 
 # a response frame without its size prefix: large ones come from the frame pool
 Frame = bytearray | FrameBuffer
+
+# Every peer connection of the process goes to the other brokers' inter-broker listener:
+# with TLS when that listener is an SSL one (``use_tls``, once at start).
+_tls: ssl.SSLContext | None = None
+
+
+def use_tls(context: ssl.SSLContext | None) -> None:
+    """The context of connections to peers (None: plaintext)."""
+    global _tls
+    _tls = context
 
 
 class PeerConnection(asyncio.BufferedProtocol):
@@ -167,8 +182,9 @@ class PeerClient:
     async def _connect(self) -> PeerConnection:
         self.close()
         loop = asyncio.get_running_loop()
-        connecting = loop.create_task(loop.create_connection(PeerConnection, self.host,
-                                                             self.port))
+        connecting = loop.create_task(loop.create_connection(
+            PeerConnection, self.host, self.port, ssl=_tls,
+            server_hostname=self.host if _tls is not None else None))
         try:
             await asyncio.wait((connecting,), timeout=REQUEST_TIMEOUT_S)  # (as in request)
             if not connecting.done():
