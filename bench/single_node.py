@@ -142,9 +142,11 @@ def process_cpu_seconds(pid: int) -> float:
 
 
 class Broker:
-    def __init__(self, settings: dict[str, object] | None = None) -> None:
+    def __init__(self, settings: dict[str, object] | None = None,
+                 port: int | None = None) -> None:
+        """``port``: the PLAINTEXT listener's, when ``settings`` name the listeners."""
         self.data_dir = tempfile.mkdtemp(prefix="pybroker-bench-")
-        self.port = free_port()
+        self.port = port or free_port()
         started = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pybroker", "serve", "--data-dir", self.data_dir,
@@ -193,12 +195,15 @@ class Broker:
 
 # -- load: many connections, each a thread ------------------------------------------------
 
-def _run_connections(port: int, seconds: float, work) -> tuple[int, float]:
-    """Runs work(sock, stop_at) -> bytes on CONNECTIONS connections; (bytes, seconds)."""
+def _run_connections(port: int, seconds: float, work, wrap=None) -> tuple[int, float]:
+    """Runs work(sock, stop_at) -> bytes on CONNECTIONS connections; (bytes, seconds).
+    ``wrap(sock) -> sock``: e.g. a TLS client's (bench.tls)."""
     totals = [0] * CONNECTIONS
     socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(CONNECTIONS)]
     for s in socks:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if wrap is not None:
+        socks = [wrap(s) for s in socks]
     started = time.monotonic()
     stop_at = started + seconds
 
