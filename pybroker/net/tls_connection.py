@@ -186,12 +186,13 @@ class TlsConnection(Connection):
     def _send_now(self, parts: Sequence[Part]) -> Sequence[Part] | None:
         if len(parts) != 1 or isinstance(parts[0], FileRegion):
             return parts
+        view = memoryview(parts[0]).cast("B")
         try:
-            sent = self.sock.send(parts[0])
-        except (OSError, ValueError):  # wants to wait, or an error the worker reports
+            sent = self.sock.send(view)
+        except OSError:  # wants to wait, or an error the worker's write reports
             return parts
         zerocopy.count_copied(sent)
-        return None
+        return None if sent == len(view) else [view[sent:]]
 
     async def _send_buffers(self, buffers: list[Any], flags: int = 0) -> None:
         data = buffers[0] if len(buffers) == 1 else b"".join(buffers)
@@ -199,7 +200,7 @@ class TlsConnection(Connection):
 
     async def _send_tls(self, data: memoryview) -> None:
         """All of ``data`` through TLS (offered again, whole, while OpenSSL waits)."""
-        while True:
+        while data:
             if self.closed:
                 raise ConnectionClosed()
             try:
@@ -210,7 +211,7 @@ class TlsConnection(Connection):
             except OSError as exc:
                 self._failed_send(exc)
             zerocopy.count_copied(sent)
-            return
+            data = data[sent:]
 
     async def _send_region(self, region: FileRegion) -> None:
         """The copying fallback: read the region in chunks, write each through TLS."""

@@ -179,3 +179,40 @@ def test_a_handshake_never_finished_is_closed(tls_broker_factory, stores: Stores
     _wait_for_log(broker, "TLS handshake not done")
     with WireClient(broker.ssl, tls=client_context(stores)) as client:
         assert client.request(METADATA, 1, {"topics": []})["brokers"]
+
+
+def test_aiokafka_over_tls(module_tls_broker: TlsBroker, stores: Stores) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
+
+    topic = _topic()
+    values = [f"aio-{i}".encode() * 1000 for i in range(100)]
+
+    async def run() -> list[bytes]:
+        context = create_ssl_context(cafile=stores.ca)
+        producer = AIOKafkaProducer(bootstrap_servers=module_tls_broker.ssl,
+                                    security_protocol="SSL", ssl_context=context)
+        await producer.start()
+        try:
+            for value in values:
+                await producer.send(topic, value)
+            await producer.flush()
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=module_tls_broker.ssl,
+                                    security_protocol="SSL", ssl_context=context,
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        received: list[bytes] = []
+        deadline = time.monotonic() + DEADLINE_S
+        try:
+            while len(received) < len(values) and time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500)
+                received += [m.value for messages in batches.values() for m in messages]
+        finally:
+            await consumer.stop()
+        return received
+
+    assert sorted(asyncio.run(run())) == sorted(values)
