@@ -269,7 +269,14 @@ class Broker:
         if config["metrics.listener"]:
             from pybroker.console import Console  # (only a broker with the listener needs it)
 
-            host, port = self.advertised
+            # the console is a plaintext client: of a PLAINTEXT listener when there is one
+            plaintext = [listener.name for listener in listeners.bind
+                         if listener.security_protocol == PLAINTEXT]
+            if not plaintext:
+                log.warning("console: no PLAINTEXT listener to connect to (the console "
+                            "speaks no TLS): it will not reach the cluster")
+            host, port = self.listener_endpoints[plaintext[0]] if plaintext \
+                else self.advertised
             console = Console(f"{host}:{port}")
             self.http_listener = HttpListener(*parse_address(config["metrics.listener"]),
                                               {"/metrics": metrics_handler(self)}, console.handle)
