@@ -229,6 +229,8 @@ TOPIC_DEFAULT_KEYS: dict[str, str] = {
     **{key: "segment.ms" for key in _ROLL_KEYS}}
 
 ENV_PREFIX = "PYBROKER_"
+# Kafka's per-listener settings: listener.name.<listener, lower case>.<key>
+LISTENER_PREFIX = "listener.name."
 
 
 def read_properties(path: str) -> dict[str, str]:
@@ -312,7 +314,8 @@ class BrokerConfig:
         merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
         config = cls(merged)
         for key in config.extra:
-            log.info("ignoring unknown config %s", key)
+            if not key.startswith(LISTENER_PREFIX):  # read by pybroker.net.tls
+                log.info("ignoring unknown config %s", key)
         return config
 
     def get(self, key: str) -> Any:

@@ -96,7 +96,7 @@ from pybroker.net.protocol.codec import parse_request_header
 from pybroker.net.protocol.schema import in_range
 from pybroker.net.protocol.table import APIS
 from pybroker.net.server import Server
-from pybroker.net.tls import ServerTls, client_context
+from pybroker.net.tls import ListenerSettings, ServerTls, client_context
 from pybroker.repl import peer
 from pybroker.security.authorizer import AclAuthorizer, Authorizer
 from pybroker.txn.config import TxnConfig
@@ -185,11 +185,12 @@ class Broker:
         started = time.monotonic()
         # settings errors (listeners, TLS stores) stop the start before recovery
         listeners = listeners_from(self.config)
-        tls = {listener.name: ServerTls(self.config)
+        tls = {listener.name: ServerTls(ListenerSettings(self.config, listener.name))
                for listener in listeners.bind if listener.tls}
         inter_broker = next(listener for listener in listeners.bind
                             if listener.name == listeners.inter_broker)
-        peer.use_tls(client_context(self.config) if inter_broker.tls else None)
+        peer.use_tls(client_context(ListenerSettings(self.config, inter_broker.name))
+                     if inter_broker.tls else None)
         changed = self.config.changed()
         if changed:
             log.info("settings: %s", ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))

@@ -10,6 +10,10 @@ at start. Protocols: ``ssl.enabled.protocols`` (TLSv1.2, TLSv1.3), capped by
 OpenSSL's names and applies to TLS 1.2 (Python's ``ssl`` cannot restrict TLS 1.3's
 suites, all of which are AEAD).
 
+Every ``ssl.*`` key may be given per listener, as Kafka's
+``listener.name.<listener>.ssl.keystore.location`` (the listener's name in lower case),
+which wins over the plain key for that listener (:class:`ListenerSettings`).
+
 ``ssl.client.auth`` (none, requested, required): with a verified client certificate the
 connection's principal is ``User:`` + the subject as RFC 2253 writes it (Java's
 ``X500Principal.getName()``: most specific attribute first, ``CN=client,OU=eng,O=org``),
@@ -36,6 +40,7 @@ import re
 import ssl
 from typing import Any, NamedTuple
 
+from pybroker.config import LISTENER_PREFIX, SCHEMA
 from pybroker.security.acl import ANONYMOUS
 
 log = logging.getLogger("pybroker.tls")
@@ -56,6 +61,24 @@ class TlsError(ValueError):
 
 
 # settings --------------------------------------------------------------------------------
+
+class ListenerSettings:
+    """A broker's settings as one listener sees them: Kafka's
+    ``listener.name.<listener>.<key>`` (listener name in lower case) wins over ``<key>``."""
+
+    def __init__(self, config: Any, listener: str) -> None:
+        self._config = config
+        self._prefix = f"{LISTENER_PREFIX}{listener.lower()}."
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._config.extra.get(self._prefix + key)
+        if value is None:
+            return self._config[key]
+        try:
+            return SCHEMA[key][0](value)
+        except ValueError as exc:
+            raise TlsError(f"{self._prefix}{key}: {exc}") from None
+
 
 def _versions(config: Any) -> tuple[ssl.TLSVersion, ssl.TLSVersion]:
     enabled = [p.strip() for p in config["ssl.enabled.protocols"].split(",") if p.strip()]

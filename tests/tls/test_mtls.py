@@ -5,6 +5,7 @@ DEBUG line of each handshake."""
 
 from __future__ import annotations
 
+import re
 import ssl
 
 import pytest
@@ -13,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.broker.wire_client import WireClient
 from tests.tls.certs import CLIENT_SUBJECT, Stores
-from tests.tls.conftest import client_context, confluent_ssl
+from tests.tls.conftest import client_context, confluent_ssl, ssl_port, tls_settings
 
 METADATA = 3
 
@@ -80,3 +81,19 @@ def test_a_subject_no_rule_maps_is_refused(tls_broker_factory, stores: Stores) -
                                 ssl_principal_mapping_rules="RULE:^CN=bob,.*$/bob/")
     _refused(broker.ssl, client_context(stores, stores.client_cert, stores.client_key))
     assert "no ssl.principal.mapping.rules rule applies" in broker.process.log_text()
+
+
+def test_per_listener_settings(broker_factory, stores: Stores) -> None:
+    """Kafka's listener.name.<listener>.ssl.*: mTLS on one SSL listener only."""
+    broker = broker_factory(**tls_settings(
+        stores, listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,"
+                          "INTERNAL://127.0.0.1:0",
+        listener_security_protocol_map="PLAINTEXT:PLAINTEXT,SSL:SSL,INTERNAL:SSL",
+        **{"listener.name.internal.ssl.client.auth": "required"}))
+    internal = re.findall(r"listener INTERNAL \(SSL\) on \S+:(\d+)", broker.log_text())
+    internal_address = f"127.0.0.1:{internal[-1]}"
+    assert _metadata_over(f"127.0.0.1:{ssl_port(broker)}", client_context(stores))
+    _refused(internal_address, client_context(stores))
+    assert _metadata_over(internal_address, client_context(stores, stores.client_cert,
+                                                           stores.client_key))
+    assert "ignoring unknown config listener.name" not in broker.log_text()
