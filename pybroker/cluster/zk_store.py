@@ -15,8 +15,13 @@ URL-safe base64 of the 16 bytes without padding)::
 
     /cluster/id                                 {"version":"1","id":"<cluster id>"}
     /brokers/ids/<id>               ephemeral   {"version":5,"host":h,"port":p,
-                                                 "endpoints":["PLAINTEXT://h:p"],"jmx_port":-1,
-                                                 "timestamp":"<ms>","control":"h:p"}
+                                                 "endpoints":["PLAINTEXT://h:p","SSL://h:q"],
+                                                 "listener_security_protocol_map":
+                                                   {"PLAINTEXT":"PLAINTEXT","SSL":"SSL"},
+                                                 "jmx_port":-1,"timestamp":"<ms>",
+                                                 "control":"h:p"}
+                                                (host, port: the inter-broker listener's;
+                                                Kafka's are the PLAINTEXT listener's)
     /controller                     ephemeral   {"version":1,"brokerid":id,"timestamp":"<ms>"}
     /controller_epoch                           "<epoch>" (decimal text; the first is 1)
     /brokers/topics/<t>                         {"version":3,"topic_id":"...","partitions":
