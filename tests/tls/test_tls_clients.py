@@ -6,6 +6,7 @@ listener's endpoints, and bad TLS clients closed with a log line while others go
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 import ssl
 import time
@@ -216,3 +217,47 @@ def test_aiokafka_over_tls(module_tls_broker: TlsBroker, stores: Stores) -> None
         return received
 
     assert sorted(asyncio.run(run())) == sorted(values)
+
+
+def test_garbage_after_the_handshake_closes_that_connection(module_tls_broker: TlsBroker,
+                                                            stores: Stores) -> None:
+    """A record that does not decrypt: the connection goes with a log line."""
+    before = module_tls_broker.process.log_text().count("receive failed")
+    with WireClient(module_tls_broker.ssl, tls=client_context(stores)) as client:
+        assert client.request(METADATA, 1, {"topics": []})["brokers"]
+        raw = socket.socket(fileno=os.dup(client.sock.fileno()))
+        raw.sendall(b"\x17\x03\x03\x00\x20" + b"\x00" * 32)  # application data, bad MAC
+        raw.close()
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            client.request(METADATA, 1, {"topics": []})
+    deadline = time.monotonic() + DEADLINE_S
+    while module_tls_broker.process.log_text().count("receive failed") <= before:
+        assert time.monotonic() < deadline, "the bad record was not logged"
+        time.sleep(0.05)
+
+
+def test_memory_bound_pauses_and_resumes_tls_connections(tls_broker_factory,
+                                                          stores: Stores) -> None:
+    """Producers of large batches on a broker whose request memory holds two of them:
+    TLS connections paused by the bound resume (bytes OpenSSL holds decrypted included)
+    and every record is acknowledged."""
+    broker = tls_broker_factory(queued_max_request_bytes=2_500_000,
+                                socket_request_max_bytes=2_000_000)
+    topic = _topic()
+    conf = confluent_ssl(stores, broker.ssl)
+    errors: list[object] = []
+    producers = [Producer({**conf, "linger.ms": 5, "batch.size": 900_000,
+                           "compression.type": "none"}) for _ in range(4)]
+    sent = 0
+    for round_ in range(40):
+        for i, producer in enumerate(producers):
+            value = hashlib.sha256(f"{round_}-{i}".encode()).digest() * 6000  # 192 KB
+            producer.produce(topic, value,
+                             on_delivery=lambda err, _msg: err and errors.append(err))
+            sent += 1
+        for producer in producers:
+            producer.poll(0)
+    for producer in producers:
+        assert producer.flush(DEADLINE_S) == 0
+    assert errors == []
+    assert len(_consume_all(conf, topic, sent)) == sent
