@@ -57,6 +57,22 @@ def test_confluent_with_a_client_certificate(tls_broker_factory, stores: Stores)
         without.list_topics(timeout=5)
 
 
+def test_kafka_python_with_a_client_certificate(tls_broker_factory, stores: Stores) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    broker = tls_broker_factory(ssl_client_auth="required")
+    admin = KafkaAdminClient(bootstrap_servers=broker.ssl, security_protocol="SSL",
+                             ssl_cafile=stores.ca, ssl_certfile=stores.client_cert,
+                             ssl_keyfile=stores.client_key)
+    assert admin.describe_cluster()["brokers"][0]["port"] == broker.ssl_port
+    admin.close()
+    with pytest.raises(KafkaError):
+        KafkaAdminClient(bootstrap_servers=broker.ssl, security_protocol="SSL",
+                         ssl_cafile=stores.ca, request_timeout_ms=3000,
+                         api_version_auto_timeout_ms=3000)
+
+
 def test_requested_lets_anonymous_clients_in(tls_broker_factory, stores: Stores) -> None:
     broker = tls_broker_factory(ssl_client_auth="requested", log_level="DEBUG")
     assert _metadata_over(broker.ssl, client_context(stores))

@@ -65,6 +65,7 @@ def test_encrypted_key_with_ssl_key_password(tls_broker_factory, stores: Stores)
     ({"ssl_keystore_type": "JKS"}, "only PEM stores"),
     ({"ssl_enabled_protocols": "TLSv1.1"}, "only TLSv1.2 and TLSv1.3"),
     ({"ssl_client_auth": "sometimes"}, "ssl.client.auth"),
+    ({"ssl_cipher_suites": "NO-SUCH-CIPHER"}, "cannot start"),
     ({"listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"},
      "SASL is not implemented"),
     ({"listeners": "INTERNAL://127.0.0.1:0"}, "no security protocol"),
@@ -75,6 +76,15 @@ def test_bad_settings_stop_the_start(tls_broker_factory, stores: Stores, setting
         settings = {**settings, "ssl_keystore_location": stores.keystore_encrypted}
     with pytest.raises(RuntimeError, match=message):
         tls_broker_factory(**settings)
+
+
+def test_cipher_suites_restrict_tls12(tls_broker_factory, stores: Stores) -> None:
+    broker = tls_broker_factory(ssl_cipher_suites="ECDHE-ECDSA-AES128-GCM-SHA256",
+                                ssl_protocol="TLSv1.2")
+    with WireClient(broker.ssl, tls=client_context(stores)) as client:
+        assert client.sock.version() == "TLSv1.2"  # type: ignore[attr-defined]
+        assert client.sock.cipher()[0] == \
+            "ECDHE-ECDSA-AES128-GCM-SHA256"  # type: ignore[attr-defined]
 
 
 def test_named_listeners_and_inter_broker_listener(broker_factory, stores: Stores) -> None:
