@@ -179,18 +179,23 @@ class Broker:
         return total / 1e9
 
     def create_topic(self, topic: str, partitions: int) -> None:
-        body = {"topics": [{"name": topic, "num_partitions": partitions,
-                            "replication_factor": 1, "assignments": [], "configs": [
-                                {"name": "max.message.bytes", "value": str(2 * BATCH_BYTES)}]}],
-                "timeout_ms": 30000, "validate_only": False}
-        with socket.create_connection(("127.0.0.1", self.port)) as sock:
-            sock.sendall(codec.encode_request(19, 4, 1, body, "bench"))
-            recv_frame(sock, memoryview(bytearray(1 << 16)))
+        create_topic(self.port, topic, partitions)
 
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(30)
         shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def create_topic(port: int, topic: str, partitions: int) -> None:
+    """CreateTopics on the broker at 127.0.0.1:``port`` (any Kafka-protocol broker)."""
+    body = {"topics": [{"name": topic, "num_partitions": partitions,
+                        "replication_factor": 1, "assignments": [], "configs": [
+                            {"name": "max.message.bytes", "value": str(2 * BATCH_BYTES)}]}],
+            "timeout_ms": 30000, "validate_only": False}
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(codec.encode_request(19, 4, 1, body, "bench"))
+        recv_frame(sock, memoryview(bytearray(1 << 16)))
 
 
 # -- load: many connections, each a thread ------------------------------------------------

@@ -1,12 +1,13 @@
 """TLS against plaintext on one broker, in the same run: produce and fetch throughput.
 
-    python3 -m bench.tls [--seconds 5] [--out DIR]
+    python3 -m bench.tls [--seconds 5] [--out DIR] [--kafka [REFERENCE_DIR]]
 
 One broker serves a PLAINTEXT and an SSL listener at once (a throwaway CA and broker
 certificate, EC P-256, made with the ``openssl`` command). The load is bench.single_node's
 (1 MiB batches over 4 connections, acks=1; fetches of 4 MiB from page cache), run once
-on each listener, alternating produce and fetch, so both figures share the machine's
-state. The TLS client is Python's ``ssl`` over the same blocking sockets: its encryption
+on each listener, plaintext then TLS for each figure, so each fraction comes from
+back-to-back runs. ``--kafka`` runs the same against Apache Kafka 4.1 (the reference
+folder's ``kafka.sh``) configured with the same PEM certificates, for Kafka's fraction. The TLS client is Python's ``ssl`` over the same blocking sockets: its encryption
 costs the client CPU too, which on a small machine competes with the broker; the run
 reports the broker's CPU seconds per GB on each path, which is what the broker pays.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -33,16 +35,19 @@ import subprocess
 import sys
 import tempfile
 
+from bench.hostile.side_by_side import REFERENCE, free_port_pair
 from bench.single_node import (
     BATCH_BYTES,
     CONNECTIONS,
     RECORD_BYTES,
     Broker,
     _run_connections,
+    create_topic,
     fetch_work,
     free_port,
     machine,
     one_mib_batch,
+    process_cpu_seconds,
     produce_frame,
     produce_work,
     recv_frame,
@@ -80,61 +85,103 @@ def ktls_offered() -> bool:
         return False
 
 
-def _produce(port: int, seconds: float, frames: list[bytes], broker: Broker, wrap) -> dict:
-    cpu0 = broker.cpu_seconds()
-    moved, elapsed = _run_connections(port, seconds, produce_work(frames, True), wrap)
+class _Target:
+    """A broker under test: its two ports and its process's CPU seconds."""
+
+    def __init__(self, plain_port: int, ssl_port: int, pid: int) -> None:
+        self.plain_port, self.ssl_port, self.pid = plain_port, ssl_port, pid
+
+    def cpu_seconds(self) -> float:
+        return process_cpu_seconds(self.pid)
+
+
+def _measure(target: _Target, port: int, seconds: float, work, wrap) -> dict:
+    cpu0 = target.cpu_seconds()
+    moved, elapsed = _run_connections(port, seconds, work, wrap)
     return {"mb_s": moved / elapsed / 1e6,
-            "broker_cpu_s_per_gb": (broker.cpu_seconds() - cpu0) / (moved / 1e9)}
+            "broker_cpu_s_per_gb": (target.cpu_seconds() - cpu0) / (moved / 1e9)}
 
 
-def _fetch(port: int, seconds: float, log_end: int, batch: bytes, broker: Broker,
-           wrap) -> dict:
-    cpu0 = broker.cpu_seconds()
-    moved, elapsed = _run_connections(port, seconds, fetch_work("ingest", log_end,
-                                                                4 * BATCH_BYTES, len(batch)),
-                                      wrap)
-    return {"mb_s": moved / elapsed / 1e6,
-            "broker_cpu_s_per_gb": (broker.cpu_seconds() - cpu0) / (moved / 1e9)}
+def measure(target: _Target, seconds: float, ca: str, batches_per_partition: int = 64
+            ) -> dict:
+    """Fetch and produce, each on the PLAINTEXT listener then on the SSL one."""
+    context = ssl.create_default_context(cafile=ca)
+
+    def wrap(sock: socket.socket) -> socket.socket:
+        return context.wrap_socket(sock, server_hostname="127.0.0.1")
+
+    create_topic(target.plain_port, "ingest", CONNECTIONS)
+    batch = one_mib_batch()
+    frames = [produce_frame("ingest", p, batch) for p in range(CONNECTIONS)]
+    with wrap(socket.create_connection(("127.0.0.1", target.ssl_port))) as probe:
+        cipher = probe.cipher()
+        result: dict = {"tls": {"version": probe.version(),
+                                "cipher": cipher[0] if cipher else None}}
+        scratch = memoryview(bytearray(1 << 16))
+        for _ in range(batches_per_partition):  # the data the fetches read
+            for frame in frames:
+                probe.sendall(frame)
+                recv_frame(probe, scratch)
+    log_end = batches_per_partition * (BATCH_BYTES // (RECORD_BYTES + 16))
+    fetch = fetch_work("ingest", log_end, 4 * BATCH_BYTES, len(batch))
+    produce = produce_work(frames, True)
+    for name, work in (("fetch", fetch), ("produce", produce)):
+        plain = _measure(target, target.plain_port, seconds, work, None)
+        tls = _measure(target, target.ssl_port, seconds, work, wrap)
+        result[name] = {"plaintext": plain, "tls": tls,
+                        "tls_fraction": tls["mb_s"] / plain["mb_s"]}
+    return result
 
 
-def run(seconds: float, batches_per_partition: int = 64) -> dict:
-    certs = tempfile.mkdtemp(prefix="pybroker-bench-tls-")
-    keystore, ca = make_certificates(certs)
+def run_pybroker(seconds: float, keystore: str, ca: str) -> dict:
     plain_port, ssl_port = free_port(), free_port()
     broker = Broker({"listeners": f"PLAINTEXT://127.0.0.1:{plain_port},"
                                   f"SSL://127.0.0.1:{ssl_port}",
                      "ssl.keystore.location": keystore, "ssl.truststore.location": ca},
                     port=plain_port)
-    context = ssl.create_default_context(cafile=ca)
-
-    def wrap(sock):
-        return context.wrap_socket(sock, server_hostname="127.0.0.1")
-
     try:
-        broker.create_topic("ingest", CONNECTIONS)
-        batch = one_mib_batch()
-        frames = [produce_frame("ingest", p, batch) for p in range(CONNECTIONS)]
-        with wrap(socket.create_connection(("127.0.0.1", ssl_port))) as probe:
-            negotiated = {"version": probe.version(), "cipher": probe.cipher()[0]}
-            scratch = memoryview(bytearray(1 << 16))
-            for _ in range(batches_per_partition):  # the data the fetches read
-                for frame in frames:
-                    probe.sendall(frame)
-                    recv_frame(probe, scratch)
-        log_end = batches_per_partition * (BATCH_BYTES // (RECORD_BYTES + 16))
-        result: dict = {"tls": negotiated, "ktls_offered_by_kernel": ktls_offered(),
-                        "ktls_used": False}
-        result["fetch_plaintext"] = _fetch(plain_port, seconds, log_end, batch, broker, None)
-        result["fetch_tls"] = _fetch(ssl_port, seconds, log_end, batch, broker, wrap)
-        result["produce_plaintext"] = _produce(plain_port, seconds, frames, broker, None)
-        result["produce_tls"] = _produce(ssl_port, seconds, frames, broker, wrap)
-        for figure in ("fetch", "produce"):
-            result[f"{figure}_tls_fraction"] = (result[f"{figure}_tls"]["mb_s"]
-                                                / result[f"{figure}_plaintext"]["mb_s"])
+        return measure(_Target(plain_port, ssl_port, broker.proc.pid), seconds, ca)
+    finally:
+        broker.stop()
+
+
+def run_kafka(seconds: float, keystore: str, ca: str, reference: str) -> dict:
+    """Apache Kafka (``kafka.sh`` of the reference folder) with the same certificates."""
+    port, ssl_port = free_port_pair(), free_port()
+    work = tempfile.mkdtemp(prefix="bench-tls-kafka-")
+    listeners = f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{port + 1}," \
+                f"SSL://127.0.0.1:{ssl_port}"
+    settings = {"listeners": listeners, "advertised.listeners": listeners,
+                "listener.security.protocol.map":
+                    "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL",
+                "ssl.keystore.type": "PEM", "ssl.keystore.location": keystore,
+                "ssl.truststore.type": "PEM", "ssl.truststore.location": ca}
+    env = dict(os.environ, KAFKA_PORT=str(port), KAFKA_WORK=work, KAFKA_FRESH="1",
+               KAFKA_SET=" ".join(f"{k}={v}" for k, v in settings.items()))
+    script = os.path.join(reference, "kafka.sh")
+    started = subprocess.run([script, "start"], env=env, capture_output=True, text=True,
+                             timeout=300)
+    found = re.search(r"pid (\d+) port", started.stdout)
+    try:
+        if started.returncode or not found:
+            raise RuntimeError(f"kafka.sh start failed: {started.stdout}{started.stderr}")
+        return measure(_Target(port, ssl_port, int(found.group(1))), seconds, ca)
+    finally:
+        subprocess.run([script, "stop"], env=env, capture_output=True, timeout=300)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(seconds: float, kafka_reference: str | None = None) -> dict:
+    certs = tempfile.mkdtemp(prefix="pybroker-bench-tls-")
+    try:
+        keystore, ca = make_certificates(certs)
+        result: dict = {"ktls_offered_by_kernel": ktls_offered(), "ktls_used": False,
+                        "pybroker": run_pybroker(seconds, keystore, ca)}
+        if kafka_reference:
+            result["kafka"] = run_kafka(seconds, keystore, ca, kafka_reference)
         result["machine"] = machine()
         return result
     finally:
-        broker.stop()
         shutil.rmtree(certs, ignore_errors=True)
 
 
@@ -142,8 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--out", default=None, help="directory for result.json")
+    parser.add_argument("--kafka", nargs="?", const=REFERENCE, default=None,
+                        metavar="REFERENCE_DIR",
+                        help=f"also Apache Kafka, with the same certificates "
+                             f"(kafka.sh of {REFERENCE} by default)")
     args = parser.parse_args(argv)
-    result = run(args.seconds)
+    result = run(args.seconds, args.kafka)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
