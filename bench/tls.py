@@ -52,6 +52,7 @@ from bench.single_node import (
     produce_work,
     recv_frame,
 )
+from pybroker.net.tls_connection import KTLS_AVAILABLE
 
 
 def make_certificates(directory: str) -> tuple[str, str]:
@@ -175,7 +176,8 @@ def run(seconds: float, kafka_reference: str | None = None) -> dict:
     certs = tempfile.mkdtemp(prefix="pybroker-bench-tls-")
     try:
         keystore, ca = make_certificates(certs)
-        result: dict = {"ktls_offered_by_kernel": ktls_offered(), "ktls_used": False,
+        result: dict = {"ktls_offered_by_kernel": ktls_offered(),
+                        "ktls_used": KTLS_AVAILABLE,
                         "pybroker": run_pybroker(seconds, keystore, ca)}
         if kafka_reference:
             result["kafka"] = run_kafka(seconds, keystore, ca, kafka_reference)

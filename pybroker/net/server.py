@@ -56,7 +56,7 @@ from pybroker.net.network_threads import NetworkThreads
 from pybroker.net.request_memory import RequestMemory
 from pybroker.net.request_times import RequestTimes
 from pybroker.net.tls import ServerTls
-from pybroker.net.tls_connection import TlsConnection
+from pybroker.net.tls_connection import KTLS_AVAILABLE, TlsConnection
 
 log = logging.getLogger("pybroker.net")
 
@@ -148,8 +148,10 @@ class _Acceptor:
             sock.close()
             raise
         self.sock = sock
-        log.info("listener %s (%s) on %s:%d", self.listener.name,
-                 self.listener.security_protocol, *sock.getsockname()[:2])
+        log.info("listener %s (%s) on %s:%d%s", self.listener.name,
+                 self.listener.security_protocol, *sock.getsockname()[:2],
+                 "" if self.tls is None else
+                 f"; fetch over TLS {'uses kTLS' if KTLS_AVAILABLE else 'copies (no kTLS)'}")
 
     def close(self) -> None:
         if self.sock is not None:
