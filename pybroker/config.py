@@ -229,6 +229,9 @@ TOPIC_DEFAULT_KEYS: dict[str, str] = {
     **{key: "segment.ms" for key in _ROLL_KEYS}}
 
 ENV_PREFIX = "PYBROKER_"
+# Kafka's PASSWORD-type keys: never logged, described as sensitive with a null value
+SENSITIVE_KEYS = frozenset({"ssl.key.password", "ssl.keystore.password",
+                            "ssl.truststore.password"})
 # Kafka's per-listener settings: listener.name.<listener, lower case>.<key>
 LISTENER_PREFIX = "listener.name."
 

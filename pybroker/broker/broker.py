@@ -81,7 +81,7 @@ from pybroker.broker.refusals import RefusalLog
 from pybroker.broker.request import Encoded, RequestContext
 from pybroker.broker.topic_manager import TopicManager
 from pybroker.broker.validation import ValidationPool
-from pybroker.config import BrokerConfig, parse_address
+from pybroker.config import SENSITIVE_KEYS, BrokerConfig, parse_address
 from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log.checkpoints import fsync_dir, replace_file
@@ -193,7 +193,9 @@ class Broker:
                      if inter_broker.tls else None)
         changed = self.config.changed()
         if changed:
-            log.info("settings: %s", ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
+            log.info("settings: %s", ", ".join(
+                f"{k}={'[hidden]' if k in SENSITIVE_KEYS else v}"
+                for k, v in sorted(changed.items())))
         os.makedirs(self.data_dir, exist_ok=True)
         self.cluster_id = self._read_meta(await self.metadata.join(self._read_meta()))
         await self.metadata.follow_broker_configs(self.dynamic_config)

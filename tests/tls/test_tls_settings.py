@@ -17,7 +17,7 @@ from tests.broker.wire_client import WireClient
 from tests.tls.certs import KEY_PASSWORD, Stores, broker_keystore
 from tests.tls.conftest import client_context, tls_settings
 
-METADATA = 3
+METADATA, DESCRIBE_CONFIGS = 3, 32
 
 
 def _subject_cn(bootstrap: str, stores: Stores) -> str:
@@ -57,6 +57,27 @@ def test_encrypted_key_with_ssl_key_password(tls_broker_factory, stores: Stores)
     broker = tls_broker_factory(ssl_keystore_location=stores.keystore_encrypted,
                                 ssl_key_password=KEY_PASSWORD)
     assert _subject_cn(broker.ssl, stores) == "localhost"
+
+
+def test_passwords_are_never_shown(tls_broker_factory, stores: Stores) -> None:
+    """DescribeConfigs names the key password sensitive with no value (Kafka's PASSWORD
+    type) and the start-up settings line hides it."""
+    broker = tls_broker_factory(ssl_keystore_location=stores.keystore_encrypted,
+                                ssl_key_password=KEY_PASSWORD)
+    with WireClient(broker.plaintext) as client:
+        answer = client.request(DESCRIBE_CONFIGS, 4, {
+            "resources": [{"resource_type": 4, "resource_name": "0",
+                           "configuration_keys": ["ssl.key.password",
+                                                  "ssl.keystore.location"]}],
+            "include_synonyms": True, "include_documentation": False})
+    entries = {e["name"]: e for e in answer["results"][0]["configs"]}
+    secret = entries["ssl.key.password"]
+    assert (secret["value"], secret["is_sensitive"]) == (None, True)
+    assert all(synonym["value"] is None for synonym in secret["synonyms"])
+    assert entries["ssl.keystore.location"]["value"] == stores.keystore_encrypted
+    log = "\n".join(line for line in broker.process.log_text().splitlines()
+                    if not line.startswith("--- "))  # the test's own command line
+    assert "ssl.key.password=[hidden]" in log and KEY_PASSWORD not in log
 
 
 @pytest.mark.parametrize(("settings", "message"), [

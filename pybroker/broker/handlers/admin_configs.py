@@ -85,6 +85,7 @@ TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 
 # DescribeConfigsResponse.ConfigType
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
+PASSWORD = 9
 # IncrementalAlterConfigs operations
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -171,10 +172,14 @@ def _text(value: object) -> str | None:
 def _entry(name: str, value: object, source: int, kind: int, doc: str | None,
            synonyms: list[DescribeConfigsResponseSynonym],
            read_only: bool = False) -> DescribeConfigsResponseResourceResult:
+    sensitive = name in broker_config.SENSITIVE_KEYS  # as Kafka: a password is never shown
+    if sensitive:
+        value = None
+        synonyms = [{**synonym, "value": None} for synonym in synonyms]
     return {"name": name, "value": _text(value),
             "read_only": read_only, "is_default": source == ConfigSource.DEFAULT_CONFIG,
-            "config_source": source, "is_sensitive": False, "synonyms": synonyms,
-            "config_type": kind, "documentation": doc}
+            "config_source": source, "is_sensitive": sensitive, "synonyms": synonyms,
+            "config_type": PASSWORD if sensitive else kind, "documentation": doc}
 
 
 def _topic_entries(ctx: RequestContext, overrides: dict[str, str], keys: set[str] | None,
