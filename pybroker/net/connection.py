@@ -23,6 +23,8 @@ by settings, never by what the client declares:
   wait for its worker (pipelining), and while a response waits for the socket to become
   writable: a client that does not read its answers stops being read (Kafka's muted
   channel), so its requests and answers pile up in neither our memory nor our CPU.
+- A connection throttled for a quota (``throttle``) is not read, and its requests already
+  received wait, until its throttle time is up: Kafka's muted channel of KIP-219.
 A size prefix above ``socket.request.max.bytes`` (or negative) is logged and the
 connection closed, as Kafka does.
 
@@ -256,7 +258,7 @@ class Connection:
                  "_on_close", "_loop", "_pending", "_large", "_large_pos", "_queue",
                  "_queued_bytes", "_charged", "_reading", "_handover",
                  "_write_waiter", "_write_blocked", "_draining", "_gone", "_memory_wait",
-                 "_thread_users", "_receiving", "_pipe", "_worker")
+                 "_thread_users", "_receiving", "_pipe", "_worker", "_throttle")
 
     def __init__(self, sock: socket.socket, peer: str, dispatch: Dispatch, limits: Limits,
                  on_close: Callable[[Connection], None],
@@ -294,6 +296,7 @@ class Connection:
         self._receiving = False  # a network thread is receiving the rest of _large
         self._pipe = _new_pipe()
         self._worker: asyncio.Task[None] | None = None  # running while there is work
+        self._throttle: asyncio.TimerHandle | None = None  # muted for a quota until it fires
         self._update_reading()
 
     # receive ---------------------------------------------------------------------------
@@ -301,13 +304,37 @@ class Connection:
     def _update_reading(self) -> None:
         """Read exactly when nothing holds this connection back."""
         want = not (self.closed or self._draining or self._receiving or self._write_blocked
-                    or self._memory_wait or self._queued_bytes > self._limits.max_queued)
+                    or self._memory_wait or self._queued_bytes > self._limits.max_queued
+                    or self._throttle is not None)
         if want and not self._reading:
             self._loop.add_reader(self.fd, self._on_readable)
             self._reading = True
         elif not want and self._reading:
             self._loop.remove_reader(self.fd)
             self._reading = False
+
+    def throttle(self, ms: int) -> None:
+        """Mute this connection for ``ms`` (a client over its quota, Kafka's throttled
+        channel, KIP-219): the response being answered still goes out, but nothing more
+        is read or answered until the time is up. A timer, not a sleep: the loop and
+        the other connections carry on."""
+        if ms <= 0 or self.closed:
+            return
+        until = self._loop.time() + ms / 1000
+        if self._throttle is not None:
+            if self._throttle.when() >= until:
+                return
+            self._throttle.cancel()
+        self._throttle = self._loop.call_at(until, self._unthrottle)
+        self._update_reading()
+
+    def _unthrottle(self) -> None:
+        if self._throttle is not None:
+            self._throttle.cancel()
+            self._throttle = None
+        self._update_reading()
+        if self._queue and not self.closed:
+            self._kick()
 
     def memory_granted(self) -> None:
         self._memory_wait = False
@@ -487,11 +514,12 @@ class Connection:
         """Frames were queued: with no worker running, answer those that complete at once
         right here (``_serve_inline``) and start a worker for the rest; a running worker
         gets to them in order."""
-        if self._worker is not None:
+        if self._worker is not None or self._throttle is not None:
             return
         if self._queue and self._handover is None:
             self._serve_inline()
-        if (self._queue or self._handover is not None) and not self.closed:
+        if (self._handover is not None or self._queue and self._throttle is None) \
+                and not self.closed:
             self._worker = self._loop.create_task(self._run())
 
     def _serve_inline(self) -> None:
@@ -509,7 +537,7 @@ class Connection:
         the socket did not take whole. Only one request is ever handed over, and nothing
         more is answered here until the worker has finished it."""
         started = taken = time.monotonic()
-        while self._queue and not self.closed:
+        while self._queue and not self.closed and self._throttle is None:
             frame = self._dequeue()
             coro = self._dispatch(self, frame)
             if not hasattr(coro, "send"):  # an awaitable that is no coroutine: the worker's
@@ -561,7 +589,8 @@ class Connection:
         resumed_at = time.monotonic()
         ended = False  # ended by an error: the connection closes
         try:
-            while (self._queue or self._handover is not None) and not self.closed:
+            while (self._handover is not None or self._queue and self._throttle is None) \
+                    and not self.closed:
                 if self._handover is not None:  # begun by _serve_inline
                     frame, resumed, response, taken = self._handover
                     self._handover = None
@@ -766,6 +795,7 @@ class Connection:
         """Stop reading; the worker answers the requests already received, then closes
         (returned, to be awaited); with nothing to answer, close now (None)."""
         self._draining = True
+        self._unthrottle()  # what is received is answered now
         self._update_reading()
         if self._worker is None and self._queue:
             self._kick()
@@ -777,6 +807,9 @@ class Connection:
         if self.closed:
             return
         self.closed = True
+        if self._throttle is not None:
+            self._throttle.cancel()
+            self._throttle = None
         self._update_reading()
         self._limits.memory.forget(self)
         if self._write_waiter is not None:
