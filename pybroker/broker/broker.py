@@ -8,9 +8,10 @@ and ``txn_coordinator`` (built by the metadata plane, which wires them to partit
 leadership), ``markers`` (the transaction coordinator's ``MarkerWriter``),
 ``txn_verifier`` (the produce path's question to the coordinator, KIP-890),
 ``validation_pool`` (threads validating large produce batches; None with
-``num.io.threads=0``) and ``authorizer`` (ACLs, :mod:`pybroker.security`; None without
-``authorizer.class.name``). Nothing is attached to the broker from elsewhere. ``config`` is
-the current settings, static and dynamic (``dynamic_config``,
+``num.io.threads=0``), ``authorizer`` (ACLs, :mod:`pybroker.security`; None without
+``authorizer.class.name``) and ``quotas`` (the client quotas set and the rates measured
+against them, :mod:`pybroker.broker.quotas`). Nothing is attached to the broker from
+elsewhere. ``config`` is the current settings, static and dynamic (``dynamic_config``,
 :mod:`pybroker.broker.dynamic_config`, which tells the topics, the log cleaner, the
 server and the transaction verifier when a dynamic key they use changes).
 
@@ -77,6 +78,7 @@ from pybroker.broker.files import STATS_FILE, read_json, write_json
 from pybroker.broker.http_listener import HttpListener, metrics_handler
 from pybroker.broker.leader_offsets import LeaderHighWatermarks
 from pybroker.broker.producer_ids import ProducerIdManager
+from pybroker.broker.quotas import ClientQuotas
 from pybroker.broker.refusals import RefusalLog
 from pybroker.broker.request import Encoded, RequestContext
 from pybroker.broker.topic_manager import TopicManager
@@ -130,7 +132,7 @@ class Broker:
                  "shutting_down", "_tasks", "_logs_open",
                  "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
                  "_stats_last", "requests_by_api", "http_listener", "refusals",
-                 "leader_offsets")
+                 "leader_offsets", "quotas")
 
     def __init__(self, config: BrokerConfig) -> None:
         self.dynamic_config = DynamicBrokerConfig(config)
@@ -162,6 +164,8 @@ class Broker:
         self.http_listener: HttpListener | None = None
         self.leader_offsets = LeaderHighWatermarks(self)
         self.refusals = RefusalLog()
+        self.quotas = ClientQuotas(max(1, config["quota.window.num"]),
+                                   max(1, config["quota.window.size.seconds"]))
         self._tasks: list[asyncio.Task[None]] = []
         self._logs_open = False  # what shutdown has to stop: the parts start() got to
         self.cleaner: LogCleaner | None = None
@@ -248,6 +252,7 @@ class Broker:
         log.info("recovery done: %d topics, %d partitions in %.3f s",
                  len(self.topics.topics()), len(self.topics.partitions()),
                  time.monotonic() - started)
+        await self.metadata.follow_client_quotas(self.quotas)
         collector.freeze_long_lived()
         config = self.config
         self.server = Server(

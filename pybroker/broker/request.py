@@ -125,6 +125,19 @@ class RequestContext:
             return await waited
         return await self.conn.wait(waited)
 
+    def record_quota(self, key: str, value: float, unrecord_if_throttled: bool = False
+                     ) -> int:
+        """Count ``value`` against the client's quota of ``key``
+        (``ClientQuotas.record``); the throttle time it earns, in ms, for the response's
+        ``throttle_time_ms``, for which the connection is muted (``Connection.throttle``)."""
+        conn = self.conn
+        if conn is None:
+            return 0
+        ms = self.broker.quotas.record(key, self.principal, self.client_id, value,
+                                       unrecord_if_throttled)
+        conn.throttle(ms)
+        return ms
+
 
 class Encoded(NamedTuple):
     """A response the handler encoded itself: the whole frame as bytes and FileRegions."""

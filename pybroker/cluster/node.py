@@ -20,13 +20,16 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from pybroker.broker.quotas import entity_from_path, entity_path, stored_text, stored_values
 from pybroker.cluster.metadata_cache import MetadataCache
+from pybroker.cluster.zk_store import QUOTA_KINDS
 from pybroker.config import parse_address
 from pybroker.net.listeners import listeners_from
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
     from pybroker.broker.dynamic_config import DynamicBrokerConfig
+    from pybroker.broker.quotas import ClientQuotas, Entity
     from pybroker.cluster.channel import ControlServer
     from pybroker.cluster.controller import Controller
 
@@ -110,6 +113,32 @@ class ClusterNode:
             def changed(configs: dict[str, str], entity: str = entity) -> None:  # kazoo's
                 loop.call_soon_threadsafe(dynamic.load, entity, configs)
             await asyncio.to_thread(self.store.watch_broker_configs, entity, changed)
+
+    async def follow_client_quotas(self, quotas: ClientQuotas) -> None:
+        """Load the client quotas from ZooKeeper, then apply each change announced in
+        ``/config/changes`` on the loop."""
+        loop = asyncio.get_running_loop()
+        for path, configs in (await asyncio.to_thread(self.store.client_quotas)).items():
+            entity = entity_from_path(path)
+            quotas.set(entity, stored_values(entity, configs))
+
+        def changed(paths: list[str]) -> None:  # kazoo's thread
+            loop.call_soon_threadsafe(self._spawn, self._apply_quotas(quotas, paths))
+        await asyncio.to_thread(self.store.watch_config_changes, changed, QUOTA_KINDS)
+
+    async def _apply_quotas(self, quotas: ClientQuotas, paths: list[str]) -> None:
+        for path in paths:
+            try:
+                entity = entity_from_path(path)
+            except (KeyError, ValueError):
+                log.warning("ignoring the change of an unknown quota entity %s", path)
+                continue
+            configs = await asyncio.to_thread(self.store.client_quota, path)
+            quotas.set(entity, stored_values(entity, configs))
+
+    async def write_client_quota(self, entity: Entity, values: dict[str, float]) -> None:
+        await asyncio.to_thread(self.store.set_client_quota, entity_path(entity),
+                                stored_text(values))
 
     async def write_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
         await asyncio.to_thread(self.store.set_broker_configs, entity, configs)

@@ -32,8 +32,13 @@ URL-safe base64 of the 16 bytes without padding)::
     /config/topics/<t>                          {"version":1,"config":{key: value}}
     /config/brokers/<id> and /config/brokers/<default>
                                                 {"version":1,"config":{key: value}}
+    /config/users/<u>, /config/users/<u>/clients/<c>, /config/clients/<c>, /config/ips/<ip>
+                                                {"version":1,"config":{key: value}}
+                                                (client quotas; names URL-encoded,
+                                                 the default "<default>")
     /config/changes/config_change_<seq>         {"version":2,"entity_path":"topics/<t>"}
-                                                (or "brokers/<id>", "brokers/<default>")
+                                                (or "brokers/<id>", "brokers/<default>",
+                                                 a client quota's path under /config)
     /isr_change_notification/isr_change_<seq>   {"version":1,"partitions":[{"topic":t,
                                                  "partition":p}]}
     /admin/delete_topics/<t>                    (empty)
@@ -82,6 +87,8 @@ CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
 CONFIG_CHANGES = "/config/changes"
+CONFIG = "/config"
+QUOTA_KINDS = ("users", "clients", "ips")  # the /config children that hold client quotas
 CONFIG_CHANGE_PREFIX = "config_change_"
 ISR_CHANGES = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
@@ -605,15 +612,44 @@ class ClusterStore:
                 log.exception("ZooKeeper watch of %s failed; still watching", path)
         DataWatch(self._zk, path, on_data)
 
-    def watch_config_changes(self, fn: Callable[[list[str]], None]) -> None:
-        """``fn(topic names)`` for the notifications not seen yet (at first: all present,
-        as Kafka's listener does); notifications older than 15 min are deleted."""
+    def client_quotas(self) -> dict[str, dict[str, str]]:
+        """Every client quota znode's configs by its entity path (``users/alice``, ...)."""
+        paths = [f"{kind}/{name}" for kind in QUOTA_KINDS
+                 for name in self._children(f"{CONFIG}/{kind}")]
+        paths += [f"{path}/clients/{client}" for path in paths if path.startswith("users/")
+                  for client in self._children(f"{CONFIG}/{path}/clients")]
+        got = self._get_many(f"{CONFIG}/{path}" for path in paths)
+        found = {}
+        for path in paths:
+            entry = got.get(f"{CONFIG}/{path}")
+            value = None if entry is None else _loads(entry[0])
+            if value is not None:
+                found[path] = {k: str(v) for k, v in value.get("config", {}).items()}
+        return found
+
+    def client_quota(self, path: str) -> dict[str, str]:
+        got = self._get(f"{CONFIG}/{path}")
+        value = None if got is None else _loads(got[0])
+        return {} if value is None else {k: str(v) for k, v in value["config"].items()}
+
+    def set_client_quota(self, path: str, configs: dict[str, str]) -> None:
+        """Replace the quotas of the entity at ``path`` (under /config) and announce it."""
+        self._set_or_create(f"{CONFIG}/{path}", _dumps({"version": 1, "config": configs}))
+        self._zk.retry(self._zk.create, f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}",
+                       _dumps({"version": 2, "entity_path": path}), sequence=True)
+
+    def watch_config_changes(self, fn: Callable[[list[str]], None],
+                             kinds: tuple[str, ...] = ("topics",)) -> None:
+        """``fn(entity names)`` for the notifications of ``kinds`` not seen yet (at
+        first: all present, as Kafka's listener does): a topic's name for "topics", the
+        whole entity path for the others. The topics' watch deletes notifications older
+        than 15 min."""
         seen = [-1]  # the highest sequence number this watch has reported
         self._watch_children(CONFIG_CHANGES, "config changes",
-                             lambda c: self._config_changes(c, seen, fn))
+                             lambda c: self._config_changes(c, seen, fn, kinds))
 
     def _config_changes(self, children: list[str], seen: list[int],
-                        fn: Callable[[list[str]], None]) -> None:
+                        fn: Callable[[list[str]], None], kinds: tuple[str, ...]) -> None:
         fresh = sorted((c for c in children if c.startswith(CONFIG_CHANGE_PREFIX)
                         and _seq(c) > seen[0]), key=_seq)
         if not fresh:
@@ -627,10 +663,11 @@ class ClusterStore:
             if entry is None:
                 continue
             entity = (_loads(entry[0]) or {}).get("entity_path", "")
-            kind, _, topic = entity.partition("/")
-            if kind == "topics" and topic and topic not in names:
-                names.append(topic)
-            if entry[1].ctime < expired_before:
+            kind, _, name = entity.partition("/")
+            name = name if kind == "topics" else entity
+            if kind in kinds and name and name not in names:
+                names.append(name)
+            if "topics" in kinds and entry[1].ctime < expired_before:
                 self._zk.delete_async(f"{CONFIG_CHANGES}/{child}")
         if names:
             fn(names)

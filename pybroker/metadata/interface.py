@@ -20,6 +20,7 @@ from pybroker.net.protocol.typed import (
 if TYPE_CHECKING:
     from pybroker.broker.dynamic_config import DynamicBrokerConfig
     from pybroker.broker.partition import Partition
+    from pybroker.broker.quotas import ClientQuotas, Entity
     from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
     from pybroker.errors import KafkaError
     from pybroker.security.store import AclStore
@@ -248,6 +249,20 @@ class Metadata(Protocol):
         """Replace the whole dynamic config of ``entity`` (``DEFAULT_ENTITY`` or this
         broker's id; checked by the caller with ``DynamicBrokerConfig.checked``): durable
         when this returns, applied here, and on the brokers it concerns soon after."""
+        ...
+
+
+    # client quotas ---------------------------------------------------------------------
+
+    async def follow_client_quotas(self, quotas: ClientQuotas) -> None:
+        """Before the listener opens: load the client quotas kept into ``quotas``, and
+        from now on apply there the changes other brokers make."""
+        ...
+
+    async def alter_client_quotas(self, changes: dict[Entity, dict[str, float]]) -> None:
+        """Make each entity's quotas (checked by the caller; empty: none) what
+        ``changes`` says: durable when this returns, applied here, and on every broker
+        soon after."""
         ...
 
 

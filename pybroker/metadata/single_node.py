@@ -52,6 +52,8 @@ node but kept apart as Kafka reports them): ``dynamic-broker-configs.json`` in t
 dir, ``{"version":1,"brokers":{"<default>":{key: value},"<id>":{key: value}}}`` (Kafka's
 ``/config/brokers/<entity>`` znodes in one file), replaced durably (written to a
 temporary file, fsynced, renamed) before AlterConfigs is answered, read at start.
+Client quotas likewise, in ``client-quotas.json``: ``{"version":1,"quotas":[{"entity":
+[[type, name or null], ...], "values": {key: value}}, ...]}``.
 
 Not thread-safe: the event loop thread only.
 """
@@ -66,6 +68,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from pybroker.broker.files import DurableJsonFile, read_json
+from pybroker.broker.quotas import entity_of
 from pybroker.broker.topic_manager import (
     Topic,
     TopicManager,
@@ -108,10 +111,12 @@ if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
     from pybroker.broker.dynamic_config import DynamicBrokerConfig
     from pybroker.broker.partition import Partition
+    from pybroker.broker.quotas import ClientQuotas, Entity
 
 log = logging.getLogger("pybroker.metadata")
 
 DYNAMIC_CONFIGS_FILE = "dynamic-broker-configs.json"
+CLIENT_QUOTAS_FILE = "client-quotas.json"
 
 
 class SingleNodeMetadata:
@@ -123,6 +128,7 @@ class SingleNodeMetadata:
         self._topics_deleted: Callable[[list[str]], None] = lambda names: None
         self._dynamic_configs = DurableJsonFile(
             os.path.join(broker.data_dir, DYNAMIC_CONFIGS_FILE))
+        self._client_quotas = DurableJsonFile(os.path.join(broker.data_dir, CLIENT_QUOTAS_FILE))
 
     # lifecycle -------------------------------------------------------------------------
 
@@ -133,6 +139,10 @@ class SingleNodeMetadata:
         stored = read_json(self._dynamic_configs.path, {}).get("brokers", {})
         for entity in dynamic.entities:
             dynamic.load(entity, stored.get(entity, {}))
+
+    async def follow_client_quotas(self, quotas: ClientQuotas) -> None:
+        for stored in read_json(self._client_quotas.path, {}).get("quotas", []):
+            quotas.set(entity_of(stored["entity"]), stored["values"])
 
     def leads_every_partition(self) -> bool:
         return True
@@ -405,6 +415,15 @@ class SingleNodeMetadata:
         # the layers as they are now: of two changes in flight, the later write holds both
         await self._dynamic_configs.write_async(
             {"version": 1, "brokers": {e: dynamic.layer(e) for e in dynamic.entities}})
+
+    async def alter_client_quotas(self, changes: dict[Entity, dict[str, float]]) -> None:
+        quotas = self._broker.quotas
+        for entity, values in changes.items():
+            quotas.set(entity, values)
+        # all of them as they are now: of two changes in flight, the later write holds both
+        await self._client_quotas.write_async({"version": 1, "quotas": [
+            {"entity": entity, "values": values}
+            for entity, values in quotas.entities().items()]})
 
 
 class SingleNodeInternalTopic:

@@ -38,6 +38,9 @@ Dynamic broker configs, as Kafka's ZooKeeper mode kept them: ``/config/brokers/<
 it names) and ``/config/brokers/<default>`` (the cluster's default, written by any);
 every broker watches both of its own, so a default changed anywhere applies everywhere
 within a ZooKeeper round trip. AlterConfigs is answered once the znode is written.
+Client quotas likewise, in Kafka's ``/config/users/...``, ``/config/clients/...`` and
+``/config/ips/...`` znodes, each change announced in ``/config/changes``, which every
+broker follows.
 
 Not thread-safe: the event loop thread only.
 """
@@ -95,6 +98,7 @@ if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
     from pybroker.broker.dynamic_config import DynamicBrokerConfig
     from pybroker.broker.partition import Partition
+    from pybroker.broker.quotas import ClientQuotas, Entity
 
 log = logging.getLogger("pybroker.metadata")
 
@@ -403,6 +407,16 @@ class ZkClusterMetadata:
         await self.node.write_topic_configs(name, overrides)
         if self._broker.topics.get(name) is not None:
             self._broker.topics.alter_configs(name, overrides)
+
+    async def follow_client_quotas(self, quotas: ClientQuotas) -> None:
+        await self.node.follow_client_quotas(quotas)
+
+    async def alter_client_quotas(self, changes: dict[Entity, dict[str, float]]) -> None:
+        # durable in ZooKeeper first; every broker applies it from the notification,
+        # this one also at once for the answer
+        for entity, values in changes.items():
+            await self.node.write_client_quota(entity, values)
+            self._broker.quotas.set(entity, values)
 
     async def alter_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
         # durable in ZooKeeper first; every broker following the znode (this one too)

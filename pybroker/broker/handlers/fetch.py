@@ -27,6 +27,10 @@ A fetch with ``replica_id`` >= 0 comes from a follower: its fetch offset tells t
 what it has (``Partition.follower_fetched``: ISR and high watermark), and it reads up to
 the log end, not the high watermark.
 
+Client quotas (``consumer_byte_rate``, :mod:`pybroker.broker.quotas`): a consumer's
+response counts against its quota; one that takes it over is answered empty with
+``throttle_time_ms`` and its connection muted that long, as Kafka does.
+
 Fetch sessions (KIP-227): the broker keeps none. Every response says session id 0, which
 tells v7+ clients to send full requests; a request naming a session id gets
 FETCH_SESSION_ID_NOT_FOUND, after which clients start over without one. v13+ address
@@ -44,6 +48,7 @@ from pybroker._native.wire import FETCH_NODE_ENDPOINTS_FIRST, build_fetch
 from pybroker.broker.handlers import handler
 from pybroker.broker.leader_hints import LeaderHints
 from pybroker.broker.partition import Partition
+from pybroker.broker.quotas import CONSUMER_BYTE_RATE
 from pybroker.broker.request import Encoded, RequestContext
 from pybroker.broker.topic_manager import check_leader
 from pybroker.errors import ErrorCode, KafkaError
@@ -202,13 +207,19 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
         if total >= min_bytes or errors or remaining <= 0 or broker.shutting_down:
             break
         await _wait_for_append(ctx, loop, wanted, remaining)
+    throttle_ms = 0
+    if replica_id < 0 and broker.quotas.active:
+        # throttled: answered empty, its bytes not counted; the consumer asks again
+        throttle_ms = ctx.record_quota(CONSUMER_BYTE_RATE, total, unrecord_if_throttled=True)
+        if throttle_ms:
+            topics, found, endpoints = [], [], None
     if replica_id < 0:  # a consumer's: Kafka's BytesOut leaves replication out
         for partition, size in found:
             partition.bytes_out += size
     else:
         for partition, size in found:
             partition.replication_bytes_out += size
-    parts, _ = build_fetch(version, ctx.correlation_id, 0, ErrorCode.NONE, 0, topics,
+    parts, _ = build_fetch(version, ctx.correlation_id, throttle_ms, ErrorCode.NONE, 0, topics,
                            endpoints)
     return Encoded(parts)
 

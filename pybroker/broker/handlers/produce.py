@@ -37,6 +37,10 @@ writes of one request's partitions reach io_uring in one submission. The partiti
 its appends in arrival order, so the handler needs no ordering of its own.
 The response is built by the Cython ``build_produce_response``.
 
+Client quotas (``producer_byte_rate``, :mod:`pybroker.broker.quotas`): the request's size
+counts against the producer's quota once it is handled; over it, the answer carries
+``throttle_time_ms`` and the connection is muted that long, as Kafka does.
+
 The first transactional batch of a producer's transaction on a partition is written only
 once the transaction coordinator confirms the partition is in the transaction (KIP-890
 part 1, pybroker/txn/verification.py): else INVALID_TXN_STATE.
@@ -74,6 +78,7 @@ from pybroker.broker import validation
 from pybroker.broker.handlers import Encoded, handler
 from pybroker.broker.leader_hints import LeaderHints
 from pybroker.broker.partition import Partition
+from pybroker.broker.quotas import PRODUCER_BYTE_RATE
 from pybroker.broker.request import RequestContext
 from pybroker.broker.topic_manager import validate_topic_name
 from pybroker.errors import (
@@ -314,6 +319,9 @@ async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
         for (results, slot, _), result in zip(
                 appends, await asyncio.gather(*(a for _, _, a in appends)), strict=True):
             results[slot] = result
+    # Kafka counts the whole request once it is handled, acks=0 too (muted, no answer)
+    throttle_ms = ctx.record_quota(PRODUCER_BYTE_RATE, len(ctx.frame)) \
+        if ctx.broker.quotas.active else 0
     if acks == 0:
         errors = [f"{name}-{p[0]}: {p[1]}" for name, results in responses for p in results
                   if p[1]]
@@ -325,5 +333,5 @@ async def produce(ctx: RequestContext, request: tuple) -> Encoded | None:
     if (refused or appends) and ctx.api_version >= PRODUCE_NODE_ENDPOINTS_FIRST:
         endpoints = _leader_hints(ctx, responses)
     # The Cython builder: the generic codec's field walk cost ~4 us a request.
-    return Encoded([build_produce_response(ctx.api_version, ctx.correlation_id, 0,
+    return Encoded([build_produce_response(ctx.api_version, ctx.correlation_id, throttle_ms,
                                            responses, endpoints)])

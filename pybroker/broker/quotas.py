@@ -1,0 +1,385 @@
+"""Client quotas: Kafka's ``ClientQuotaManager`` (produce and fetch byte rates) with its
+entities, precedence and throttle, enforced by delay, never by an error.
+
+Entities. A quota is set on an entity: a user, a client id, both, or an IP address
+(``connection_creation_rate``, KIP-612), each name either a real one or the default
+(``None``, Kafka's ``<default>``). An ``Entity`` is its sorted ``(type, name)`` pairs.
+Keys: ``producer_byte_rate`` and ``consumer_byte_rate`` (bytes a second, whole numbers),
+``request_percentage`` and ``controller_mutation_rate`` (decimals) on users and client
+ids; ``connection_creation_rate`` on IPs. Validation and messages are Kafka 4.1's
+(``check_alteration``, ``check_filter``).
+
+Precedence (Kafka's ``DefaultQuotaCallback``): for a connection of user ``u`` (its
+principal's name, ``ANONYMOUS`` unauthenticated) and client id ``c`` the quota of a key is
+the first of these entities that sets that key:
+
+    user=u,client-id=c  user=u,client-id=<default>  user=u
+    user=<default>,client-id=c  user=<default>,client-id=<default>  user=<default>
+    client-id=c  client-id=<default>
+
+The rate is measured per *metric entity*: the user and client id of the connection for the
+components the matching entity has (a quota on ``client-id=<default>`` gives each client id
+its own rate; one on ``user=alice`` is shared by all of alice's clients), as Kafka's
+metric tags are.
+
+Measurement and throttle (Kafka's ``Rate`` over ``SampledStat``): ``quota.window.num``
+samples of ``quota.window.size.seconds``; the rate is the sum of the live samples over the
+time since the oldest, counted as at least ``num - 1`` whole windows. A client whose
+recorded value takes the rate past its quota is throttled for
+``(rate - quota) / quota * window`` (how long until it is back under), at most one sample
+window (Kafka's bound, KAFKA-9677). Kafka's measure lets a client much faster than its
+quota send about ``num - 1`` windows' worth at once and then little until that sample ages
+out: over a short interval the rate of such a client swings around the quota; with fewer
+samples it stays close.
+
+Enforcement, as Kafka 2.0+ (KIP-219): the response goes out at once carrying
+``throttle_time_ms``, and the connection is muted for that long (``Connection.throttle``:
+not read, nothing more answered), so the client's next request waits whether or not it
+honours the field itself. Produce records the request size after the append; a throttled
+Fetch answers empty (no partitions: its bytes are not counted and the consumer asks again
+for the same offsets), as Kafka does. Other connections are not touched: no sleep, no lock.
+
+Cost: with no user or client-id quota set ``active`` is False and the produce and fetch
+handlers test only that; with quotas, a request costs a dict lookup (the resolved quota of
+its user and client id is cached until the next change) and an O(samples) sum.
+
+Not kept here: where quotas are stored (the control plane's ``alter_client_quotas`` and
+``follow_client_quotas``: a file on one node, ZooKeeper in a cluster).
+Not enforced (accepted and stored, described): ``request_percentage``,
+``controller_mutation_rate``, ``connection_creation_rate``.
+
+Not thread-safe: the event loop's.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import math
+import time
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from pybroker.errors import InvalidRequestError, UnsupportedVersionError
+
+log = logging.getLogger("pybroker.quotas")
+
+USER, CLIENT_ID, IP = "user", "client-id", "ip"
+PRODUCER_BYTE_RATE = "producer_byte_rate"
+CONSUMER_BYTE_RATE = "consumer_byte_rate"
+REQUEST_PERCENTAGE = "request_percentage"
+CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+CONNECTION_CREATION_RATE = "connection_creation_rate"
+# key -> whether it takes whole numbers only (Kafka's LONG/INT keys)
+CLIENT_KEYS = {PRODUCER_BYTE_RATE: True, CONSUMER_BYTE_RATE: True,
+               REQUEST_PERCENTAGE: False, CONTROLLER_MUTATION_RATE: False}
+IP_KEYS = {CONNECTION_CREATION_RATE: True}
+_LONG_MAX = 2**63 - 1
+# DescribeClientQuotas match types
+MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
+
+Entity = tuple[tuple[str, str | None], ...]  # sorted (entity type, name; None: default)
+
+
+def entity_of(components: Iterable[tuple[str, str | None]]) -> Entity:
+    """The entity of a request's components; a type named twice keeps its last name, as
+    Kafka's map of them does."""
+    return tuple(sorted(dict(components).items()))
+
+
+def entity_text(entity: Entity) -> str:
+    """Kafka's ``ClientQuotaEntity`` as its messages print it."""
+    names = ", ".join(f"{t}={name}" for t, name in entity)
+    return f"ClientQuotaEntity(entries={{{names}}})"
+
+
+def check_alteration(entity: Entity, ops: Iterable[tuple[str, float, bool]]
+                     ) -> dict[str, float | None]:
+    """The changes ``ops`` (key, value, remove) make to ``entity``'s quotas, key -> new
+    value or None (removed); InvalidRequestError with Kafka 4.1's message otherwise."""
+    if not entity:
+        raise InvalidRequestError("Invalid empty client quota entity")
+    types = {t for t, _ in entity}
+    for entity_type, name in entity:
+        if entity_type not in (USER, CLIENT_ID, IP):
+            raise InvalidRequestError(f"Unhandled client quota entity type: {entity_type}")
+        if name == "":
+            raise InvalidRequestError(
+                f"Empty {'user' if entity_type == USER else entity_type} not supported")
+    if IP in types:
+        if len(types) > 1:
+            raise InvalidRequestError("Invalid quota entity combination, IP entity should"
+                                      "not be combined with User or ClientId")
+        name = entity[0][1]
+        if name is not None:
+            try:
+                ipaddress.ip_address(name)
+            except ValueError:
+                raise InvalidRequestError(
+                    f"{name} is not a valid IP or resolvable host.") from None
+    valid = IP_KEYS if IP in types else CLIENT_KEYS
+    changes: dict[str, float | None] = {}
+    for key, value, remove in ops:
+        if key in changes:
+            raise InvalidRequestError(f"Ignoring duplicate entity {entity_text(entity)}")
+        whole = valid.get(key)
+        if whole is None:
+            raise InvalidRequestError(f"Invalid configuration key {key}")
+        if remove:
+            changes[key] = None
+            continue
+        if whole:
+            if value > _LONG_MAX:
+                raise InvalidRequestError(
+                    f"Proposed value for {key} is too large for a LONG.")
+            if value != math.floor(value):
+                raise InvalidRequestError(f"{key} cannot be a fractional value.")
+        if not value > 0:
+            raise InvalidRequestError(f"Quota {key} must be greater than 0")
+        changes[key] = value
+    return changes
+
+
+# Kafka's ZooKeeper paths of quota entities (under /config), as the cluster keeps them
+_PATH_KINDS = {USER: "users", CLIENT_ID: "clients", IP: "ips"}
+_PATH_TYPES = {kind: t for t, kind in _PATH_KINDS.items()}
+_DEFAULT_NAME = "<default>"
+
+
+def _path_name(name: str | None) -> str:
+    # Kafka's Sanitizer: URL-encoded, so "<default>" as a real name cannot be the default
+    return _DEFAULT_NAME if name is None else urllib.parse.quote(name, safe="")
+
+
+def _entity_name(text: str) -> str | None:
+    return None if text == _DEFAULT_NAME else urllib.parse.unquote(text)
+
+
+def entity_path(entity: Entity) -> str:
+    """``users/alice/clients/app``, ``clients/<default>``, ``ips/10.0.0.1``, ..."""
+    names = dict(entity)
+    if USER in names and CLIENT_ID in names:
+        return f"users/{_path_name(names[USER])}/clients/{_path_name(names[CLIENT_ID])}"
+    (entity_type, name), = entity
+    return f"{_PATH_KINDS[entity_type]}/{_path_name(name)}"
+
+
+def entity_from_path(path: str) -> Entity:
+    parts = path.split("/")
+    return entity_of((_PATH_TYPES[kind], _entity_name(name))
+                     for kind, name in zip(parts[::2], parts[1::2], strict=True))
+
+
+def stored_values(entity: Entity, configs: Mapping[str, str]) -> dict[str, float]:
+    """The quotas of a stored entity (text values, as Kafka's znodes hold them); a value
+    that does not pass today's checks is dropped with a warning, never stops the broker."""
+    values: dict[str, float] = {}
+    for key, text in configs.items():
+        try:
+            checked = check_alteration(entity, [(key, float(text), False)])
+        except (ValueError, InvalidRequestError) as exc:
+            log.warning("ignoring the stored client quota %s=%s of %s: %s", key, text,
+                        entity_text(entity), exc)
+            continue
+        values[key] = checked[key] or 0.0
+    return values
+
+
+def stored_text(values: Mapping[str, float]) -> dict[str, str]:
+    """Quota values as text, whole numbers without a fraction."""
+    return {k: str(int(v)) if v == int(v) else repr(v) for k, v in values.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class FilterComponent:
+    entity_type: str
+    match_type: int
+    match: str | None
+
+
+def check_filter(components: Iterable[FilterComponent]) -> None:
+    """DescribeClientQuotas' filter as Kafka 4.1 checks it."""
+    seen: set[str] = set()
+    for c in components:
+        if c.entity_type not in (USER, CLIENT_ID, IP):
+            raise UnsupportedVersionError(f"Unsupported entity type {c.entity_type}")
+        if c.entity_type in seen:
+            raise InvalidRequestError(f"Entity type {c.entity_type} cannot appear more than "
+                                      "once in the filter.")
+        seen.add(c.entity_type)
+        if c.match_type == MATCH_EXACT and c.match is None:
+            raise InvalidRequestError(
+                "Request specified MATCH_TYPE_EXACT, but set match string to null.")
+        if c.match_type == MATCH_DEFAULT and c.match is not None:
+            raise InvalidRequestError(
+                "Request specified MATCH_TYPE_DEFAULT, but also specified a match string.")
+        if c.match_type == MATCH_SPECIFIED and c.match is not None:
+            raise InvalidRequestError(
+                "Request specified MATCH_TYPE_SPECIFIED, but also specified a match string.")
+        if c.match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED):
+            raise InvalidRequestError(f"Unknown match type {c.match_type}")
+    if IP in seen and len(seen) > 1:
+        raise InvalidRequestError(
+            "Invalid entity filter component combination. IP filter component should not "
+            "be used with user or clientId filter component.")
+
+
+def matches(entity: Entity, components: Iterable[FilterComponent], strict: bool) -> bool:
+    """Kafka's filter: EXACT names the name, DEFAULT the default, SPECIFIED only asks for
+    the component (the default included); ``strict``: no other components."""
+    names = dict(entity)
+    wanted = 0
+    for c in components:
+        wanted += 1
+        if c.entity_type not in names:
+            return False
+        name = names[c.entity_type]
+        if c.match_type == MATCH_EXACT and name != c.match:
+            return False
+        if c.match_type == MATCH_DEFAULT and name is not None:
+            return False
+    return not strict or wanted == len(names)
+
+
+def precedence(user: str, client_id: str) -> tuple[Entity, ...]:
+    """The entities whose quota applies to ``user`` with ``client_id``, first wins."""
+    return (((CLIENT_ID, client_id), (USER, user)), ((CLIENT_ID, None), (USER, user)),
+            ((USER, user),),
+            ((CLIENT_ID, client_id), (USER, None)), ((CLIENT_ID, None), (USER, None)),
+            ((USER, None),),
+            ((CLIENT_ID, client_id),), ((CLIENT_ID, None),))
+
+
+class Rate:
+    """Kafka's ``Rate`` over a ``SampledStat`` of ``samples`` windows of ``window`` seconds
+    (the module doc); times are ``time.monotonic()`` seconds."""
+
+    __slots__ = ("_samples", "_window", "_starts", "_values", "_current")
+
+    def __init__(self, samples: int, window: float, now: float) -> None:
+        self._samples, self._window = samples, window
+        self._starts = [now] * samples
+        self._values = [0.0] * samples
+        self._current = 0
+
+    def record(self, value: float, now: float) -> None:
+        if now - self._starts[self._current] >= self._window:
+            self._current = (self._current + 1) % self._samples
+            self._starts[self._current] = now
+            self._values[self._current] = 0.0
+        self._values[self._current] += value
+
+    def measure(self, now: float) -> tuple[float, float]:
+        """(rate per second, the window it was measured over in seconds)."""
+        expired = self._samples * self._window
+        starts, values = self._starts, self._values
+        total, oldest = 0.0, now
+        for i in range(self._samples):
+            if now - starts[i] >= expired:  # Kafka resets an expired sample to now
+                starts[i], values[i] = now, 0.0
+            total += values[i]
+            oldest = min(oldest, starts[i])
+        elapsed = now - oldest
+        full = int(elapsed // self._window)
+        if full < self._samples - 1:
+            elapsed += (self._samples - 1 - full) * self._window
+        return total / elapsed, elapsed
+
+
+# the quota of one key for one connection: (bound, the metric entity's (user, client id))
+Resolved = tuple[float, tuple[str, str]] | None
+
+
+class ClientQuotas:
+    """The quotas set, resolved per connection, and the rates measured against them."""
+
+    def __init__(self, samples: int = 11, window_seconds: float = 1.0) -> None:
+        self._configs: dict[Entity, dict[str, float]] = {}
+        self._resolved: dict[tuple[str, str, str], Resolved] = {}
+        self._rates: dict[tuple[str, str, str], Rate] = {}
+        self.samples, self.window = samples, window_seconds
+        self.active = False  # a user or client-id byte-rate quota is set
+        self.throttle_ms: dict[tuple[str, str, str], int] = {}  # (key, user, client): total
+
+    def reconfigure(self, samples: int, window_seconds: float) -> None:
+        if (samples, window_seconds) != (self.samples, self.window):
+            self.samples, self.window = samples, window_seconds
+            self._rates.clear()
+
+    # the quotas set -----------------------------------------------------------------
+
+    def entities(self) -> dict[Entity, dict[str, float]]:
+        return {entity: dict(values) for entity, values in self._configs.items()}
+
+    def set(self, entity: Entity, values: Mapping[str, float]) -> None:
+        """Make ``values`` the whole quota set of ``entity`` (empty: none)."""
+        if values:
+            self._configs[entity] = dict(values)
+        else:
+            self._configs.pop(entity, None)
+        self._resolved.clear()
+        self.active = any(PRODUCER_BYTE_RATE in v or CONSUMER_BYTE_RATE in v
+                          for v in self._configs.values())
+
+    def altered(self, entity: Entity, changes: Mapping[str, float | None]
+                ) -> dict[str, float]:
+        """``entity``'s quota set after ``changes`` (as ``check_alteration`` gives them)."""
+        values = dict(self._configs.get(entity, {}))
+        for key, value in changes.items():
+            if value is None:
+                values.pop(key, None)
+            else:
+                values[key] = value
+        return values
+
+    def describe(self, components: list[FilterComponent], strict: bool
+                 ) -> list[tuple[Entity, dict[str, float]]]:
+        return [(entity, dict(sorted(values.items())))
+                for entity, values in self._configs.items()
+                if matches(entity, components, strict)]
+
+    # enforcement --------------------------------------------------------------------
+
+    def resolve(self, key: str, user: str, client_id: str) -> Resolved:
+        cached = (key, user, client_id)
+        try:
+            return self._resolved[cached]
+        except KeyError:
+            pass
+        found: Resolved = None
+        for entity in precedence(user, client_id):
+            bound = self._configs.get(entity, {}).get(key)
+            if bound is not None:
+                types = {t for t, _ in entity}
+                found = (bound, (user if USER in types else "",
+                                 client_id if CLIENT_ID in types else ""))
+                break
+        self._resolved[cached] = found
+        return found
+
+    def record(self, key: str, principal: str, client_id: str | None, value: float,
+               unrecord_if_throttled: bool = False) -> int:
+        """Count ``value`` for the connection's metric entity of ``key``; the throttle
+        time in ms it earns (0: under its quota, or none applies). With
+        ``unrecord_if_throttled`` (a throttled Fetch answers empty) a throttled value is
+        taken back."""
+        resolved = self.resolve(key, principal.partition(":")[2], client_id or "")
+        if resolved is None:
+            return 0
+        bound, (user, client) = resolved
+        metric = (key, user, client)
+        now = time.monotonic()
+        rate = self._rates.get(metric)
+        if rate is None:
+            rate = self._rates[metric] = Rate(self.samples, self.window, now)
+        rate.record(value, now)
+        observed, window = rate.measure(now)
+        if observed <= bound:
+            return 0
+        if unrecord_if_throttled:
+            rate.record(-value, now)
+        throttle = min(round((observed - bound) / bound * window * 1000),
+                       round(self.window * 1000))
+        self.throttle_ms[metric] = self.throttle_ms.get(metric, 0) + throttle
+        return throttle
