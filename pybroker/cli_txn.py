@@ -107,12 +107,12 @@ def register(subparsers: Any) -> None:
 
 
 @contextmanager
-def _cluster(args: argparse.Namespace) -> Iterator[Cluster]:
+def _cluster(args: argparse.Namespace, client_id: str = "pybroker-txn") -> Iterator[Cluster]:
     """A client for one command, each request bounded by ``--timeout``. Its first request
     is tried once at each bootstrap server: none answering ends the command at once. A
     broker that refused or dropped a request (one that does not know an API closes the
     connection) ends it too; each with one line on stderr and status 1."""
-    cluster = Cluster(args.bootstrap, "pybroker-txn", timeout=args.timeout)
+    cluster = Cluster(args.bootstrap, client_id, timeout=args.timeout)
     try:
         try:
             cluster.refresh(attempts=1)

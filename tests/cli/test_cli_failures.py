@@ -24,7 +24,8 @@ HANG_GUARD_S = 60
 CLIENT_COMMANDS = [
     ("topic", "list"), ("topic", "describe", "t"), ("topic", "create", "t"),
     ("group", "list"), ("group", "describe", "g"), ("txn", "list"),
-    ("produce", "t"), ("consume", "t"), ("cluster", "info"), ("cluster", "health")]
+    ("produce", "t"), ("consume", "t"), ("cluster", "info"), ("cluster", "health"),
+    ("quota", "describe")]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
