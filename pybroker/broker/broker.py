@@ -78,7 +78,7 @@ from pybroker.broker.files import STATS_FILE, read_json, write_json
 from pybroker.broker.http_listener import HttpListener, metrics_handler
 from pybroker.broker.leader_offsets import LeaderHighWatermarks
 from pybroker.broker.producer_ids import ProducerIdManager
-from pybroker.broker.quotas import ClientQuotas
+from pybroker.broker.quotas import REQUEST_PERCENTAGE, ClientQuotas, StepTimer
 from pybroker.broker.refusals import RefusalLog
 from pybroker.broker.request import Encoded, RequestContext
 from pybroker.broker.topic_manager import TopicManager
@@ -120,6 +120,10 @@ DECODE_OFF_LOOP_BYTES = 16 * 1024
 # upgrade (``_adopt_legacy_producer_state``), then removed.
 LEGACY_PRODUCER_STATE_FILE = "producer-state.json"
 SHUTDOWN_DRAIN_SECONDS = 10.0
+# the APIs whose responses carry throttle_time_ms (in some version: the codec leaves it
+# out of the others)
+THROTTLED_APIS = frozenset(key for key, api in APIS.items()
+                           if any(f.name == "throttle_time_ms" for f in api.response))
 
 
 class Broker:
@@ -519,8 +523,13 @@ class Broker:
                 from None
         ctx = RequestContext(self, api_key, version, correlation_id, client_id,
                              conn.peer, frame, conn)
+        timer = None
         try:
-            body = await entry.fn(ctx, request)
+            if self.quotas.requests_active:
+                timer = StepTimer(entry.fn(ctx, request))
+                body = await timer
+            else:
+                body = await entry.fn(ctx, request)
         except (CloseConnection, ConnectionClosed):
             raise
         except KafkaError as exc:
@@ -531,6 +540,11 @@ class Broker:
             log.exception("bug handling %s v%d from %s", codec.api_name(api_key), version,
                           conn.peer)
             body = self._error_body(ctx, ErrorCode.UNKNOWN_SERVER_ERROR, "")
+        if timer is not None and not ctx.quota_exempt:
+            # Kafka's request quota: handler time as a percentage of one thread
+            throttle_ms = ctx.record_quota(REQUEST_PERCENTAGE, timer.seconds * 100)
+            if throttle_ms and isinstance(body, dict) and api_key in THROTTLED_APIS:
+                body["throttle_time_ms"] = max(body.get("throttle_time_ms", 0), throttle_ms)
         if body is None:
             return None
         if isinstance(body, Encoded):

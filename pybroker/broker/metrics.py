@@ -19,6 +19,10 @@ Request latency is a real histogram per API (``_bucket{le}``/``_sum``/``_count``
 ``kafka_network_requestmetrics_totaltime_seconds``; what is timed:
 ``pybroker/net/request_times.py``) where the JMX exporter has TotalTimeMs percentiles.
 
+Client quotas' figures are Kafka's per-entity sensors (``kafka_server_produce_byte_rate``,
+``..._throttle_time_ms_total`` and the fetch and request ones, labelled ``user`` and
+``client_id``: ``ClientQuotas.measured``).
+
 Counters kept per partition (bytes, ISR shrinks and expansions) are summed over the
 partitions this broker has now: a deleted topic's counts leave the sums (Prometheus's
 ``rate`` reads the drop as a reset).
@@ -32,6 +36,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from pybroker.broker.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 from pybroker.net.protocol.codec import api_name
 from pybroker.net.request_times import BOUNDS, RequestTimes
 
@@ -176,7 +181,34 @@ def samples(broker: Broker) -> list[Family]:
          "High watermark minus the group's committed offset, per partition", lag),
         ("pybroker_group_state", "gauge", "1 for the group's current state", states),
         ("pybroker_group_members", "gauge", "Members of the group", members),
+        *_quota_families(broker),
     ]
+
+
+# quota key -> Kafka's sensor type and what its rate measures
+_QUOTA_METRICS = {PRODUCER_BYTE_RATE: ("produce", "byte_rate", "Bytes a second produced"),
+                  CONSUMER_BYTE_RATE: ("fetch", "byte_rate", "Bytes a second fetched"),
+                  REQUEST_PERCENTAGE: ("request", "request_time",
+                                       "Request handler time, percent of one thread")}
+
+
+def _quota_families(broker: Broker) -> list[Family]:
+    """Kafka's client quota metrics, per entity measured (its ``user`` and ``client_id``
+    labels empty where the quota names none): the rate and the throttle time given."""
+    rates: dict[str, list[Sample]] = collections.defaultdict(list)
+    throttles: dict[str, list[Sample]] = collections.defaultdict(list)
+    for key, user, client, rate, throttle_ms in broker.quotas.measured():
+        labels = (("user", user), ("client_id", client))
+        rates[key].append((labels, rate))
+        throttles[key].append((labels, throttle_ms))
+    families: list[Family] = []
+    for key, (kind, measure, help_text) in _QUOTA_METRICS.items():
+        families.append((f"kafka_server_{kind}_{measure}", "gauge",
+                         f"{help_text}, per quota entity", rates[key]))
+        families.append((f"kafka_server_{kind}_throttle_time_ms_total", "counter",
+                         f"Throttle time given for the {kind} quota, per quota entity",
+                         throttles[key]))
+    return families
 
 
 def _request_times(times: RequestTimes) -> list[Sample]:

@@ -37,7 +37,9 @@ Enforcement, as Kafka 2.0+ (KIP-219): the response goes out at once carrying
 not read, nothing more answered), so the client's next request waits whether or not it
 honours the field itself. Produce records the request size after the append; a throttled
 Fetch answers empty (no partitions: its bytes are not counted and the consumer asks again
-for the same offsets), as Kafka does. Other connections are not touched: no sleep, no lock.
+for the same offsets), as Kafka does; a consumer's fetch is bounded by what its quota
+allows in ``num - 1`` windows (Kafka's ``getMaxValueInQuotaWindow``). Other connections
+are not touched: no sleep, no lock.
 
 Cost: with no user or client-id quota set ``active`` is False and the produce and fetch
 handlers test only that; with quotas, a request costs a dict lookup (the resolved quota of
@@ -45,8 +47,14 @@ its user and client id is cached until the next change) and an O(samples) sum.
 
 Not kept here: where quotas are stored (the control plane's ``alter_client_quotas`` and
 ``follow_client_quotas``: a file on one node, ZooKeeper in a cluster).
-Not enforced (accepted and stored, described): ``request_percentage``,
-``controller_mutation_rate``, ``connection_creation_rate``.
+Request time (``request_percentage``, Kafka's ``ClientRequestQuotaManager``): the time a
+request's handler runs on the event loop (its steps, not its waits: ``StepTimer``) counts
+as a percentage of one thread, so 50 is half the loop's time; over it, the response
+reports the throttle time where the API has the field (Produce and Fetch report their
+byte-rate throttle) and the connection is muted. Followers' fetches and transaction
+markers are exempt, as Kafka exempts them.
+Not enforced (accepted and stored, described): ``controller_mutation_rate``,
+``connection_creation_rate``.
 
 Not thread-safe: the event loop's.
 """
@@ -58,8 +66,9 @@ import logging
 import math
 import time
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pybroker.errors import InvalidRequestError, UnsupportedVersionError
 
@@ -287,6 +296,34 @@ class Rate:
         return total / elapsed, elapsed
 
 
+class StepTimer:
+    """Awaiting it awaits ``coro`` and adds up in ``seconds`` the time its steps ran,
+    not the time it waited between them (a long poll's wait, a write's I/O)."""
+
+    __slots__ = ("_coro", "seconds")
+
+    def __init__(self, coro: Any) -> None:
+        self._coro = coro
+        self.seconds = 0.0
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, clock = self._coro, time.perf_counter
+        sent: Any = None
+        thrown: BaseException | None = None
+        while True:
+            started = clock()
+            try:
+                step = coro.send(sent) if thrown is None else coro.throw(thrown)
+            except StopIteration as done:
+                return done.value
+            finally:
+                self.seconds += clock() - started
+            try:
+                sent, thrown = (yield step), None
+            except BaseException as exc:  # a cancellation goes to the coroutine
+                sent, thrown = None, exc
+
+
 # the quota of one key for one connection: (bound, the metric entity's (user, client id))
 Resolved = tuple[float, tuple[str, str]] | None
 
@@ -300,6 +337,7 @@ class ClientQuotas:
         self._rates: dict[tuple[str, str, str], Rate] = {}
         self.samples, self.window = samples, window_seconds
         self.active = False  # a user or client-id byte-rate quota is set
+        self.requests_active = False  # a request_percentage quota is set
         self.throttle_ms: dict[tuple[str, str, str], int] = {}  # (key, user, client): total
 
     def reconfigure(self, samples: int, window_seconds: float) -> None:
@@ -321,6 +359,7 @@ class ClientQuotas:
         self._resolved.clear()
         self.active = any(PRODUCER_BYTE_RATE in v or CONSUMER_BYTE_RATE in v
                           for v in self._configs.values())
+        self.requests_active = any(REQUEST_PERCENTAGE in v for v in self._configs.values())
 
     def altered(self, entity: Entity, changes: Mapping[str, float | None]
                 ) -> dict[str, float]:
@@ -357,6 +396,21 @@ class ClientQuotas:
                 break
         self._resolved[cached] = found
         return found
+
+    def window_bound(self, key: str, principal: str, client_id: str | None) -> float | None:
+        """What the connection's quota of ``key`` allows in the measured windows but the
+        current one (Kafka's ``getMaxValueInQuotaWindow``, which bounds a fetch), or None
+        without a quota."""
+        resolved = self.resolve(key, principal.partition(":")[2], client_id or "")
+        return None if resolved is None else resolved[0] * (self.samples - 1) * self.window
+
+    def measured(self) -> list[tuple[str, str, str, float, int]]:
+        """(key, user, client id, rate now, throttle ms so far) of each metric entity:
+        Kafka's per-entity ``byte-rate``/``request-time`` and ``throttle-time``."""
+        now = time.monotonic()
+        return [(key, user, client, rate.measure(now)[0],
+                 self.throttle_ms.get((key, user, client), 0))
+                for (key, user, client), rate in self._rates.items()]
 
     def record(self, key: str, principal: str, client_id: str | None, value: float,
                unrecord_if_throttled: bool = False) -> int:

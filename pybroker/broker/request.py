@@ -40,6 +40,9 @@ class RequestContext:
     # the client's connection: a handler that parks the request awaits through
     # ``conn.wait(future)``, which gives up as soon as the client is gone (PeerGone)
     conn: Connection | None = None
+    # a broker's request that no request_percentage quota counts (Kafka's exempt ones:
+    # followers' fetches, transaction markers)
+    quota_exempt: bool = False
 
     @property
     def principal(self) -> str:

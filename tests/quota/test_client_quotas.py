@@ -15,6 +15,7 @@ from pybroker._native.records import encode_batch
 from pybroker.broker.quotas import ClientQuotas, entity_of
 from pybroker.errors import ErrorCode
 from tests.admin.clients import create_topic, unique
+from tests.broker.prometheus import metrics_url, scrape
 from tests.broker.wire_client import WireClient, fetch_body, produce_body
 from tests.conftest import BrokerProcess
 from tests.quota.quota_clients import ALTER_CLIENT_QUOTAS, alter, describe
@@ -174,10 +175,11 @@ def test_precedence_is_kafkas() -> None:
     assert not quotas.active
 
 
-def test_throttle_time_in_produce_and_fetch_answers(broker: BrokerProcess) -> None:
+def test_throttle_time_in_produce_and_fetch_answers(broker_factory: Any) -> None:
     """A request far over its quota is throttled for Kafka's bound, one quota window
     (1 s); the throttled fetch is answered empty. WireClient's client id is "tests",
-    its user ANONYMOUS."""
+    its user ANONYMOUS. The metrics say so per entity."""
+    broker = broker_factory(metrics_listener="127.0.0.1:0")
     topic = unique("throttled")
     create_topic(broker.bootstrap, topic)
     batch = encode_batch([b"x" * 50_000])
@@ -196,6 +198,13 @@ def test_throttle_time_in_produce_and_fetch_answers(broker: BrokerProcess) -> No
     with WireClient(broker.bootstrap) as client:  # the quota is the user's: shared
         answer = client.request(FETCH, 12, fetch_body(topic, 0, 0))
         assert (answer["throttle_time_ms"], answer["responses"]) == (1000, [])
+    metrics = scrape(metrics_url(broker))
+    producer = (("client_id", "tests"), ("user", ""))
+    consumer = (("client_id", ""), ("user", "ANONYMOUS"))
+    assert metrics[("kafka_server_produce_throttle_time_ms_total", producer)] == 1000
+    assert metrics[("kafka_server_produce_byte_rate", producer)] > 1000
+    assert metrics[("kafka_server_fetch_throttle_time_ms_total", consumer)] == 2000
+    assert metrics[("kafka_server_fetch_byte_rate", consumer)] == 0  # answered empty
 
 
 def test_quotas_survive_restart(broker: BrokerProcess) -> None:
@@ -220,3 +229,21 @@ def test_quotas_need_the_clusters_configs_acls(acl_broker: BrokerProcess) -> Non
         answer = client.request(48, 1, {"components": [], "strict": False})
     assert (answer["error_code"], answer["entries"]) == (
         ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+
+
+def test_request_time_quota_throttles_every_api(broker: BrokerProcess) -> None:
+    """A request_percentage far below what one request costs: the next answers report
+    Kafka's bound (one window) where the API has the field; versions without it still
+    answer."""
+    assert alter(broker.bootstrap, {"client-id": "tests"},
+                 {"request_percentage": 0.0001})["error_code"] == 0
+    metadata = {"topics": [], "allow_auto_topic_creation": False}
+    with WireClient(broker.bootstrap) as client:
+        client.request(3, 12, metadata)  # counted: the one that takes it over
+        assert client.request(3, 12, metadata)["throttle_time_ms"] == 1000
+        assert client.request(3, 0, {"topics": []})["brokers"]
+        assert client.request(18, 3, {"client_software_name": "t",
+                                      "client_software_version": "1"}
+                              )["throttle_time_ms"] == 1000
+    assert describe(broker.bootstrap)[(("client-id", "tests"),)] == {
+        "request_percentage": 0.0001}

@@ -29,7 +29,8 @@ the log end, not the high watermark.
 
 Client quotas (``consumer_byte_rate``, :mod:`pybroker.broker.quotas`): a consumer's
 response counts against its quota; one that takes it over is answered empty with
-``throttle_time_ms`` and its connection muted that long, as Kafka does.
+``throttle_time_ms`` and its connection muted that long, and a consumer's ``max_bytes`` is
+bounded by what its quota allows in the quota windows but one, as Kafka does.
 
 Fetch sessions (KIP-227): the broker keeps none. Every response says session id 0, which
 tells v7+ clients to send full requests; a request naming a session id gets
@@ -195,8 +196,13 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
                                ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])
         return Encoded(parts)
     replica_id = _replica_id(request)
+    ctx.quota_exempt = replica_id >= 0  # replication: no client quota holds it back
     wanted, endpoints = _resolve(ctx, request, replica_id)
     max_bytes = min(request["max_bytes"], broker.config["fetch.max.bytes"])
+    if replica_id < 0 and broker.quotas.active:
+        bound = broker.quotas.window_bound(CONSUMER_BYTE_RATE, ctx.principal, ctx.client_id)
+        if bound is not None:
+            max_bytes = min(max_bytes, int(bound))
     committed = request["isolation_level"] == READ_COMMITTED
     min_bytes = request["min_bytes"]
     loop = asyncio.get_running_loop()

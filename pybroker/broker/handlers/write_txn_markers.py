@@ -29,6 +29,7 @@ from pybroker.txn.markers import TxnMarker, append_markers
 async def write_txn_markers(ctx: RequestContext,
                             request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
     markers = request["markers"]
+    ctx.quota_exempt = True  # the coordinator's, as Kafka exempts it
     if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
         written = [{(t["name"], p): ErrorCode.CLUSTER_AUTHORIZATION_FAILED
                     for t in m["topics"] for p in t["partition_indexes"]} for m in markers]
