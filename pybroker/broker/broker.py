@@ -302,6 +302,7 @@ class Broker:
             self._every(self.config["producer.id.expiration.check.interval.ms"],
                         logs.expire_producers),
             self._every(60_000, collector.thaw_if_due),
+            self._every(60_000, self.quotas.expire_idle),
         )]
         return bound[listeners.bind[0].name]
 

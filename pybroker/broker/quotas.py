@@ -85,6 +85,8 @@ CLIENT_KEYS = {PRODUCER_BYTE_RATE: True, CONSUMER_BYTE_RATE: True,
                REQUEST_PERCENTAGE: False, CONTROLLER_MUTATION_RATE: False}
 IP_KEYS = {CONNECTION_CREATION_RATE: True}
 _LONG_MAX = 2**63 - 1
+# an entity's rate unrecorded this long is forgotten (Kafka's quota sensors' expiry)
+INACTIVE_SECONDS = 3600.0
 # DescribeClientQuotas match types
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 
@@ -180,18 +182,20 @@ def entity_from_path(path: str) -> Entity:
                      for kind, name in zip(parts[::2], parts[1::2], strict=True))
 
 
-def stored_values(entity: Entity, configs: Mapping[str, str]) -> dict[str, float]:
-    """The quotas of a stored entity (text values, as Kafka's znodes hold them); a value
-    that does not pass today's checks is dropped with a warning, never stops the broker."""
+def stored_values(entity: Entity, configs: Mapping[str, str | float]) -> dict[str, float]:
+    """The quotas of a stored entity (numbers, or text as Kafka's znodes hold them); an
+    entity or a value that does not pass today's checks is dropped with a warning, never
+    stops the broker."""
     values: dict[str, float] = {}
     for key, text in configs.items():
         try:
-            checked = check_alteration(entity, [(key, float(text), False)])
-        except (ValueError, InvalidRequestError) as exc:
+            value = float(text)
+            check_alteration(entity, [(key, value, False)])
+        except (ValueError, TypeError, InvalidRequestError) as exc:
             log.warning("ignoring the stored client quota %s=%s of %s: %s", key, text,
                         entity_text(entity), exc)
             continue
-        values[key] = checked[key] or 0.0
+        values[key] = value
     return values
 
 
@@ -264,15 +268,17 @@ class Rate:
     """Kafka's ``Rate`` over a ``SampledStat`` of ``samples`` windows of ``window`` seconds
     (the module doc); times are ``time.monotonic()`` seconds."""
 
-    __slots__ = ("_samples", "_window", "_starts", "_values", "_current")
+    __slots__ = ("_samples", "_window", "_starts", "_values", "_current", "last")
 
     def __init__(self, samples: int, window: float, now: float) -> None:
         self._samples, self._window = samples, window
+        self.last = now  # when a value was last recorded
         self._starts = [now] * samples
         self._values = [0.0] * samples
         self._current = 0
 
     def record(self, value: float, now: float) -> None:
+        self.last = now
         if now - self._starts[self._current] >= self._window:
             self._current = (self._current + 1) % self._samples
             self._starts[self._current] = now
@@ -340,11 +346,6 @@ class ClientQuotas:
         self.requests_active = False  # a request_percentage quota is set
         self.throttle_ms: dict[tuple[str, str, str], int] = {}  # (key, user, client): total
 
-    def reconfigure(self, samples: int, window_seconds: float) -> None:
-        if (samples, window_seconds) != (self.samples, self.window):
-            self.samples, self.window = samples, window_seconds
-            self._rates.clear()
-
     # the quotas set -----------------------------------------------------------------
 
     def entities(self) -> dict[Entity, dict[str, float]]:
@@ -403,6 +404,16 @@ class ClientQuotas:
         without a quota."""
         resolved = self.resolve(key, principal.partition(":")[2], client_id or "")
         return None if resolved is None else resolved[0] * (self.samples - 1) * self.window
+
+    def expire_idle(self) -> None:
+        """Forget the rates of entities idle for ``INACTIVE_SECONDS`` (Kafka's inactive
+        sensor expiry), and the resolved quotas cached for connections: a default quota
+        on client ids measures each client id apart, and client ids come and go."""
+        expired_before = time.monotonic() - INACTIVE_SECONDS
+        for metric in [m for m, rate in self._rates.items() if rate.last < expired_before]:
+            del self._rates[metric]
+            self.throttle_ms.pop(metric, None)
+        self._resolved.clear()
 
     def measured(self) -> list[tuple[str, str, str, float, int]]:
         """(key, user, client id, rate now, throttle ms so far) of each metric entity:

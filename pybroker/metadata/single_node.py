@@ -68,7 +68,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from pybroker.broker.files import DurableJsonFile, read_json
-from pybroker.broker.quotas import entity_of
+from pybroker.broker.quotas import entity_of, stored_values
 from pybroker.broker.topic_manager import (
     Topic,
     TopicManager,
@@ -142,7 +142,12 @@ class SingleNodeMetadata:
 
     async def follow_client_quotas(self, quotas: ClientQuotas) -> None:
         for stored in read_json(self._client_quotas.path, {}).get("quotas", []):
-            quotas.set(entity_of(stored["entity"]), stored["values"])
+            try:
+                entity = entity_of(stored["entity"])
+            except (KeyError, TypeError, ValueError):
+                log.warning("ignoring a malformed entry of %s: %r", CLIENT_QUOTAS_FILE, stored)
+                continue
+            quotas.set(entity, stored_values(entity, stored.get("values", {})))
 
     def leads_every_partition(self) -> bool:
         return True

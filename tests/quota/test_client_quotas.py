@@ -5,6 +5,7 @@ entities, throttle_time_ms in Produce and Fetch answers, quotas kept across a re
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from typing import Any
@@ -247,3 +248,18 @@ def test_request_time_quota_throttles_every_api(broker: BrokerProcess) -> None:
                               )["throttle_time_ms"] == 1000
     assert describe(broker.bootstrap)[(("client-id", "tests"),)] == {
         "request_percentage": 0.0001}
+
+
+def test_a_bad_stored_quota_is_dropped_with_a_warning(broker: BrokerProcess) -> None:
+    broker.stop()
+    with open(os.path.join(broker.data_dir, "client-quotas.json"), "w") as f:
+        json.dump({"version": 1, "quotas": [
+            {"entity": [["client-id", "ok"]], "values": {"producer_byte_rate": 100,
+                                                        "consumer_byte_rate": -1}},
+            {"entity": [["group", "g"]], "values": {"producer_byte_rate": 100}},
+            {"entity": "garbage"}]}, f)
+    broker.start()
+    assert describe(broker.bootstrap) == {(("client-id", "ok"),): {"producer_byte_rate": 100.0}}
+    log = broker.log_text()
+    assert "ignoring the stored client quota consumer_byte_rate=-1" in log
+    assert "ignoring a malformed entry of client-quotas.json" in log
