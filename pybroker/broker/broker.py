@@ -268,7 +268,8 @@ class Broker:
             max_connections_per_ip=config["max.connections.per.ip"],
             max_connections_per_ip_overrides=config["max.connections.per.ip.overrides"],
             connections_max_idle_ms=config["connections.max.idle.ms"],
-            network_threads=config["num.network.threads"])
+            network_threads=config["num.network.threads"],
+            connection_rate=self.quotas.record_connection)
         bound = self.server.start()
         server = self.server
         self.dynamic_config.subscribe(CONNECTION_KEYS, lambda new: server.set_connection_limits(

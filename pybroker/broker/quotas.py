@@ -53,8 +53,10 @@ as a percentage of one thread, so 50 is half the loop's time; over it, the respo
 reports the throttle time where the API has the field (Produce and Fetch report their
 byte-rate throttle) and the connection is muted. Followers' fetches and transaction
 markers are exempt, as Kafka exempts them.
-Not enforced (accepted and stored, described): ``controller_mutation_rate``,
-``connection_creation_rate``.
+Connections (``connection_creation_rate`` of an IP, else of the default IP; KIP-612): a
+new connection that takes its address over the rate is not counted and is closed after
+its throttle time, unread (``record_connection``, which the server asks).
+Not enforced (accepted and stored, described): ``controller_mutation_rate``.
 
 Not thread-safe: the event loop's.
 """
@@ -344,6 +346,7 @@ class ClientQuotas:
         self.samples, self.window = samples, window_seconds
         self.active = False  # a user or client-id byte-rate quota is set
         self.requests_active = False  # a request_percentage quota is set
+        self.connections_active = False  # a connection_creation_rate quota is set
         self.throttle_ms: dict[tuple[str, str, str], int] = {}  # (key, user, client): total
 
     # the quotas set -----------------------------------------------------------------
@@ -361,6 +364,8 @@ class ClientQuotas:
         self.active = any(PRODUCER_BYTE_RATE in v or CONSUMER_BYTE_RATE in v
                           for v in self._configs.values())
         self.requests_active = any(REQUEST_PERCENTAGE in v for v in self._configs.values())
+        self.connections_active = any(CONNECTION_CREATION_RATE in v
+                                      for v in self._configs.values())
 
     def altered(self, entity: Entity, changes: Mapping[str, float | None]
                 ) -> dict[str, float]:
@@ -433,7 +438,23 @@ class ClientQuotas:
         if resolved is None:
             return 0
         bound, (user, client) = resolved
-        metric = (key, user, client)
+        return self._record((key, user, client), bound, value, unrecord_if_throttled)
+
+    def record_connection(self, ip: str) -> int:
+        """A new connection from ``ip``: the ms to hold it before closing it when that
+        takes the address over its ``connection_creation_rate`` (then not counted, as
+        Kafka's ``ConnectionQuotas``), else 0. The address's own quota, else the default
+        IP's; each address is measured apart."""
+        if not self.connections_active:
+            return 0
+        bound = self._configs.get(((IP, ip),), {}).get(CONNECTION_CREATION_RATE) or \
+            self._configs.get(((IP, None),), {}).get(CONNECTION_CREATION_RATE)
+        if bound is None:
+            return 0
+        return self._record((CONNECTION_CREATION_RATE, ip, ""), bound, 1.0, True)
+
+    def _record(self, metric: tuple[str, str, str], bound: float, value: float,
+                unrecord_if_throttled: bool) -> int:
         now = time.monotonic()
         rate = self._rates.get(metric)
         if rate is None:
@@ -442,9 +463,11 @@ class ClientQuotas:
         observed, window = rate.measure(now)
         if observed <= bound:
             return 0
-        if unrecord_if_throttled:
-            rate.record(-value, now)
         throttle = min(round((observed - bound) / bound * window * 1000),
                        round(self.window * 1000))
+        if throttle <= 0:
+            return 0
+        if unrecord_if_throttled:
+            rate.record(-value, now)
         self.throttle_ms[metric] = self.throttle_ms.get(metric, 0) + throttle
         return throttle

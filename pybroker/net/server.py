@@ -29,8 +29,11 @@ tenth of the limit, at least ``FD_HEADROOM_MIN``: descriptors are numbered lowes
 so every lower one is in use), keeping descriptors for segment files and draining the
 backlog instead of leaving clients in it. When ``accept`` itself fails (EMFILE,
 ENFILE, ENOBUFS, ENOMEM) the listener is left alone for ``ACCEPT_BACKOFF_S``: a full
-backlog would otherwise wake the loop for nothing at full speed. Refusals are logged once
-per ``REFUSAL_LOG_INTERVAL_S`` with a count.
+backlog would otherwise wake the loop for nothing at full speed. A client address over its
+connection creation rate (``connection_rate``: the client quotas' ``connection_creation_rate``
+of IP entities, KIP-612) has its new connection closed after the throttle time it earned,
+unread, as Kafka's acceptor does (a client refused at once would reconnect at once).
+Refusals are logged once per ``REFUSAL_LOG_INTERVAL_S`` with a count.
 
 ``connections.max.idle.ms``: a connection that received nothing and had nothing to answer
 for that long is closed (Kafka's idle connection reaper), so a client that stalls in the
@@ -48,7 +51,7 @@ import resource
 import socket
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pybroker.net.connection import Connection, Dispatch, Limits, ReceiveScratch
 from pybroker.net.listeners import Listener
@@ -167,7 +170,8 @@ class Server:
                  max_connections: int = 2**31 - 1, max_connections_per_ip: int = 2**31 - 1,
                  max_connections_per_ip_overrides: str = "",
                  connections_max_idle_ms: int = 600_000, backlog: int = 1024,
-                 network_threads: int = DEFAULT_NETWORK_THREADS) -> None:
+                 network_threads: int = DEFAULT_NETWORK_THREADS,
+                 connection_rate: Callable[[str], int] | None = None) -> None:
         if network_threads < 0:
             raise ValueError(f"num.network.threads must be >= 0, not {network_threads}")
         if queued_max_request_bytes < max_request_bytes:
@@ -194,6 +198,9 @@ class Server:
         self._idle_sweep: asyncio.TimerHandle | None = None
         self._fd_limit = 0
         self._per_ip: Counter[str] = Counter()
+        # ip -> ms to hold a new connection before closing it, 0 to take it
+        self._connection_rate = connection_rate
+        self._throttled: dict[socket.socket, asyncio.TimerHandle] = {}  # closed when due
         self._refusals = _RateLimitedLog(REFUSAL_LOG_INTERVAL_S)
         self.connections: set[Connection] = set()
         self.accepted = 0
@@ -297,7 +304,7 @@ class Server:
                     log.warning("accept failed: %s", exc)
                 return
             ip = str(addr[0]) if isinstance(addr, tuple) else str(addr)
-            if self._refused(sock, ip):
+            if self._refused(sock, ip) or self._throttled_connection(sock, ip):
                 continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -320,6 +327,23 @@ class Server:
             self.accepted += 1
             self._per_ip[ip] += 1
             self.connections.add(conn)
+
+    def _throttled_connection(self, sock: socket.socket, ip: str) -> bool:
+        """Hold a connection over its address's creation rate, unread, for its throttle
+        time, then close it (Kafka's ``DelayedCloseSocket``)."""
+        throttle_ms = self._connection_rate(ip) if self._connection_rate is not None else 0
+        if not throttle_ms:
+            return False
+        self._refusals(f"rate {ip}", logging.INFO, "closing a connection from %s in %d ms: "
+                       "over its connection_creation_rate quota", ip, throttle_ms)
+        self.refused += 1
+        self._throttled[sock] = asyncio.get_running_loop().call_later(
+            throttle_ms / 1000, self._close_throttled, sock)
+        return True
+
+    def _close_throttled(self, sock: socket.socket) -> None:
+        self._throttled.pop(sock).cancel()
+        sock.close()
 
     def _refused(self, sock: socket.socket, ip: str) -> bool:
         """Close a new connection over a limit at once (with a rate-limited log line)."""
@@ -370,6 +394,8 @@ class Server:
         self._set_accepting(False)
         for acceptor in self._acceptors:
             acceptor.close()
+        for sock in list(self._throttled):
+            self._close_throttled(sock)
 
     async def drain(self, timeout: float) -> None:
         """Answer in-flight requests on every connection (up to ``timeout`` s), then close."""

@@ -263,3 +263,24 @@ def test_a_bad_stored_quota_is_dropped_with_a_warning(broker: BrokerProcess) -> 
     log = broker.log_text()
     assert "ignoring the stored client quota consumer_byte_rate=-1" in log
     assert "ignoring a malformed entry of client-quotas.json" in log
+
+
+def test_connection_creation_rate_closes_what_goes_over(broker: BrokerProcess) -> None:
+    """1 connection a second from 127.0.0.1: Kafka's measure takes about ten at once (the
+    window counts as ten seconds at first), then the next are held and closed unread;
+    another address's quota does not apply."""
+    assert alter(broker.bootstrap, {"ip": "10.1.2.3"}, {"connection_creation_rate": 1000}
+                 )["error_code"] == 0
+    assert alter(broker.bootstrap, {"ip": "127.0.0.1"}, {"connection_creation_rate": 1}
+                 )["error_code"] == 0
+    answered = closed = 0
+    for _ in range(15):
+        with WireClient(broker.bootstrap) as client:
+            try:
+                client.request(18, 3, {"client_software_name": "t",
+                                       "client_software_version": "1"})
+                answered += 1
+            except ConnectionError:
+                closed += 1
+    assert answered >= 10 and closed >= 1, (answered, closed)
+    assert "over its connection_creation_rate quota" in broker.log_text()
