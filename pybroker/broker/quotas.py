@@ -1,5 +1,7 @@
-"""Client quotas: Kafka's ``ClientQuotaManager`` (produce and fetch byte rates) with its
-entities, precedence and throttle, enforced by delay, never by an error.
+"""Client quotas: Kafka's ``ClientQuotaManager`` (produce and fetch byte rates),
+``ClientRequestQuotaManager`` (request time) and ``ConnectionQuotas``' per-IP connection
+rate, with Kafka's entities, precedence and throttle: enforced by delay, never by an
+error.
 
 Entities. A quota is set on an entity: a user, a client id, both, or an IP address
 (``connection_creation_rate``, KIP-612), each name either a real one or the default
@@ -27,7 +29,7 @@ samples of ``quota.window.size.seconds``; the rate is the sum of the live sample
 time since the oldest, counted as at least ``num - 1`` whole windows. A client whose
 recorded value takes the rate past its quota is throttled for
 ``(rate - quota) / quota * window`` (how long until it is back under), at most one sample
-window (Kafka's bound, KAFKA-9677). Kafka's measure lets a client much faster than its
+window (Kafka's bound). Kafka's measure lets a client much faster than its
 quota send about ``num - 1`` windows' worth at once and then little until that sample ages
 out: over a short interval the rate of such a client swings around the quota; with fewer
 samples it stays close.
@@ -41,22 +43,26 @@ for the same offsets), as Kafka does; a consumer's fetch is bounded by what its 
 allows in ``num - 1`` windows (Kafka's ``getMaxValueInQuotaWindow``). Other connections
 are not touched: no sleep, no lock.
 
-Cost: with no user or client-id quota set ``active`` is False and the produce and fetch
-handlers test only that; with quotas, a request costs a dict lookup (the resolved quota of
-its user and client id is cached until the next change) and an O(samples) sum.
+Request time (``request_percentage``): the time a request's handler runs on the event
+loop (its steps, not its waits: ``StepTimer``) counts as a percentage of one thread, so 50
+is half the loop's time; over it, the response reports the throttle time where the API
+has the field (Produce and Fetch report their byte-rate throttle) and the connection is
+muted. Followers' fetches and transaction markers are exempt, as Kafka exempts them.
 
-Not kept here: where quotas are stored (the control plane's ``alter_client_quotas`` and
-``follow_client_quotas``: a file on one node, ZooKeeper in a cluster).
-Request time (``request_percentage``, Kafka's ``ClientRequestQuotaManager``): the time a
-request's handler runs on the event loop (its steps, not its waits: ``StepTimer``) counts
-as a percentage of one thread, so 50 is half the loop's time; over it, the response
-reports the throttle time where the API has the field (Produce and Fetch report their
-byte-rate throttle) and the connection is muted. Followers' fetches and transaction
-markers are exempt, as Kafka exempts them.
 Connections (``connection_creation_rate`` of an IP, else of the default IP; KIP-612): a
 new connection that takes its address over the rate is not counted and is closed after
 its throttle time, unread (``record_connection``, which the server asks).
-Not enforced (accepted and stored, described): ``controller_mutation_rate``.
+
+Not enforced (accepted, stored and described): ``controller_mutation_rate``.
+
+Cost: with no quota of a kind set its flag (``active`` for byte rates, ``requests_active``,
+``connections_active``) is False and the produce and fetch handlers, the dispatcher and
+the server test only that; with quotas, a request costs a dict lookup (the resolved quota
+of its user and client id is cached until the next change) and an O(samples) sum. Rates
+of entities idle for an hour are forgotten (``expire_idle``, Kafka's sensor expiry).
+
+Not kept here: where quotas are stored (the control plane's ``alter_client_quotas`` and
+``follow_client_quotas``: a file on one node, ZooKeeper in a cluster).
 
 Not thread-safe: the event loop's.
 """
@@ -142,14 +148,12 @@ def check_alteration(entity: Entity, ops: Iterable[tuple[str, float, bool]]
         if remove:
             changes[key] = None
             continue
-        if whole:
-            if value > _LONG_MAX:
-                raise InvalidRequestError(
-                    f"Proposed value for {key} is too large for a LONG.")
-            if value != math.floor(value):
-                raise InvalidRequestError(f"{key} cannot be a fractional value.")
-        if not value > 0:
+        if whole and value > _LONG_MAX:
+            raise InvalidRequestError(f"Proposed value for {key} is too large for a LONG.")
+        if not value > 0:  # NaN too, which Kafka 4.1 takes (and no rate is ever over)
             raise InvalidRequestError(f"Quota {key} must be greater than 0")
+        if whole and value != math.floor(value):
+            raise InvalidRequestError(f"{key} cannot be a fractional value.")
         changes[key] = value
     return changes
 
