@@ -168,8 +168,7 @@ class Broker:
         self.http_listener: HttpListener | None = None
         self.leader_offsets = LeaderHighWatermarks(self)
         self.refusals = RefusalLog()
-        self.quotas = ClientQuotas(max(1, config["quota.window.num"]),
-                                   max(1, config["quota.window.size.seconds"]))
+        self.quotas: ClientQuotas
         self._tasks: list[asyncio.Task[None]] = []
         self._logs_open = False  # what shutdown has to stop: the parts start() got to
         self.cleaner: LogCleaner | None = None
@@ -256,6 +255,8 @@ class Broker:
         log.info("recovery done: %d topics, %d partitions in %.3f s",
                  len(self.topics.topics()), len(self.topics.partitions()),
                  time.monotonic() - started)
+        self.quotas = ClientQuotas(self.config["quota.window.num"],
+                                   self.config["quota.window.size.seconds"])
         await self.metadata.follow_client_quotas(self.quotas)
         collector.freeze_long_lived()
         config = self.config

@@ -344,6 +344,10 @@ class ClientQuotas:
     """The quotas set, resolved per connection, and the rates measured against them."""
 
     def __init__(self, samples: int = 11, window_seconds: float = 1.0) -> None:
+        for key, value in (("quota.window.num", samples),
+                           ("quota.window.size.seconds", window_seconds)):
+            if value < 1:  # Kafka's bound too
+                raise ValueError(f"{key} must be at least 1, not {value}")
         self._configs: dict[Entity, dict[str, float]] = {}
         self._resolved: dict[tuple[str, str, str], Resolved] = {}
         self._rates: dict[tuple[str, str, str], Rate] = {}
