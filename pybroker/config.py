@@ -136,6 +136,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "max.connections": (int, 2**31 - 1),
     "max.connections.per.ip": (int, 2**31 - 1),
     "max.connections.per.ip.overrides": (str, ""),
+    "max.connection.creation.rate": (int, 2**31 - 1),
     # client quotas' rate measure (pybroker.broker.quotas): samples kept, seconds each
     "quota.window.num": (int, 11),
     "quota.window.size.seconds": (int, 1),

@@ -70,6 +70,7 @@ from pybroker.broker import handlers as handler_registry
 from pybroker.broker.dynamic_config import (
     CLEANER_KEYS,
     CONNECTION_KEYS,
+    CONNECTION_RATE_KEY,
     TOPIC_DEFAULT_DYNAMIC_KEYS,
     TXN_VERIFICATION_KEY,
     DynamicBrokerConfig,
@@ -255,9 +256,12 @@ class Broker:
         log.info("recovery done: %d topics, %d partitions in %.3f s",
                  len(self.topics.topics()), len(self.topics.partitions()),
                  time.monotonic() - started)
-        self.quotas = ClientQuotas(self.config["quota.window.num"],
-                                   self.config["quota.window.size.seconds"])
-        await self.metadata.follow_client_quotas(self.quotas)
+        self.quotas = quotas = ClientQuotas(self.config["quota.window.num"],
+                                            self.config["quota.window.size.seconds"])
+        quotas.set_connection_creation_rate(self.config[CONNECTION_RATE_KEY])
+        self.dynamic_config.subscribe({CONNECTION_RATE_KEY}, lambda new: (
+            quotas.set_connection_creation_rate(new[CONNECTION_RATE_KEY])))
+        await self.metadata.follow_client_quotas(quotas)
         collector.freeze_long_lived()
         config = self.config
         self.server = Server(
@@ -270,7 +274,9 @@ class Broker:
             max_connections_per_ip_overrides=config["max.connections.per.ip.overrides"],
             connections_max_idle_ms=config["connections.max.idle.ms"],
             network_threads=config["num.network.threads"],
-            connection_rate=self.quotas.record_connection)
+            connection_rate=self.quotas.record_connection,
+            accept_rate=lambda listener: 0 if listener.name == inter_broker.name
+            else quotas.record_accepted())
         bound = self.server.start()
         server = self.server
         self.dynamic_config.subscribe(CONNECTION_KEYS, lambda new: server.set_connection_limits(

@@ -11,7 +11,8 @@ changed, so the new value applies at once:
 - the broker-wide defaults of topic configs (``log.retention.ms``, ``message.max.bytes``,
   ...): every open log of a topic without its own override (``TopicManager.reconfigure``);
 - the log cleaner's ``log.cleaner.*`` (``LogCleaner.reconfigure``);
-- ``max.connections``, ``max.connections.per.ip`` and its overrides (``Server``);
+- ``max.connections``, ``max.connections.per.ip`` and its overrides (``Server``), and
+  ``max.connection.creation.rate`` (``ClientQuotas.set_connection_creation_rate``);
 - ``transaction.partition.verification.enable`` (the produce path's ``txn_verifier``).
 
 Which keys are dynamic is Kafka 4.1's list (``DynamicBrokerConfig.AllDynamicConfigs``)
@@ -53,15 +54,17 @@ CLEANER_KEYS = frozenset({
     "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms"})
 CONNECTION_KEYS = frozenset({"max.connections", "max.connections.per.ip",
                              "max.connections.per.ip.overrides"})
+CONNECTION_RATE_KEY = "max.connection.creation.rate"
 TXN_VERIFICATION_KEY = "transaction.partition.verification.enable"
 DYNAMIC_KEYS = TOPIC_DEFAULT_DYNAMIC_KEYS | CLEANER_KEYS | CONNECTION_KEYS | {
+    CONNECTION_RATE_KEY,
     TXN_VERIFICATION_KEY}
 
 # key -> least value Kafka accepts, for the dynamic keys whose topic config does not check it
 _AT_LEAST: dict[str, float] = {
     "log.cleaner.threads": 1, "log.cleaner.io.buffer.size": 0,
     "log.cleaner.io.max.bytes.per.second": 0, "log.cleaner.backoff.ms": 0,
-    "max.connections": 0, "max.connections.per.ip": 0}
+    "max.connections": 0, "max.connections.per.ip": 0, CONNECTION_RATE_KEY: 0}
 # a cleaner thread's offset map below this would end every round after a few keys
 MIN_DEDUPE_BYTES_PER_THREAD = 1024 * 1024
 

@@ -49,9 +49,12 @@ is half the loop's time; over it, the response reports the throttle time where t
 has the field (Produce and Fetch report their byte-rate throttle) and the connection is
 muted. Followers' fetches and transaction markers are exempt, as Kafka exempts them.
 
-Connections (``connection_creation_rate`` of an IP, else of the default IP; KIP-612): a
-new connection that takes its address over the rate is not counted and is closed after
-its throttle time, unread (``record_connection``, which the server asks).
+Connections (KIP-612): a new connection that takes its address over the
+``connection_creation_rate`` of its IP (else of the default IP) is not counted and is
+closed after its throttle time, unread (``record_connection``, which the server asks); one
+that takes the broker over ``max.connection.creation.rate`` (client listeners together,
+not the inter-broker one) stops the server accepting for the throttle time and is itself
+left unread that long (``record_accepted``), as Kafka's acceptor waits.
 
 Not enforced (accepted, stored and described): ``controller_mutation_rate``.
 
@@ -93,6 +96,7 @@ CLIENT_KEYS = {PRODUCER_BYTE_RATE: True, CONSUMER_BYTE_RATE: True,
                REQUEST_PERCENTAGE: False, CONTROLLER_MUTATION_RATE: False}
 IP_KEYS = {CONNECTION_CREATION_RATE: True}
 _LONG_MAX = 2**63 - 1
+_INT_MAX = 2**31 - 1
 # an entity's rate unrecorded this long is forgotten (Kafka's quota sensors' expiry)
 INACTIVE_SECONDS = 3600.0
 # DescribeClientQuotas match types
@@ -355,6 +359,7 @@ class ClientQuotas:
         self.active = False  # a user or client-id byte-rate quota is set
         self.requests_active = False  # a request_percentage quota is set
         self.connections_active = False  # a connection_creation_rate quota is set
+        self._creation_rate: float | None = None  # max.connection.creation.rate, if any
         self.throttle_ms: dict[tuple[str, str, str], int] = {}  # (key, user, client): total
 
     # the quotas set -----------------------------------------------------------------
@@ -460,6 +465,20 @@ class ClientQuotas:
         if bound is None:
             return 0
         return self._record((CONNECTION_CREATION_RATE, ip, ""), bound, 1.0, True)
+
+    def set_connection_creation_rate(self, rate: int) -> None:
+        """The broker's ``max.connection.creation.rate`` (KIP-612; Kafka's default, the
+        largest int, is none)."""
+        self._creation_rate = None if rate >= _INT_MAX else float(rate)
+
+    def record_accepted(self) -> int:
+        """A connection accepted on a client listener: the ms to stop accepting (and to
+        leave it unread) when that takes the broker over ``max.connection.creation.rate``,
+        as Kafka's acceptor waits; else 0."""
+        if self._creation_rate is None:
+            return 0
+        return self._record((CONNECTION_CREATION_RATE, "", ""), max(self._creation_rate, 1e-9),
+                            1.0, False)
 
     def _record(self, metric: tuple[str, str, str], bound: float, value: float,
                 unrecord_if_throttled: bool) -> int:

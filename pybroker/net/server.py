@@ -32,7 +32,10 @@ ENFILE, ENOBUFS, ENOMEM) the listener is left alone for ``ACCEPT_BACKOFF_S``: a 
 backlog would otherwise wake the loop for nothing at full speed. A client address over its
 connection creation rate (``connection_rate``: the client quotas' ``connection_creation_rate``
 of IP entities, KIP-612) has its new connection closed after the throttle time it earned,
-unread, as Kafka's acceptor does (a client refused at once would reconnect at once).
+unread, as Kafka's acceptor does (a client refused at once would reconnect at once); past
+the broker's ``max.connection.creation.rate`` (``accept_rate``) it stops accepting for the
+throttle time, the last connection accepted left unread as long, as Kafka's acceptor
+waits.
 Refusals are logged once per ``REFUSAL_LOG_INTERVAL_S`` with a count.
 
 ``connections.max.idle.ms``: a connection that received nothing and had nothing to answer
@@ -171,7 +174,8 @@ class Server:
                  max_connections_per_ip_overrides: str = "",
                  connections_max_idle_ms: int = 600_000, backlog: int = 1024,
                  network_threads: int = DEFAULT_NETWORK_THREADS,
-                 connection_rate: Callable[[str], int] | None = None) -> None:
+                 connection_rate: Callable[[str], int] | None = None,
+                 accept_rate: Callable[[Listener], int] | None = None) -> None:
         if network_threads < 0:
             raise ValueError(f"num.network.threads must be >= 0, not {network_threads}")
         if queued_max_request_bytes < max_request_bytes:
@@ -201,6 +205,8 @@ class Server:
         # ip -> ms to hold a new connection before closing it, 0 to take it
         self._connection_rate = connection_rate
         self._throttled: dict[socket.socket, asyncio.TimerHandle] = {}  # closed when due
+        # listener -> ms to stop accepting after a connection accepted on it, 0 to go on
+        self._accept_rate = accept_rate
         self._refusals = _RateLimitedLog(REFUSAL_LOG_INTERVAL_S)
         self.connections: set[Connection] = set()
         self.accepted = 0
@@ -265,12 +271,12 @@ class Server:
         if any(acceptor.sock is not None for acceptor in self._acceptors):  # listening
             self._maybe_accept()
 
-    def _back_off(self) -> None:
-        """Leave the listener alone for a while (a full backlog stays readable)."""
+    def _back_off(self, seconds: float = ACCEPT_BACKOFF_S) -> None:
+        """Leave the listeners alone for a while (a full backlog stays readable)."""
         self._set_accepting(False)
         if self._resume_accepting is None:
             self._resume_accepting = asyncio.get_running_loop().call_later(
-                ACCEPT_BACKOFF_S, self._resume_after_backoff)
+                seconds, self._resume_after_backoff)
 
     def _resume_after_backoff(self) -> None:
         self._resume_accepting = None
@@ -327,6 +333,14 @@ class Server:
             self.accepted += 1
             self._per_ip[ip] += 1
             self.connections.add(conn)
+            pause_ms = self._accept_rate(acceptor.listener) if self._accept_rate else 0
+            if pause_ms:
+                self._refusals("creation rate", logging.INFO,
+                               "max.connection.creation.rate reached: accepting again "
+                               "in %d ms", pause_ms)
+                conn.throttle(pause_ms)
+                self._back_off(pause_ms / 1000)
+                return
 
     def _throttled_connection(self, sock: socket.socket, ip: str) -> bool:
         """Hold a connection over its address's creation rate, unread, for its throttle

@@ -293,3 +293,26 @@ def test_connection_creation_rate_closes_what_goes_over(broker: BrokerProcess) -
                 closed += 1
     assert answered >= 10 and closed >= 1, (answered, closed)
     assert "over its connection_creation_rate quota" in broker.log_text()
+
+
+def test_broker_connection_creation_rate_pauses_accepting(broker_factory: Any) -> None:
+    """Past max.connection.creation.rate the broker waits before accepting more, as
+    Kafka's acceptor: every connection is answered, none refused. The limit leaves the
+    inter-broker listener alone, as Kafka's, so the clients use another. The key is
+    dynamic."""
+    broker = broker_factory(
+        quota_window_num=2, max_connection_creation_rate=2,
+        listeners="PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        listener_security_protocol_map="PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+        inter_broker_listener_name="INTERNAL")
+    for _ in range(6):
+        with WireClient(broker.bootstrap) as client:
+            assert client.request(18, 3, {"client_software_name": "t",
+                                          "client_software_version": "1"})["error_code"] == 0
+    assert "max.connection.creation.rate reached: accepting again in" in broker.log_text()
+    with WireClient(broker.bootstrap) as client:
+        answer = client.request(44, 1, {"resources": [{
+            "resource_type": 4, "resource_name": "", "configs": [
+                {"name": "max.connection.creation.rate", "value": "1000",
+                 "config_operation": 0}]}], "validate_only": False})
+    assert answer["responses"][0]["error_code"] == 0
