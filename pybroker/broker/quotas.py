@@ -309,7 +309,9 @@ class Rate:
         full = int(elapsed // self._window)
         if full < self._samples - 1:
             elapsed += (self._samples - 1 - full) * self._window
-        return total / elapsed, elapsed
+        # One sample (quota.window.num=1) measures from its first value: Kafka divides by
+        # zero there, and its rate is infinite; so is ours, never an error.
+        return (total / elapsed if elapsed > 0 else math.inf), elapsed
 
 
 class StepTimer:
@@ -490,8 +492,9 @@ class ClientQuotas:
         observed, window = rate.measure(now)
         if observed <= bound:
             return 0
-        throttle = min(round((observed - bound) / bound * window * 1000),
-                       round(self.window * 1000))
+        longest = round(self.window * 1000)
+        throttle = min(round((observed - bound) / bound * window * 1000), longest) \
+            if math.isfinite(observed) else longest
         if throttle <= 0:
             return 0
         if unrecord_if_throttled:

@@ -316,3 +316,19 @@ def test_broker_connection_creation_rate_pauses_accepting(broker_factory: Any) -
                 {"name": "max.connection.creation.rate", "value": "1000",
                  "config_operation": 0}]}], "validate_only": False})
     assert answer["responses"][0]["error_code"] == 0
+
+
+
+def test_one_quota_window_throttles_without_failing(broker_factory: Any) -> None:
+    """quota.window.num=1 measures over the current sample alone, from its first value:
+    as in Kafka the rate is then unbounded and the client throttled at once (the longest
+    throttle), never an error."""
+    broker = broker_factory(quota_window_num=1)
+    topic = unique("one-window")
+    create_topic(broker.bootstrap, topic)
+    assert alter(broker.bootstrap, {"client-id": "tests"},
+                 {"producer_byte_rate": 1_000_000})["error_code"] == 0
+    with WireClient(broker.bootstrap) as client:
+        answer = client.request(PRODUCE, 9, produce_body(topic, 0, encode_batch([b"a"])))
+    assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0
+    assert answer["throttle_time_ms"] == 1000
