@@ -211,7 +211,8 @@ def stored_values(entity: Entity, configs: Mapping[str, str | float]) -> dict[st
 
 def stored_text(values: Mapping[str, float]) -> dict[str, str]:
     """Quota values as text, whole numbers without a fraction."""
-    return {k: str(int(v)) if v == int(v) else repr(v) for k, v in values.items()}
+    return {k: str(int(v)) if math.isfinite(v) and v == int(v) else repr(v)
+            for k, v in values.items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,8 +45,15 @@ def test_a_quota_set_through_one_broker_is_enforced_by_another(zk_connect, tmp_p
         assert produce_error(answer) == 0
         assert answer["throttle_time_ms"] == 1000  # far over: one window, Kafka's bound
 
+        # a quota of any value Kafka takes is stored as text Kafka reads
+        assert _alter(cluster, 1, {"request_percentage": float("inf")}) == 0
+        assert cluster.wait_for(lambda: _described(cluster, 2).get("request_percentage")
+                                == float("inf"), what="the infinite quota on broker 2")
+
         cluster.restart(2)
-        assert _described(cluster, 2) == {"producer_byte_rate": 1000.0}
-        assert _alter(cluster, 2, {"producer_byte_rate": None}) == 0
+        assert _described(cluster, 2) == {"producer_byte_rate": 1000.0,
+                                          "request_percentage": float("inf")}
+        assert _alter(cluster, 2, {"producer_byte_rate": None,
+                                   "request_percentage": None}) == 0
         assert cluster.wait_for(lambda: _described(cluster, 1) == {},
                                 what="the removal seen by broker 1")

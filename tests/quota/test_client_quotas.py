@@ -220,6 +220,8 @@ def test_throttle_time_in_produce_and_fetch_answers(broker_factory: Any) -> None
 def test_quotas_survive_restart(broker: BrokerProcess) -> None:
     assert alter(broker.bootstrap, {"user": "bob", "client-id": "app"},
                  {"producer_byte_rate": 5000, "request_percentage": 25.5})["error_code"] == 0
+    assert alter(broker.bootstrap, {"user": "carol"},  # Kafka takes an infinite one too
+                 {"request_percentage": float("inf")})["error_code"] == 0
     assert alter(broker.bootstrap, {"ip": None}, {"connection_creation_rate": 10}
                  )["error_code"] == 0
     before = describe(broker.bootstrap)
@@ -227,7 +229,8 @@ def test_quotas_survive_restart(broker: BrokerProcess) -> None:
     assert describe(broker.bootstrap) == before == {
         (("client-id", "app"), ("user", "bob")): {"producer_byte_rate": 5000.0,
                                                   "request_percentage": 25.5},
-        (("ip", None),): {"connection_creation_rate": 10.0}}
+        (("ip", None),): {"connection_creation_rate": 10.0},
+        (("user", "carol"),): {"request_percentage": float("inf")}}
 
 
 def test_quotas_need_the_clusters_configs_acls(acl_broker: BrokerProcess) -> None:  # noqa: F811
