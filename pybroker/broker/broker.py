@@ -9,16 +9,17 @@ leadership), ``markers`` (the transaction coordinator's ``MarkerWriter``),
 ``txn_verifier`` (the produce path's question to the coordinator, KIP-890),
 ``validation_pool`` (threads validating large produce batches; None with
 ``num.io.threads=0``), ``authorizer`` (ACLs, :mod:`pybroker.security`; None without
-``authorizer.class.name``) and ``quotas`` (the client quotas set and the rates measured
-against them, :mod:`pybroker.broker.quotas`). Nothing is attached to the broker from
-elsewhere. ``config`` is the current settings, static and dynamic (``dynamic_config``,
+``authorizer.class.name``), ``credentials`` (the users' SCRAM credentials) and ``quotas``
+(the client quotas set and the rates measured against them, :mod:`pybroker.broker.quotas`).
+Nothing is attached to the broker from elsewhere. ``config`` is the current settings,
+static and dynamic (``dynamic_config``,
 :mod:`pybroker.broker.dynamic_config`, which tells the topics, the log cleaner, the
 server and the transaction verifier when a dynamic key they use changes).
 
 Start-up: open the data dir (``meta.properties`` holds the cluster id and node id; the
 control plane may have its own cluster id, ZooKeeper's, which wins), read the dynamic
 broker configs the control plane keeps (so the logs load under them), load the ACLs
-(with an authorizer, from the control plane's store), recover the logs
+(with an authorizer, from the control plane's store) and the SCRAM credentials, recover the logs
 (``LogManager.load``, logged with its duration; each log restores its producer state from
 its own snapshots), open the topics (and once, after an upgrade, adopt the broker-wide
 ``producer-state.json`` of earlier versions), start the group coordinator and the
@@ -102,6 +103,7 @@ from pybroker.net.server import Server
 from pybroker.net.tls import ListenerSettings, ServerTls, client_context
 from pybroker.repl import peer
 from pybroker.security.authorizer import AclAuthorizer, Authorizer
+from pybroker.security.credentials import ScramCredentials
 from pybroker.txn.config import TxnConfig
 from pybroker.txn.coordinator import TxnCoordinator
 from pybroker.txn.markers import MarkerWriter
@@ -133,6 +135,7 @@ class Broker:
     __slots__ = ("dynamic_config", "broker_id", "data_dir", "handlers", "cluster_id", "metadata",
                  "logs", "cleaner", "topics", "producer_ids", "group_coordinator", "txn_coordinator",
                  "markers", "txn_verifier", "validation_pool", "authorizer",
+                 "credentials",
                  "server", "advertised", "listener_endpoints", "inter_broker_listener",
                  "shutting_down", "_tasks", "_logs_open",
                  "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
@@ -157,6 +160,7 @@ class Broker:
         self.validation_pool: ValidationPool | None = None
         # checks ACLs; None without authorizer.class.name: every request is allowed
         self.authorizer: Authorizer | None = None
+        self.credentials = ScramCredentials()
         self.server: Server | None = None
         # what clients are told, per listener name (Kafka answers a client with the
         # endpoints of the listener it connected on), and the inter-broker listener's
@@ -212,6 +216,7 @@ class Broker:
                 self.config["authorizer.class.name"], self.metadata.acl_store(),
                 self.config["super.users"], self.config["allow.everyone.if.no.acl.found"])
             await self.authorizer.start()
+        await self.credentials.start(self.metadata.credential_store())
         self.logs = logs = LogManager(
             self.data_dir, producer_id_expiration_ms=self.config["producer.id.expiration.ms"])
         self._logs_open = True
@@ -386,6 +391,7 @@ class Broker:
         # the fetchers stop appending before the logs close
         if self.authorizer is not None:
             await self._quietly("authorizer", self.authorizer.stop)
+        await self._quietly("credentials", self.credentials.stop)
         await self._quietly("control plane", self.metadata.stop)
         if self._coordinator_started:
             await self._quietly("group coordinator", self.group_coordinator.stop)

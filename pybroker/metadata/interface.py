@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pybroker.broker.quotas import ClientQuotas, Entity
     from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
     from pybroker.errors import KafkaError
+    from pybroker.security.credentials import CredentialStore
     from pybroker.security.store import AclStore
     from pybroker.txn.config import TxnConfig
     from pybroker.txn.coordinator import TxnCoordinator
@@ -117,6 +118,11 @@ class Metadata(Protocol):
     def acl_store(self) -> AclStore:
         """Where this broker's ACLs are kept (after ``join``): its own file, or the
         cluster's store that every broker sees."""
+        ...
+
+    def credential_store(self) -> CredentialStore:
+        """Where the users' SCRAM credentials are kept (after ``join``): the broker's
+        file, or the cluster's store that every broker sees."""
         ...
 
     def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:

@@ -101,6 +101,7 @@ from pybroker.metadata.interface import (
     missing_topic,
 )
 from pybroker.net.protocol.codec import ZERO_UUID
+from pybroker.security.credentials import CredentialStore, FileCredentialStore
 from pybroker.security.store import AclStore, FileAclStore
 from pybroker.txn.config import TxnConfig
 from pybroker.txn.coordinator import TxnCoordinator
@@ -157,6 +158,9 @@ class SingleNodeMetadata:
 
     def acl_store(self) -> AclStore:
         return FileAclStore(self._broker.data_dir)
+
+    def credential_store(self) -> CredentialStore:
+        return FileCredentialStore(self._broker.data_dir)
 
     def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:
         self._offsets_topic = offsets_topic(self._broker.topics, config)

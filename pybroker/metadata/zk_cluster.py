@@ -87,8 +87,10 @@ from pybroker.metadata.interface import (
 )
 from pybroker.net.protocol.codec import ZERO_UUID
 from pybroker.net.protocol.typed import MetadataResponsePartition
+from pybroker.security.credentials import CredentialStore
 from pybroker.security.store import AclStore
 from pybroker.security.zk_acl_store import ZkAclStore
+from pybroker.security.zk_credential_store import ZkCredentialStore
 from pybroker.txn.config import TxnConfig
 from pybroker.txn.coordinator import TxnCoordinator
 from pybroker.txn.markers import MarkerWrite
@@ -129,6 +131,9 @@ class ZkClusterMetadata:
 
     def acl_store(self) -> AclStore:
         return ZkAclStore(self.node.store.client, asyncio.get_running_loop())
+
+    def credential_store(self) -> CredentialStore:
+        return ZkCredentialStore(self.node.store.client, asyncio.get_running_loop())
 
     def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:
         coordinator = GroupCoordinator(

@@ -1,0 +1,179 @@
+"""The cluster's SCRAM credentials in ZooKeeper, as Kafka's ZooKeeper mode kept them::
+
+    /config/users/<user>                 {"version":1,"config":{"SCRAM-SHA-256":
+                                          "salt=...,stored_key=...,server_key=...,
+                                          iterations=4096", ...}}
+    /config/changes/config_change_<seq>  {"version":2,"entity_path":"users/<user>"}
+
+The user's name is sanitized as Kafka's ``Sanitizer`` does (URL-encoded as Java's
+``URLEncoder``, then ``*`` as ``%2A`` and a space as ``%20``). The same znode's ``config`` map holds the user's client quotas
+(``producer_byte_rate``, ...): a change reads the znode, replaces only the SCRAM keys and
+writes conditionally on the znode's version, retrying when another writer came first, so
+neither kind of key clobbers the other; a znode left with no key at all is deleted.
+
+Every broker watches ``/config/changes`` and reloads the users named there, so a
+credential created through one broker authenticates on every other within a ZooKeeper
+round trip or two. Expiring old notifications is left to the topic configs' watch
+(:meth:`pybroker.cluster.zk_store.ClusterStore.watch_config_changes`).
+
+Thread-safety: ``load`` and ``update`` block (run on a worker thread); the watch runs on
+kazoo's callback thread and hands its changes to the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+import kazoo.exceptions as kex
+from kazoo.recipe.watchers import ChildrenWatch
+
+from pybroker.security.credentials import (
+    CredentialMap,
+    UserChange,
+    UserCredentials,
+    credentials_from_text,
+    credentials_to_text,
+)
+from pybroker.security.scram import MECHANISM_CODES
+
+log = logging.getLogger("pybroker.security")
+
+USERS = "/config/users"
+CONFIG_CHANGES = "/config/changes"
+CHANGE_PREFIX = "config_change_"
+ENTITY_PREFIX = "users/"
+
+
+def sanitize(user: str) -> str:
+    """Kafka's ``Sanitizer.sanitize``: Java's URLEncoder, then ``*`` and spaces escaped."""
+    return urllib.parse.quote(user, safe="*-._").replace("*", "%2A").replace("~", "%7E")
+
+
+def desanitize(name: str) -> str:
+    return urllib.parse.unquote(name)
+
+
+def _seq(child: str) -> int:
+    return int(child[len(CHANGE_PREFIX):])
+
+
+class ZkCredentialStore:
+    def __init__(self, zk: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._zk = zk  # a connected KazooClient
+        self._loop = loop
+        self._seen = -1  # the last change notification read
+        # writes and reloads one at a time, each applied before the next starts
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _read(self, user: str) -> tuple[dict[str, Any], int | None]:
+        """The user's whole config map and the znode's version (None: no znode)."""
+        try:
+            data, stat = self._zk.retry(self._zk.get, f"{USERS}/{sanitize(user)}")
+        except kex.NoNodeError:
+            return {}, None
+        config = (json.loads(data) or {}).get("config", {}) if data else {}
+        return {k: str(v) for k, v in config.items()}, stat.version
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return sorted(self._zk.retry(self._zk.get_children, path))
+        except kex.NoNodeError:
+            return []
+
+    def _load(self) -> CredentialMap:
+        changes = self._children(CONFIG_CHANGES)
+        self._seen = max((_seq(c) for c in changes if c.startswith(CHANGE_PREFIX)),
+                         default=-1)
+        users: CredentialMap = {}
+        for name in self._children(USERS):
+            user = desanitize(name)
+            credentials = credentials_from_text(self._read(user)[0])
+            if credentials:
+                users[user] = credentials
+        return users
+
+    async def load(self) -> CredentialMap:
+        return await asyncio.to_thread(self._load)
+
+    def _update(self, changes: dict[str, UserChange]) -> CredentialMap:
+        result: CredentialMap = {}
+        for user, change in changes.items():
+            result[user] = self._update_one(user, change)
+            self._zk.retry(self._zk.create, f"{CONFIG_CHANGES}/{CHANGE_PREFIX}", json.dumps(
+                {"version": 2, "entity_path": ENTITY_PREFIX + sanitize(user)},
+                separators=(",", ":")).encode(), sequence=True, makepath=True)
+        return result
+
+    def _update_one(self, user: str, change: UserChange) -> UserCredentials:
+        path = f"{USERS}/{sanitize(user)}"
+        while True:  # until our write is on what is stored
+            config, version = self._read(user)
+            credentials = change(credentials_from_text(config))
+            config = {k: v for k, v in config.items() if k not in MECHANISM_CODES}
+            config.update(credentials_to_text(credentials))
+            data = json.dumps({"version": 1, "config": config},
+                              separators=(",", ":")).encode()
+            try:
+                if version is None:
+                    if config:
+                        self._zk.create(path, data, makepath=True)
+                elif config:
+                    self._zk.set(path, data, version=version)
+                else:
+                    self._zk.delete(path, version=version)
+                return credentials
+            except (kex.BadVersionError, kex.NodeExistsError, kex.NoNodeError):
+                continue
+
+    async def update(self, changes: dict[str, UserChange]) -> CredentialMap:
+        async with self._lock:
+            return await asyncio.to_thread(self._update, changes)
+
+    def watch(self, changed: Callable[[CredentialMap], None]) -> None:
+        self._zk.ensure_path(CONFIG_CHANGES)
+        ChildrenWatch(self._zk, CONFIG_CHANGES, lambda _children:
+                      self._loop.call_soon_threadsafe(self._announced, changed))
+
+    def _announced(self, changed: Callable[[CredentialMap], None]) -> None:
+        task = self._loop.create_task(self._reload(changed))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reload(self, changed: Callable[[CredentialMap], None]) -> None:
+        try:
+            async with self._lock:
+                reloaded = await asyncio.to_thread(self._read_changes)
+                if reloaded:
+                    changed(reloaded)
+        except Exception:
+            log.exception("reading SCRAM credential changes failed; still watching")
+
+    def _read_changes(self) -> CredentialMap:
+        """The stored credentials of the users announced since the last read."""
+        users = set()
+        for child in self._children(CONFIG_CHANGES):
+            if not child.startswith(CHANGE_PREFIX) or _seq(child) <= self._seen:
+                continue
+            try:
+                data, _ = self._zk.get(f"{CONFIG_CHANGES}/{child}")
+            except kex.NoNodeError:
+                continue
+            self._seen = max(self._seen, _seq(child))
+            try:
+                entity = (json.loads(data) or {}).get("entity_path", "")
+            except ValueError:
+                continue
+            name = entity[len(ENTITY_PREFIX):]
+            if entity.startswith(ENTITY_PREFIX) and name and "/" not in name:
+                users.add(desanitize(name))
+        return {user: credentials_from_text(self._read(user)[0]) for user in users}
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
