@@ -198,6 +198,11 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "authorizer.class.name": (str, ""),
     "super.users": (str, ""),
     "allow.everyone.if.no.acl.found": (parse_bool, False),
+    # SASL (pybroker/security/sasl.py): Kafka's keys and defaults
+    "sasl.enabled.mechanisms": (str, "GSSAPI"),
+    "sasl.mechanism.inter.broker.protocol": (str, "GSSAPI"),
+    "sasl.jaas.config": (str, None),
+    "connections.max.reauth.ms": (int, 0),
     "log.level": (str, "INFO"),
 }
 
@@ -235,7 +240,7 @@ TOPIC_DEFAULT_KEYS: dict[str, str] = {
 ENV_PREFIX = "PYBROKER_"
 # Kafka's PASSWORD-type keys: never logged, described as sensitive with a null value
 SENSITIVE_KEYS = frozenset({"ssl.key.password", "ssl.keystore.password",
-                            "ssl.truststore.password"})
+                            "ssl.truststore.password", "sasl.jaas.config"})
 # Kafka's per-listener settings: listener.name.<listener, lower case>.<key>
 LISTENER_PREFIX = "listener.name."
 
@@ -321,7 +326,7 @@ class BrokerConfig:
         merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
         config = cls(merged)
         for key in config.extra:
-            if not key.startswith(LISTENER_PREFIX):  # read by pybroker.net.tls
+            if not key.startswith(LISTENER_PREFIX):  # read by pybroker.net.tls and .sasl
                 log.info("ignoring unknown config %s", key)
         return config
 

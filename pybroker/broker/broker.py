@@ -104,6 +104,7 @@ from pybroker.net.tls import ListenerSettings, ServerTls, client_context
 from pybroker.repl import peer
 from pybroker.security.authorizer import AclAuthorizer, Authorizer
 from pybroker.security.credentials import ScramCredentials
+from pybroker.security.sasl import SaslServer, sasl_settings
 from pybroker.txn.config import TxnConfig
 from pybroker.txn.coordinator import TxnCoordinator
 from pybroker.txn.markers import MarkerWriter
@@ -203,6 +204,9 @@ class Broker:
                             if listener.name == listeners.inter_broker)
         peer.use_tls(client_context(ListenerSettings(self.config, inter_broker.name))
                      if inter_broker.tls else None)
+        sasl = {listener.name: SaslServer(listener.name, sasl_settings(self.config, listener.name),
+                                          self.credentials, self.dispatch)
+                for listener in listeners.bind if listener.sasl}
         changed = self.config.changed()
         if changed:
             log.info("settings: %s", ", ".join(
@@ -271,6 +275,8 @@ class Broker:
         config = self.config
         self.server = Server(
             self.dispatch, listeners.bind, tls=tls,
+            dispatch_for={name: sasl_server.connection_dispatch
+                          for name, sasl_server in sasl.items()},
             max_request_bytes=config["socket.request.max.bytes"],
             max_queued_bytes=config["connection.queued.max.bytes"],
             queued_max_request_bytes=config["queued.max.request.bytes"],

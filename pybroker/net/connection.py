@@ -299,6 +299,11 @@ class Connection:
         self._throttle: asyncio.TimerHandle | None = None  # muted for a quota until it fires
         self._update_reading()
 
+    def switch_dispatch(self, dispatch: Dispatch) -> None:
+        """Hand the requests after the one being handled to ``dispatch`` (a SASL
+        authenticator's, once the client is authenticated: the broker's own)."""
+        self._dispatch = dispatch
+
     # receive ---------------------------------------------------------------------------
 
     def _update_reading(self) -> None:

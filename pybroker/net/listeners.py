@@ -19,7 +19,6 @@ pybroker's differences, each for one reason:
   (Kafka leaves it unpublished); a wildcard host is advertised as 127.0.0.1.
 - A single node whose inter-broker listener is missing uses its first listener (it has
   no peer to talk to); in a cluster that is an error at start, as in Kafka.
-- SASL_PLAINTEXT and SASL_SSL listeners are refused at start: SASL is not implemented.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL = "PLAINTEXT", "SSL", "SASL_PLAINTEXT",
 # Kafka's SecurityProtocol ids (UpdateMetadata's endpoints carry them)
 PROTOCOL_IDS = {PLAINTEXT: 0, SSL: 1, SASL_PLAINTEXT: 2, SASL_SSL: 3}
 PROTOCOL_NAMES = {v: k for k, v in PROTOCOL_IDS.items()}
-_UNSUPPORTED = (SASL_PLAINTEXT, SASL_SSL)
 _WILDCARDS = ("", "0.0.0.0", "::")
 
 
@@ -45,6 +43,10 @@ class Listener(NamedTuple):
     @property
     def tls(self) -> bool:
         return self.security_protocol in (SSL, SASL_SSL)
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol in (SASL_PLAINTEXT, SASL_SSL)
 
 
 # what a connection made without a listener (a test's) is on
@@ -92,10 +94,6 @@ def listeners_from(config: Any) -> Listeners:
     bind = parse_listener_list(config[key], protocols, key)
     if not bind:
         raise ValueError(f"{key}: no listener")
-    for listener in bind:
-        if listener.security_protocol in _UNSUPPORTED:
-            raise ValueError(f"listener {listener.name}: {listener.security_protocol} is not "
-                             "supported (SASL is not implemented); use PLAINTEXT or SSL")
     names = [listener.name for listener in bind]
     inter_broker = config["inter.broker.listener.name"]
     if inter_broker and config.is_set("security.inter.broker.protocol"):

@@ -4,7 +4,10 @@ One listening socket per listener (:mod:`pybroker.net.listeners`), all served at
 each connection knows its listener. A connection on an SSL listener is a
 :class:`~pybroker.net.tls_connection.TlsConnection` (its socket wrapped with the
 listener's current context, :class:`~pybroker.net.tls.ServerTls`); the others are plain
-:class:`~pybroker.net.connection.Connection` objects, to which TLS costs nothing.
+:class:`~pybroker.net.connection.Connection` objects, to which TLS costs nothing. A
+connection of a SASL listener gets a dispatch of its own (``dispatch_for``, the
+listener's: :class:`pybroker.security.sasl.SaslAuthenticator`), which authenticates the
+client before the broker's dispatch sees its requests.
 
 The server knows framing and sockets only (see :mod:`pybroker.net.connection`); what a
 frame means is the dispatcher's business (:meth:`pybroker.broker.broker.Broker.dispatch`).
@@ -132,13 +135,16 @@ class _RateLimitedLog:
 
 
 class _Acceptor:
-    """One listener's socket (None until bound, and once closed)."""
+    """One listener's socket (None until bound, and once closed), its TLS, and what
+    makes each of its connections' dispatch when the server's is not it (SASL)."""
 
-    __slots__ = ("listener", "tls", "sock")
+    __slots__ = ("listener", "tls", "dispatch_for", "sock")
 
-    def __init__(self, listener: Listener, tls: ServerTls | None) -> None:
+    def __init__(self, listener: Listener, tls: ServerTls | None,
+                 dispatch_for: Callable[[], Dispatch] | None) -> None:
         self.listener = listener
         self.tls = tls
+        self.dispatch_for = dispatch_for
         self.sock: socket.socket | None = None
 
     def bind(self, backlog: int) -> None:
@@ -168,6 +174,7 @@ class _Acceptor:
 class Server:
     def __init__(self, dispatch: Dispatch, listeners: Sequence[Listener], *,
                  tls: Mapping[str, ServerTls] | None = None,
+                 dispatch_for: Mapping[str, Callable[[], Dispatch]] | None = None,
                  max_request_bytes: int, max_queued_bytes: int,
                  queued_max_request_bytes: int = 256 * 1024 * 1024,
                  max_connections: int = 2**31 - 1, max_connections_per_ip: int = 2**31 - 1,
@@ -182,8 +189,10 @@ class Server:
             raise ValueError(f"queued.max.request.bytes ({queued_max_request_bytes}) must be "
                              f"at least socket.request.max.bytes ({max_request_bytes})")
         self._dispatch = dispatch
-        tls = tls or {}
-        self._acceptors = [_Acceptor(listener, tls.get(listener.name)) for listener in listeners]
+        tls, dispatch_for = tls or {}, dispatch_for or {}
+        self._acceptors = [_Acceptor(listener, tls.get(listener.name),
+                                     dispatch_for.get(listener.name))
+                           for listener in listeners]
         for acceptor in self._acceptors:
             if acceptor.listener.tls and acceptor.tls is None:
                 raise ValueError(f"listener {acceptor.listener.name}: no TLS settings")
@@ -316,8 +325,10 @@ class Server:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
             conn: Connection
+            dispatch = self._dispatch if acceptor.dispatch_for is None \
+                else acceptor.dispatch_for()
             if acceptor.tls is None:
-                conn = Connection(sock, peer, self._dispatch, self._limits, self._closed,
+                conn = Connection(sock, peer, dispatch, self._limits, self._closed,
                                   acceptor.listener)
             else:
                 try:
@@ -328,7 +339,7 @@ class Server:
                                 acceptor.listener.name, exc)
                     sock.close()
                     continue
-                conn = TlsConnection(tls_sock, peer, self._dispatch, self._limits,
+                conn = TlsConnection(tls_sock, peer, dispatch, self._limits,
                                      self._closed, acceptor.listener, acceptor.tls)
             self.accepted += 1
             self._per_ip[ip] += 1
