@@ -104,7 +104,7 @@ from pybroker.net.tls import ListenerSettings, ServerTls, client_context
 from pybroker.repl import peer
 from pybroker.security.authorizer import AclAuthorizer, Authorizer
 from pybroker.security.credentials import ScramCredentials
-from pybroker.security.sasl import SaslServer, sasl_settings
+from pybroker.security.sasl import SaslServer, inter_broker_sasl, sasl_settings
 from pybroker.txn.config import TxnConfig
 from pybroker.txn.coordinator import TxnCoordinator
 from pybroker.txn.markers import MarkerWriter
@@ -204,6 +204,9 @@ class Broker:
                             if listener.name == listeners.inter_broker)
         peer.use_tls(client_context(ListenerSettings(self.config, inter_broker.name))
                      if inter_broker.tls else None)
+        # (a single node has no peer: its only listener may be a SASL one without a user)
+        peer.use_sasl(inter_broker_sasl(self.config, inter_broker.name)
+                      if inter_broker.sasl and self.config["zookeeper.connect"] else None)
         sasl = {listener.name: SaslServer(listener.name, sasl_settings(self.config, listener.name),
                                           self.credentials, self.dispatch)
                 for listener in listeners.bind if listener.sasl}

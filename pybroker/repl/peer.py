@@ -13,7 +13,9 @@ read as the answer to the next request.
 
 The connections go to the peers' inter-broker listener; when that is an SSL listener
 they speak TLS with the context the broker gives ``use_tls`` at start (its truststore
-verifies the peer, its keystore is this broker's client certificate).
+verifies the peer, its keystore is this broker's client certificate); when it is a SASL
+listener each connection first authenticates (SaslHandshake, SaslAuthenticate) with the
+mechanism and user the broker gives ``use_sasl`` at start.
 
 Wire: Kafka's framing, a 4-byte big-endian size, then the frame. Responses are received
 into a buffer of the frame's size (``BufferedProtocol``: the kernel copies into it,
@@ -34,6 +36,13 @@ from pybroker._native.framebuffer import FrameBuffer
 from pybroker.net import frame_pool
 from pybroker.net.connection import LARGE_FRAME
 from pybroker.net.protocol import codec
+from pybroker.security.sasl import (
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    SaslClientSettings,
+    client_tokens,
+)
+from pybroker.security.scram import ScramError
 
 log = logging.getLogger("pybroker.peer")
 
@@ -54,6 +63,15 @@ def use_tls(context: ssl.SSLContext | None) -> None:
     """The context of connections to peers (None: plaintext)."""
     global _tls
     _tls = context
+
+
+_sasl: SaslClientSettings | None = None
+
+
+def use_sasl(settings: SaslClientSettings | None) -> None:
+    """How connections to peers authenticate (None: they do not)."""
+    global _sasl
+    _sasl = settings
 
 
 class PeerConnection(asyncio.BufferedProtocol):
@@ -169,15 +187,43 @@ class PeerClient:
             conn = self._conn
             if conn is None or conn.error is not None:
                 conn = await self._connect()
-            self._correlation = (self._correlation + 1) & 0x7FFFFFFF
-            frame = await conn.request(codec.encode_request(
-                api_key, version, self._correlation, body, self.client_id), timeout_s)
-            correlation, offset = codec.read_response_header(api_key, version, frame)
-            if correlation != self._correlation:
-                self.close()
-                raise ConnectionError(f"correlation id {correlation}, "
-                                      f"expected {self._correlation}")
-            return codec.decode_response(api_key, version, frame, offset), frame
+            return await self._exchange(conn, api_key, version, body, timeout_s)
+
+    async def _exchange(self, conn: PeerConnection, api_key: int, version: int, body: dict,
+                        timeout_s: float) -> tuple[dict, Frame]:
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        frame = await conn.request(codec.encode_request(
+            api_key, version, self._correlation, body, self.client_id), timeout_s)
+        correlation, offset = codec.read_response_header(api_key, version, frame)
+        if correlation != self._correlation:
+            self.close()
+            raise ConnectionError(f"correlation id {correlation}, "
+                                  f"expected {self._correlation}")
+        return codec.decode_response(api_key, version, frame, offset), frame
+
+    async def _authenticate(self, conn: PeerConnection, settings: SaslClientSettings) -> None:
+        """SaslHandshake v1 and SaslAuthenticate v2 until the mechanism is done; a refusal
+        raises ConnectionError (the connection is closed, the next request tries again)."""
+        answer, _ = await self._exchange(conn, SASL_HANDSHAKE, 1,
+                                         {"mechanism": settings.mechanism}, REQUEST_TIMEOUT_S)
+        if answer["error_code"]:
+            raise ConnectionError(f"{self!r}: SASL handshake refused ({answer['error_code']}, "
+                                  f"enabled: {answer['mechanisms']})")
+        tokens = client_tokens(settings)
+        try:
+            token = next(tokens)
+            while True:
+                answer, _ = await self._exchange(conn, SASL_AUTHENTICATE, 2,
+                                                 {"auth_bytes": token}, REQUEST_TIMEOUT_S)
+                if answer["error_code"]:
+                    raise ConnectionError(f"{self!r}: SASL authentication as "
+                                          f"{settings.username} refused: "
+                                          f"{answer['error_message']}")
+                token = tokens.send(bytes(answer["auth_bytes"]))
+        except StopIteration:
+            return
+        except ScramError as exc:
+            raise ConnectionError(f"{self!r}: {exc}") from None
 
     async def _connect(self) -> PeerConnection:
         self.close()
@@ -193,6 +239,12 @@ class PeerClient:
             _abandon(connecting)
             raise
         _, conn = connecting.result()
+        if _sasl is not None:
+            try:
+                await self._authenticate(conn, _sasl)
+            except BaseException:
+                conn.close()
+                raise
         self._conn = conn
         self.connects += 1
         log.info("%r: connected", self)

@@ -43,7 +43,7 @@ import hmac
 import logging
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any, NamedTuple
 
 from pybroker.errors import ErrorCode, KafkaError
@@ -52,7 +52,7 @@ from pybroker.net.protocol import codec
 from pybroker.net.protocol.codec import parse_request_header
 from pybroker.security.credentials import ScramCredentials
 from pybroker.security.jaas import PLAIN_LOGIN_MODULE, JaasError, parse_jaas
-from pybroker.security.scram import MECHANISM_CODES, ScramError, ScramServer
+from pybroker.security.scram import MECHANISM_CODES, ScramClient, ScramError, ScramServer
 
 log = logging.getLogger("pybroker.security")
 
@@ -112,6 +112,43 @@ def sasl_settings(config: Any, listener: str) -> SaslSettings:
                             f"{PLAIN_LOGIN_MODULE}, not {jaas.login_module}")
         plain_users = jaas.plain_users()
     return SaslSettings(mechanisms, plain_users, config["connections.max.reauth.ms"])
+
+
+class SaslClientSettings(NamedTuple):
+    """What this broker sends when it connects to another's SASL inter-broker listener."""
+
+    mechanism: str
+    username: str
+    password: str
+
+
+def inter_broker_sasl(config: Any, listener: str) -> SaslClientSettings:
+    """The inter-broker client's settings (the inter-broker listener being a SASL one):
+    ``sasl.mechanism.inter.broker.protocol``, and the ``username`` and ``password`` options
+    of that mechanism's JAAS string on the listener, as Kafka takes them."""
+    mechanism = config["sasl.mechanism.inter.broker.protocol"].strip().upper()
+    if mechanism not in enabled_mechanisms(config, listener):
+        raise ValueError(f"sasl.mechanism.inter.broker.protocol {mechanism} is not enabled "
+                         f"on the inter-broker listener {listener}")
+    text = jaas_text(config, listener, mechanism)
+    options = parse_jaas(text).options if text else {}
+    if "username" not in options or "password" not in options:
+        raise ValueError(f"the inter-broker listener {listener} needs username and password "
+                         f"in listener.name.{listener.lower()}.{mechanism.lower()}"
+                         ".sasl.jaas.config")
+    return SaslClientSettings(mechanism, options["username"], options["password"])
+
+
+def client_tokens(settings: SaslClientSettings) -> Generator[bytes, bytes, None]:
+    """The client's side of an exchange: yields each token to send and is sent the
+    server's answer to it; raises :class:`ScramError` when the server is not proven."""
+    if settings.mechanism == PLAIN:
+        yield f"\0{settings.username}\0{settings.password}".encode()
+        return
+    client = ScramClient(settings.mechanism, settings.username, settings.password)
+    server_first = yield client.first()
+    server_final = yield client.final(server_first)
+    client.verify(server_final)
 
 
 class SaslFailed(Exception):

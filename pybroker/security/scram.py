@@ -205,3 +205,45 @@ class ScramServer:
             raise ScramError("Invalid client credentials")
         server_signature = _hmac(self.mechanism, credential.server_key, auth_message)
         return b"v=" + base64.b64encode(server_signature)
+
+
+class ScramClient:
+    """The client side of one exchange (a broker connecting to another as its
+    inter-broker user): :meth:`first`, then :meth:`final` with the server-first message,
+    then :meth:`verify` with the server-final (raises :class:`ScramError` unless the server
+    proved it knows the credential)."""
+
+    def __init__(self, mechanism: str, username: str, password: str,
+                 nonce: str | None = None) -> None:
+        self.mechanism = mechanism
+        self._password = password
+        name = username.replace("=", "=3D").replace(",", "=2C")
+        self._client_first_bare = f"n={name},r={nonce or secrets.token_urlsafe(18)}"
+        self._server_signature = b""
+
+    def first(self) -> bytes:
+        return f"n,,{self._client_first_bare}".encode()
+
+    def final(self, server_first: bytes) -> bytes:
+        text = server_first.decode()
+        attributes = dict(_attributes(text))
+        nonce, iterations = attributes.get("r", ""), int(attributes.get("i", "0"))
+        if not nonce.startswith(self._client_first_bare.split(",r=", 1)[1]) \
+                or not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+            raise ScramError("invalid server-first message")
+        salted = salted_password(self.mechanism, self._password,
+                                 base64.b64decode(attributes["s"]), iterations)
+        without_proof = f"c=biws,r={nonce}"
+        auth_message = f"{self._client_first_bare},{text},{without_proof}".encode()
+        client_key = _hmac(self.mechanism, salted, b"Client Key")
+        stored_key = hashlib.new(_HASHES[self.mechanism], client_key).digest()
+        signature = _hmac(self.mechanism, stored_key, auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        self._server_signature = _hmac(
+            self.mechanism, _hmac(self.mechanism, salted, b"Server Key"), auth_message)
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def verify(self, server_final: bytes) -> None:
+        expected = b"v=" + base64.b64encode(self._server_signature)
+        if not self._server_signature or not hmac.compare_digest(server_final, expected):
+            raise ScramError("the server's signature does not match")
