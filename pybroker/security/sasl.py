@@ -262,7 +262,7 @@ class SaslAuthenticator:
         if self._state == _AUTHENTICATED:
             # only while re-authentication is on (else the connection dispatches to the
             # broker directly): an expired session takes nothing but a new handshake
-            if _API_KEY.unpack_from(frame)[0] == SASL_HANDSHAKE:
+            if len(frame) >= 2 and _API_KEY.unpack_from(frame)[0] == SASL_HANDSHAKE:
                 self._reauthenticating = True
                 self._state = _HANDSHAKE
             elif self._expires is not None and time.monotonic() >= self._expires:

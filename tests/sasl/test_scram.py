@@ -6,12 +6,13 @@ from __future__ import annotations
 import base64
 
 import pytest
-from kafka.net.sasl.scram import ScramClient
+from kafka.net.sasl.scram import ScramClient as KafkaPythonScramClient
 
 from pybroker.security.jaas import JaasError, parse_jaas
 from pybroker.security.scram import (
     SCRAM_SHA_256,
     SCRAM_SHA_512,
+    ScramClient,
     ScramCredential,
     ScramError,
     ScramServer,
@@ -55,7 +56,7 @@ def test_rfc7677_wrong_proof_refused() -> None:
 def test_against_kafka_python_client(mechanism: str, password: str, accepted: bool) -> None:
     credential = new_credential(mechanism, "alice-secret", 8192)
     server = _server(mechanism, credential, user="alice")
-    client = ScramClient("alice", password, mechanism)
+    client = KafkaPythonScramClient("alice", password, mechanism)
     client.process_server_first_message(server.first(client.first_message()))
     if not accepted:
         with pytest.raises(ScramError):
@@ -64,6 +65,16 @@ def test_against_kafka_python_client(mechanism: str, password: str, accepted: bo
     server_final = server.final(client.final_message())
     client.process_server_final_message(server_final)  # raises if the signature is wrong
     assert server.username == "alice"
+
+
+def test_client_against_rfc7677_vector() -> None:
+    """The inter-broker SCRAM client sends RFC 7677's messages and checks the server."""
+    client = ScramClient(SCRAM_SHA_256, "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO")
+    assert client.first() == RFC_CLIENT_FIRST
+    assert client.final(RFC_SERVER_FIRST) == RFC_CLIENT_FINAL
+    client.verify(RFC_SERVER_FINAL)
+    with pytest.raises(ScramError):
+        client.verify(b"v=" + base64.b64encode(b"\0" * 32))
 
 
 def test_unknown_user_refused_at_first_message() -> None:
@@ -99,7 +110,7 @@ def test_client_final_checks_nonce_binding_and_order() -> None:
 def test_escaped_username() -> None:
     credential = new_credential(SCRAM_SHA_256, "pw")
     server = _server(SCRAM_SHA_256, credential, user="a,b=c")
-    client = ScramClient("a,b=c", "pw", SCRAM_SHA_256)
+    client = KafkaPythonScramClient("a,b=c", "pw", SCRAM_SHA_256)
     # kafka-python does not escape: send RFC 5802's form ourselves
     first = client.first_message().replace(b"n=a,b=c", b"n=a=2Cb=3Dc")
     client.auth_message = client.auth_message.replace(b"n=a,b=c", b"n=a=2Cb=3Dc")
