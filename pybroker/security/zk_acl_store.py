@@ -35,6 +35,7 @@ from kazoo.recipe.watchers import ChildrenWatch
 
 from pybroker.security.acl import PatternType, ResourcePattern, ResourceType
 from pybroker.security.store import AclMap, Entries, EntriesChange, entries_from_json, entries_json
+from pybroker.security.zk_writes import write_if_unchanged
 
 log = logging.getLogger("pybroker.security")
 
@@ -137,17 +138,8 @@ class ZkAclStore:
             entries = change(current)
             data = json.dumps({"version": 1, "acls": entries_json(entries)},
                               separators=(",", ":")).encode()
-            try:
-                if version is None:
-                    if entries:
-                        self._zk.create(path, data, makepath=True)
-                elif entries:
-                    self._zk.set(path, data, version=version)
-                else:
-                    self._zk.delete(path, version=version)
+            if write_if_unchanged(self._zk, path, data if entries else None, version):
                 return entries
-            except (kex.BadVersionError, kex.NodeExistsError, kex.NoNodeError):
-                continue
 
     def _expire_changes(self, changes_path: str) -> None:
         expired = (time.time() - CHANGE_EXPIRY_S) * 1000

@@ -40,6 +40,7 @@ from pybroker.security.credentials import (
     credentials_to_text,
 )
 from pybroker.security.scram import MECHANISM_CODES
+from pybroker.security.zk_writes import write_if_unchanged
 
 log = logging.getLogger("pybroker.security")
 
@@ -119,17 +120,8 @@ class ZkCredentialStore:
             config.update(credentials_to_text(credentials))
             data = json.dumps({"version": 1, "config": config},
                               separators=(",", ":")).encode()
-            try:
-                if version is None:
-                    if config:
-                        self._zk.create(path, data, makepath=True)
-                elif config:
-                    self._zk.set(path, data, version=version)
-                else:
-                    self._zk.delete(path, version=version)
+            if write_if_unchanged(self._zk, path, data if config else None, version):
                 return credentials
-            except (kex.BadVersionError, kex.NodeExistsError, kex.NoNodeError):
-                continue
 
     async def update(self, changes: dict[str, UserChange]) -> CredentialMap:
         async with self._lock:
