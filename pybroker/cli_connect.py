@@ -2,8 +2,9 @@
 
 Every client command (``topic``, ``group``, ``txn``, ``produce``, ``consume``, ``cluster
 info|health``) takes the same options (``add_client_options``): ``--bootstrap``,
-``--timeout SECONDS`` (default 10) and ``-v/--verbose``, and builds its librdkafka clients
-through one ``BrokerClients``, so they are configured alike:
+``--timeout SECONDS`` (default 10), ``-v/--verbose`` and ``--command-config FILE`` (Kafka's
+tools' option: client properties, e.g. SASL and TLS, see ``command_config``), and builds
+its librdkafka clients through one ``BrokerClients``, so they are configured alike:
 
 - librdkafka's own log lines (one per failed connection attempt, several a second) are off
   (``log_level`` 0) unless ``-v``;
@@ -69,7 +70,40 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
                         f"in this time (default {DEFAULT_TIMEOUT_S:g})")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="show the client library's log lines (connection attempts)")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="client properties (security.protocol, sasl.mechanism, "
+                             "sasl.jaas.config, ssl.truststore.location, or librdkafka's "
+                             "own keys), as Kafka's tools take them")
     parser.set_defaults(failure_text=failure_text)
+
+
+def command_config(path: str | None) -> dict[str, str]:
+    """librdkafka's settings from a Kafka client properties file: ``sasl.mechanism``,
+    the ``username``/``password`` of ``sasl.jaas.config`` and a PEM
+    ``ssl.truststore.location`` become librdkafka's ``sasl.mechanisms``,
+    ``sasl.username``/``sasl.password`` and ``ssl.ca.location``; other keys pass as they
+    are (librdkafka knows ``security.protocol`` and its own keys)."""
+    if path is None:
+        return {}
+    from pybroker.config import read_properties
+    from pybroker.security.jaas import JaasError, parse_jaas
+
+    out: dict[str, str] = {}
+    for key, value in read_properties(path).items():
+        if key == "sasl.mechanism":
+            out["sasl.mechanisms"] = value
+        elif key == "sasl.jaas.config":
+            try:
+                options = parse_jaas(value).options
+            except JaasError as exc:
+                raise CommandError(f"{path}: {exc}") from None
+            out.update({f"sasl.{k}": options[k] for k in ("username", "password")
+                        if k in options})
+        elif key == "ssl.truststore.location":
+            out["ssl.ca.location"] = value
+        elif key not in ("ssl.truststore.type", "ssl.keystore.type"):
+            out[key] = value
+    return out
 
 
 def connection_failure(librdkafka_text: str) -> str:
@@ -92,6 +126,7 @@ class BrokerClients:
         self.bootstrap: str = args.bootstrap
         self.timeout: float = args.timeout
         self.verbose: bool = args.verbose
+        self.settings = command_config(getattr(args, "command_config", None))
         self.last_failure: str | None = None  # of a connection, as connection_failure says
         self.all_down_at: float | None = None
         self._admin: Any = None
@@ -100,7 +135,8 @@ class BrokerClients:
         timeout_ms = max(1, int(self.timeout * 1000))
         return {"bootstrap.servers": self.bootstrap, "client.id": "pybroker-cli",
                 "error_cb": self._on_error, "log_level": 6 if self.verbose else 0,
-                "socket.connection.setup.timeout.ms": timeout_ms, **settings}
+                "socket.connection.setup.timeout.ms": timeout_ms, **self.settings,
+                **settings}
 
     def _on_error(self, error: Any) -> None:
         if error.name() == "_ALL_BROKERS_DOWN":

@@ -112,6 +112,9 @@ def _cluster(args: argparse.Namespace, client_id: str = "pybroker-txn") -> Itera
     is tried once at each bootstrap server: none answering ends the command at once. A
     broker that refused or dropped a request (one that does not know an API closes the
     connection) ends it too; each with one line on stderr and status 1."""
+    if args.command_config:  # pybroker's own client speaks neither SASL nor TLS
+        raise CommandError("txn connects to PLAINTEXT listeners only: --command-config "
+                           "is not supported")
     cluster = Cluster(args.bootstrap, client_id, timeout=args.timeout)
     try:
         try:

@@ -1,0 +1,37 @@
+"""The client commands over a SASL_SSL listener with Kafka's ``--command-config``
+properties (``sasl.jaas.config``'s user, a PEM truststore), and a refused login."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.cli.test_cli import ROOT, TIMEOUT
+from tests.sasl.conftest import SaslBroker
+
+
+def _run(bootstrap: str, config: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "pybroker", *args, "--bootstrap", bootstrap,
+                           "--command-config", config, "--timeout", "10"],
+                          capture_output=True, timeout=TIMEOUT, cwd=ROOT)
+
+
+def test_commands_over_sasl_ssl(module_sasl_broker: SaslBroker, tmp_path):
+    broker = module_sasl_broker
+    config = tmp_path / "client.properties"
+    config.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="alice" password="alice-secret";\n'
+        f"ssl.truststore.type=PEM\nssl.truststore.location={broker.stores.ca}\n")
+    created = _run(broker.sasl_ssl, str(config), "topic", "create", "over-sasl")
+    assert created.returncode == 0, created.stderr
+    listed = _run(broker.sasl_ssl, str(config), "topic", "list")
+    assert b"over-sasl" in listed.stdout, listed.stderr
+    users = _run(broker.sasl_ssl, str(config), "user", "list")
+    assert b"alice SCRAM-SHA-512 iterations=4096" in users.stdout, users.stderr
+
+    config.write_text(config.read_text().replace("alice-secret", "wrong"))
+    refused = _run(broker.sasl_ssl, str(config), "topic", "list")
+    assert refused.returncode == 1
+    assert b"Authentication failed" in refused.stderr, refused.stderr
