@@ -97,7 +97,6 @@ from pybroker.net.connection import CloseConnection, Connection, ConnectionClose
 from pybroker.net.listeners import PLAINTEXT, advertised_endpoints, listeners_from
 from pybroker.net.protocol import codec
 from pybroker.net.protocol.codec import parse_request_header
-from pybroker.net.protocol.schema import in_range
 from pybroker.net.protocol.table import APIS
 from pybroker.net.server import Server
 from pybroker.net.tls import ListenerSettings, ServerTls, client_context
@@ -592,13 +591,8 @@ class Broker:
     def _error_body(ctx: RequestContext, code: int, message: str) -> dict:
         """A whole-request error, for APIs whose response has a top-level error_code
         (with the message where the response has an error_message)."""
-        fields = {f.name: f for f in APIS[ctx.api_key].response}
-        error_code = fields.get("error_code")
-        if error_code is not None and in_range(error_code.versions, ctx.api_version):
-            body = codec.response_defaults(ctx.api_key, ctx.api_version)
-            body["error_code"] = int(code)
-            if "error_message" in fields:
-                body["error_message"] = message or None
+        body = codec.error_response(ctx.api_key, ctx.api_version, code, message)
+        if body is not None:
             return body
         raise CloseConnection(f"{codec.api_name(ctx.api_key)} failed with "
                               f"{ErrorCode(code).name} {message}")

@@ -283,9 +283,11 @@ class SaslAuthenticator:
             return await self._server.dispatch(conn, frame)
         expected = SASL_HANDSHAKE if self._state == _HANDSHAKE else SASL_AUTHENTICATE
         if api_key != expected:
-            raise CloseConnection(f"unexpected {codec.api_name(api_key) or api_key} request "
-                                  f"from client {client_id!r} during SASL "
-                                  f"{self._phase()}")
+            reason = (f"unexpected {codec.api_name(api_key) or api_key} request from client "
+                      f"{client_id!r} during SASL {self._phase()}")
+            if self._state == _AUTHENTICATE:  # Kafka answers it ILLEGAL_SASL_STATE, then closes
+                await self._refuse(conn, api_key, version, correlation_id, reason)
+            raise CloseConnection(reason)
         low, high = (0, 1) if api_key == SASL_HANDSHAKE else (0, 2)
         if not low <= version <= high:
             raise CloseConnection(f"{codec.api_name(api_key)} v{version} is not served")
@@ -297,6 +299,18 @@ class SaslAuthenticator:
             return await self._handshake(conn, version, correlation_id, request["mechanism"])
         return await self._authenticate(conn, version, correlation_id,
                                         bytes(request["auth_bytes"]))
+
+    @staticmethod
+    async def _refuse(conn: Connection, api_key: int, version: int, correlation_id: int,
+                      reason: str) -> None:
+        """Answer a request with its whole-request ILLEGAL_SASL_STATE where its response
+        has a top-level error code."""
+        try:
+            body = codec.error_response(api_key, version, ErrorCode.ILLEGAL_SASL_STATE, reason)
+        except KafkaError:  # an API or version the codec does not know
+            return
+        if body is not None:
+            await _send(conn, api_key, version, correlation_id, body)
 
     def _phase(self) -> str:
         return "re-authentication" if self._reauthenticating else "authentication"

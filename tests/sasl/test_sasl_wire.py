@@ -59,6 +59,19 @@ def test_before_authentication(module_sasl_broker: SaslBroker):
     with WireClient(broker.sasl) as client:  # an authentication before its handshake
         client.send(SASL_AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0alice-secret"})
         assert client.closed_by_peer()
+    # after the handshake, anything but SaslAuthenticate is answered ILLEGAL_SASL_STATE
+    # where its response has an error code (Kafka's getErrorResponse), then closed
+    with WireClient(broker.sasl) as client:
+        client.request(SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+        versions = client.request(API_VERSIONS, 3, {"client_software_name": "t",
+                                                    "client_software_version": "1"})
+        assert (versions["error_code"], versions["api_keys"]) == (ILLEGAL_SASL_STATE, [])
+        assert client.closed_by_peer()
+    with WireClient(broker.sasl) as client:
+        client.request(SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+        assert client.request(SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}) == {
+            "error_code": ILLEGAL_SASL_STATE, "mechanisms": []}
+        assert client.closed_by_peer()
     with WireClient(broker.sasl) as client:
         assert client.request(SASL_HANDSHAKE, 1, {"mechanism": "GSSAPI"}) == {
             "error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": ENABLED}

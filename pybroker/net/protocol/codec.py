@@ -727,6 +727,25 @@ def response_defaults(api_key: int, api_version: int) -> dict:
     return {f.name: _type_default(f) for f in APIS[api_key].response}
 
 
+def error_response(api_key: int, api_version: int, code: int, message: str) -> dict | None:
+    """A whole-request error: ``response_defaults`` with ``code`` in the top-level
+    ``error_code`` (and ``message`` where the version has ``error_message``); None for a
+    response of this version without a top-level error code. Raises InvalidRequestError
+    or UnsupportedVersionError for an API or version the table does not know."""
+    api = APIS.get(api_key)
+    if api is None:
+        raise InvalidRequestError(f"unknown api key {api_key}")
+    fields = {f.name: f for f in api.response}
+    error_code = fields.get("error_code")
+    if error_code is None or not in_range(error_code.versions, api_version):
+        return None
+    body = response_defaults(api_key, api_version)
+    body["error_code"] = int(code)
+    if "error_message" in fields:
+        body["error_message"] = message or None
+    return body
+
+
 def with_defaults(api_key: int, api_version: int, body: dict, response: bool = False) -> dict:
     """``body`` with every field of ``api_version`` it leaves out at its default, at every
     depth: for a hand-written message in a test or a probe, which names only what it is
