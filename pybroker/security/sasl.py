@@ -1,6 +1,6 @@
 """SASL authentication of the connections of SASL_PLAINTEXT and SASL_SSL listeners, as
-Kafka's ``SaslServerAuthenticator``: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, and
-re-authentication (KIP-368).
+Kafka's ``SaslServerAuthenticator``: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER
+(:mod:`pybroker.security.oauthbearer`), and re-authentication (KIP-368).
 
 Each connection of a SASL listener dispatches through its own :class:`SaslAuthenticator`
 (chosen when the connection is accepted: connections of other listeners never pay for
@@ -22,17 +22,19 @@ switches to the broker's own dispatch: an authenticated connection costs what a
 plaintext one does.
 
 Re-authentication. With ``connections.max.reauth.ms`` set, a client that speaks
-SaslAuthenticate v1+ is told ``session_lifetime_ms``; its connection keeps this
+SaslAuthenticate v1+ is told ``session_lifetime_ms`` (at most its OAUTHBEARER token's
+remaining life); its connection keeps this
 dispatch, which closes it at its first request (other than a new SaslHandshake) after the
 session expired, and takes a SaslHandshake + SaslAuthenticate mid-connection as the
-re-authentication: same mechanism, same principal (else SASL_AUTHENTICATION_FAILED and
-close), and a new session. A client of SaslAuthenticate v0 cannot re-authenticate and
+re-authentication: same mechanism (else ILLEGAL_SASL_STATE and close), same
+principal (else SASL_AUTHENTICATION_FAILED and close), and a new session. A client of SaslAuthenticate v0 cannot re-authenticate and
 gets no session limit, as in Kafka.
 
 PLAIN's users and passwords come from the PLAIN module's ``user_<name>="<password>"``
 options of the listener's JAAS configuration (:mod:`pybroker.security.jaas`,
 :func:`sasl_settings`); SCRAM checks the users' stored credentials
-(:class:`pybroker.security.credentials.ScramCredentials`).
+(:class:`pybroker.security.credentials.ScramCredentials`); OAUTHBEARER asks the
+listener's token validator.
 
 Not thread-safe: the event loop thread only.
 """
@@ -52,12 +54,19 @@ from pybroker.net.protocol import codec
 from pybroker.net.protocol.codec import parse_request_header
 from pybroker.security.credentials import ScramCredentials
 from pybroker.security.jaas import PLAIN_LOGIN_MODULE, JaasError, parse_jaas
+from pybroker.security.oauthbearer import (
+    OAUTHBEARER,
+    InvalidToken,
+    TokenValidator,
+    bearer_token,
+    load_validator,
+)
 from pybroker.security.scram import MECHANISM_CODES, ScramClient, ScramError, ScramServer
 
 log = logging.getLogger("pybroker.security")
 
 PLAIN = "PLAIN"
-SUPPORTED_MECHANISMS = (PLAIN, *MECHANISM_CODES)
+SUPPORTED_MECHANISMS = (PLAIN, *MECHANISM_CODES, OAUTHBEARER)
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 _SIZE = struct.Struct(">i")
 _API_KEY = struct.Struct(">h")
@@ -69,6 +78,7 @@ class SaslSettings(NamedTuple):
     mechanisms: tuple[str, ...]  # sasl.enabled.mechanisms, in configured order
     plain_users: dict[str, str]  # PLAIN's user -> password
     reauth_ms: int  # connections.max.reauth.ms (0: no re-authentication)
+    validator: TokenValidator | None = None  # OAUTHBEARER's, when enabled
 
 
 def jaas_text(config: Any, listener: str, mechanism: str) -> str | None:
@@ -111,7 +121,15 @@ def sasl_settings(config: Any, listener: str) -> SaslSettings:
             raise JaasError(f"listener {listener}: PLAIN's JAAS login module must be "
                             f"{PLAIN_LOGIN_MODULE}, not {jaas.login_module}")
         plain_users = jaas.plain_users()
-    return SaslSettings(mechanisms, plain_users, config["connections.max.reauth.ms"])
+    validator = None
+    if OAUTHBEARER in mechanisms:
+        text = jaas_text(config, listener, OAUTHBEARER)
+        validator = load_validator(
+            config.extra.get(f"listener.name.{listener.lower()}.oauthbearer."
+                             "sasl.server.callback.handler.class"),
+            parse_jaas(text).options if text else {})
+    return SaslSettings(mechanisms, plain_users, config["connections.max.reauth.ms"],
+                        validator)
 
 
 class SaslClientSettings(NamedTuple):
@@ -194,6 +212,28 @@ class _Plain:
         return b""
 
 
+class _OAuthBearer:
+    """OAUTHBEARER: one client message carrying the token, checked by the listener's
+    validator (:mod:`pybroker.security.oauthbearer`)."""
+
+    def __init__(self, validator: TokenValidator) -> None:
+        self._validator = validator
+        self.username: str | None = None
+        self.expires_ms: int | None = None
+        self.done = False
+
+    def step(self, token: bytes) -> bytes:
+        try:
+            validated = self._validator.validate(bearer_token(token))
+        except InvalidToken as exc:
+            raise SaslFailed(f"Authentication failed: {exc}") from None
+        except Exception as exc:  # the validator's bug: refused, logged with the cause
+            raise SaslFailed("Authentication failed", f"validator failed: {exc!r}") from None
+        self.username, self.expires_ms = validated.principal_name, validated.expires_ms
+        self.done = True
+        return b""
+
+
 class _Scram:
     """SCRAM's two steps over :class:`~pybroker.security.scram.ScramServer`."""
 
@@ -233,11 +273,16 @@ class SaslServer:
         """A new connection's dispatch: a new :class:`SaslAuthenticator`'s."""
         return SaslAuthenticator(self).dispatch
 
-    def mechanism(self, name: str) -> _Plain | _Scram:
+    def mechanism(self, name: str) -> Exchange:
         if name == PLAIN:
             return _Plain(self.settings.plain_users)
+        if name == OAUTHBEARER:
+            assert self.settings.validator is not None  # set when OAUTHBEARER is enabled
+            return _OAuthBearer(self.settings.validator)
         return _Scram(name, self.credentials)
 
+
+Exchange = _Plain | _Scram | _OAuthBearer
 
 # states of a SaslAuthenticator
 _HANDSHAKE, _AUTHENTICATE, _RAW, _AUTHENTICATED = range(4)
@@ -253,7 +298,7 @@ class SaslAuthenticator:
         self._server = server
         self._state = _HANDSHAKE
         self._mechanism = ""
-        self._exchange: _Plain | _Scram | None = None
+        self._exchange: Exchange | None = None
         self._principal: str | None = None  # set once authenticated
         self._expires: float | None = None  # monotonic end of the session, if any
         self._reauthenticating = False
@@ -377,7 +422,7 @@ class SaslAuthenticator:
         return (f"failed {self._phase()} with {self._mechanism} on listener "
                 f"{self._server.listener}: {self._message(failed)}{detail}")
 
-    def _succeeded(self, conn: Connection, exchange: _Plain | _Scram,
+    def _succeeded(self, conn: Connection, exchange: Exchange,
                    can_reauthenticate: bool) -> None:
         principal = f"User:{exchange.username}"
         if self._reauthenticating and principal != self._principal:
@@ -390,7 +435,11 @@ class SaslAuthenticator:
         self._exchange = None
         reauth_ms = self._server.settings.reauth_ms
         if reauth_ms > 0 and can_reauthenticate:
-            self._expires = time.monotonic() + reauth_ms / 1000
+            lifetime_ms = float(reauth_ms)
+            token_expiry = getattr(exchange, "expires_ms", None)
+            if token_expiry is not None:  # a session ends with its token, as in Kafka
+                lifetime_ms = min(lifetime_ms, max(1.0, token_expiry - time.time() * 1000))
+            self._expires = time.monotonic() + lifetime_ms / 1000
         else:  # nothing left to check: the broker's dispatch from now on
             self._expires = None
             conn.switch_dispatch(self._server.dispatch)
