@@ -76,6 +76,8 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
 from pybroker.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from pybroker.security.scram import MECHANISM_CODES
+from pybroker.security.zk_writes import write_if_unchanged
 
 log = logging.getLogger("pybroker.cluster.zk")
 
@@ -214,6 +216,12 @@ def _partition_state(data: bytes, stat: ZnodeStat) -> PartitionState:
 
 def _state_path(topic: str, partition: int) -> str:
     return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def _quota_configs(value: dict) -> dict[str, str]:
+    """A quota entity's configs from its znode: a user's SCRAM credentials, which share
+    the znode, are not quotas."""
+    return {k: str(v) for k, v in value.get("config", {}).items() if k not in MECHANISM_CODES}
 
 
 def _seq(name: str) -> int:
@@ -624,17 +632,29 @@ class ClusterStore:
             entry = got.get(f"{CONFIG}/{path}")
             value = None if entry is None else _loads(entry[0])
             if value is not None:
-                found[path] = {k: str(v) for k, v in value.get("config", {}).items()}
+                found[path] = _quota_configs(value)
         return found
 
     def client_quota(self, path: str) -> dict[str, str]:
         got = self._get(f"{CONFIG}/{path}")
         value = None if got is None else _loads(got[0])
-        return {} if value is None else {k: str(v) for k, v in value["config"].items()}
+        return {} if value is None else _quota_configs(value)
 
     def set_client_quota(self, path: str, configs: dict[str, str]) -> None:
-        """Replace the quotas of the entity at ``path`` (under /config) and announce it."""
-        self._set_or_create(f"{CONFIG}/{path}", _dumps({"version": 1, "config": configs}))
+        """Replace the quotas of the entity at ``path`` (under /config) and announce it. A
+        user's znode also holds its SCRAM credentials (Kafka's layout): they are kept, the
+        znode written on the version it was read at (again if another writer came
+        first)."""
+        znode = f"{CONFIG}/{path}"
+        while True:
+            got = self._get(znode)
+            value = None if got is None else _loads(got[0])
+            kept = {} if value is None else {k: v for k, v in value.get("config", {}).items()
+                                             if k in MECHANISM_CODES}
+            if write_if_unchanged(self._zk, znode,
+                                  _dumps({"version": 1, "config": {**configs, **kept}}),
+                                  None if got is None else got[1].version):
+                break
         self._zk.retry(self._zk.create, f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}",
                        _dumps({"version": 2, "entity_path": path}), sequence=True)
 

@@ -9,7 +9,9 @@ The user's name is sanitized as Kafka's ``Sanitizer`` does (URL-encoded as Java'
 ``URLEncoder``, then ``*`` as ``%2A`` and a space as ``%20``). The same znode's ``config`` map holds the user's client quotas
 (``producer_byte_rate``, ...): a change reads the znode, replaces only the SCRAM keys and
 writes conditionally on the znode's version, retrying when another writer came first, so
-neither kind of key clobbers the other; a znode left with no key at all is deleted.
+neither kind of key clobbers the other (the quota side, ``ClusterStore.set_client_quota``,
+keeps the SCRAM keys the same way); a znode left with no key stays, with an empty map, as
+Kafka leaves it (it may have ``clients/<id>`` quota children).
 
 Every broker watches ``/config/changes`` and reloads the users named there, so a
 credential created through one broker authenticates on every other within a ZooKeeper
@@ -118,9 +120,12 @@ class ZkCredentialStore:
             credentials = change(credentials_from_text(config))
             config = {k: v for k, v in config.items() if k not in MECHANISM_CODES}
             config.update(credentials_to_text(credentials))
+            # an emptied znode stays (Kafka's way; it may have quota children)
+            if version is None and not config:
+                return credentials
             data = json.dumps({"version": 1, "config": config},
                               separators=(",", ":")).encode()
-            if write_if_unchanged(self._zk, path, data if config else None, version):
+            if write_if_unchanged(self._zk, path, data, version):
                 return credentials
 
     async def update(self, changes: dict[str, UserChange]) -> CredentialMap:

@@ -12,6 +12,7 @@ from pybroker.security.scram import SCRAM_SHA_256, salted_password
 from tests.cluster.harness import LocalCluster
 
 ALTER, DESCRIBE = 51, 50
+ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS = 49, 48
 SALT = b"saltsalt"
 
 
@@ -47,6 +48,22 @@ def test_credentials_made_on_one_broker_seen_by_all(zk_connect, tmp_path):
             assert config[SCRAM_SHA_256].startswith("salt=c2FsdHNhbHQ=,stored_key=")
             assert config[SCRAM_SHA_256].endswith(",iterations=4096")
             assert zk.exists("/config/users/b%2Ab") is not None  # Kafka's Sanitizer
+            # a quota change through another broker keeps the credentials, and the
+            # credentials are not taken for quotas
+            quota = cluster.request(2, ALTER_CLIENT_QUOTAS, 1, {"validate_only": False,
+                                    "entries": [{"entity": [{"entity_type": "user",
+                                                             "entity_name": "alice"}],
+                                                 "ops": [{"key": "producer_byte_rate",
+                                                          "value": 2048.0, "remove": False}]}]})
+            assert [e["error_code"] for e in quota["entries"]] == [0]
+            config = json.loads(zk.get("/config/users/alice")[0])["config"]
+            assert config["producer_byte_rate"] == "2048" and SCRAM_SHA_256 in config
+            described = cluster.request(1, DESCRIBE_CLIENT_QUOTAS, 1, {"strict": True,
+                                        "components": [{"entity_type": "user",
+                                                        "match_type": 0, "match": "alice"}]})
+            assert [v["key"] for e in described["entries"] for v in e["values"]] == [
+                "producer_byte_rate"]
+            assert _described(cluster, 1)["alice"] == [(1, 4096), (2, 4096)]
             changes = [json.loads(zk.get(f"/config/changes/{c}")[0])
                        for c in zk.get_children("/config/changes")]
             assert {"version": 2, "entity_path": "users/alice"} in changes
@@ -57,10 +74,10 @@ def test_credentials_made_on_one_broker_seen_by_all(zk_connect, tmp_path):
             assert [r["error_code"] for r in deleted["results"]] == [0, 0]
             cluster.wait_for(lambda: "alice" not in _described(cluster, 1), 30,
                              what="broker 1 seeing alice's credentials deleted")
-            # the quota stays; a znode left with nothing is removed
+            # the quota stays; a znode left with nothing stays empty, as Kafka leaves it
             data, _ = zk.get("/config/users/alice")
-            assert json.loads(data)["config"] == {"producer_byte_rate": "1024"}
-            assert zk.exists("/config/users/b%2Ab") is None
+            assert json.loads(data)["config"] == {"producer_byte_rate": "2048"}
+            assert json.loads(zk.get("/config/users/b%2Ab")[0])["config"] == {}
             cluster.restart(1)
             assert _described(cluster, 1) == {}
         finally:
