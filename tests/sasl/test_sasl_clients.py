@@ -1,11 +1,12 @@
 """Real clients over the SASL_PLAINTEXT and SASL_SSL listeners of a broker that serves
-PLAINTEXT at the same time: confluent-kafka (librdkafka) and kafka-python with SCRAM and
-PLAIN produce and consume as the user whose SCRAM credentials were made through the
+PLAINTEXT at the same time: confluent-kafka (librdkafka), kafka-python and aiokafka with
+SCRAM and PLAIN produce and consume as the user whose SCRAM credentials were made through the
 admin client; wrong credentials refused (the client told, the broker logging one line);
 and the other clients served meanwhile."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -127,3 +128,37 @@ def test_wrong_credentials_refused(module_sasl_broker: SaslBroker, mechanism: st
     create_topic(broker.plaintext, topic)
     produce(broker.plaintext, topic, [b"x"])
     assert _consume(broker.confluent("alice", "alice-secret"), topic, 1) == [b"x"]
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
+def test_aiokafka(module_sasl_broker: SaslBroker, mechanism: str):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    broker = module_sasl_broker
+    topic = _topic()
+    create_topic(broker.plaintext, topic)
+    conf = {"bootstrap_servers": broker.sasl, "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": mechanism, "sasl_plain_username": "alice",
+            "sasl_plain_password": "alice-secret"}
+
+    async def run() -> list[bytes]:
+        producer = AIOKafkaProducer(**conf)
+        await producer.start()
+        try:
+            for i in range(10):
+                await producer.send_and_wait(topic, b"aio-%d" % i)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **conf)
+        await consumer.start()
+        got: list[bytes] = []
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while len(got) < 10 and time.monotonic() < deadline:
+                for messages in (await consumer.getmany(timeout_ms=500)).values():
+                    got += [m.value for m in messages]
+        finally:
+            await consumer.stop()
+        return got
+
+    assert asyncio.run(run()) == [b"aio-%d" % i for i in range(10)]
