@@ -236,3 +236,31 @@ def test_settings_refused_at_start(broker_factory, settings, message):
         broker_factory(listeners="PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
                        **settings)
     assert message in str(failed.value)
+
+
+def test_garbage_in_every_state_closes_quietly(module_sasl_broker: SaslBroker):
+    """Random frames before the handshake, after it, and as v0 raw tokens: each
+    connection is closed (or answered) with a log line, never a handler failure, and the
+    broker goes on serving."""
+    import random
+
+    broker = module_sasl_broker
+    rng = random.Random(7)
+    for i in range(60):
+        garbage = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 80)))
+        with WireClient(broker.sasl) as client:
+            state = i % 3
+            if state == 1:
+                client.request(SASL_HANDSHAKE, 1, {"mechanism": ENABLED[i % 3]})
+            elif state == 2:
+                client.request(SASL_HANDSHAKE, 0, {"mechanism": ENABLED[i % 3]})
+            client.raw(struct.pack(">i", len(garbage)) + garbage)
+            try:
+                while True:  # whatever it answers, then its close
+                    client.read_frame()
+            except (ConnectionError, OSError):
+                pass
+    log = broker.process.log_text()
+    assert "request handling failed" not in log and "Traceback" not in log
+    with WireClient(broker.sasl) as client:
+        assert _scram(client, "alice", "alice-secret")["error_code"] == NONE
