@@ -203,6 +203,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "sasl.mechanism.inter.broker.protocol": (str, "GSSAPI"),
     "sasl.jaas.config": (str, None),
     "connections.max.reauth.ms": (int, 0),
+    "sasl.server.max.receive.size": (int, 524288),
     "log.level": (str, "INFO"),
 }
 

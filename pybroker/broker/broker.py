@@ -277,7 +277,7 @@ class Broker:
         config = self.config
         self.server = Server(
             self.dispatch, listeners.bind, tls=tls,
-            dispatch_for={name: sasl_server.connection_dispatch
+            on_accept={name: sasl_server.accept
                           for name, sasl_server in sasl.items()},
             max_request_bytes=config["socket.request.max.bytes"],
             max_queued_bytes=config["connection.queued.max.bytes"],

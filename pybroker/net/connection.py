@@ -254,7 +254,7 @@ class Connection:
     """State of one accepted socket. Created and driven by :class:`pybroker.net.server.Server`."""
 
     __slots__ = ("sock", "fd", "peer", "listener", "principal", "last_active", "closed",
-                 "_dispatch", "_limits",
+                 "max_frame", "_dispatch", "_limits",
                  "_on_close", "_loop", "_pending", "_large", "_large_pos", "_queue",
                  "_queued_bytes", "_charged", "_reading", "_handover",
                  "_write_waiter", "_write_blocked", "_draining", "_gone", "_memory_wait",
@@ -273,6 +273,10 @@ class Connection:
         self.principal = ANONYMOUS
         self._dispatch = dispatch
         self._limits = limits
+        # the largest request frame taken: lower on a SASL listener until the client is
+        # authenticated (sasl.server.max.receive.size), so an unknown client cannot make
+        # the broker hold socket.request.max.bytes for it
+        self.max_frame = limits.max_request
         self._on_close = on_close
         self._loop = asyncio.get_running_loop()
         self.last_active = time.monotonic()
@@ -402,10 +406,11 @@ class Connection:
         start = 0
         while end - start >= 4:
             size = _SIZE.unpack_from(buf, start)[0]
-            if size < 0 or size > self._limits.max_request:
-                log.warning("connection %s: request size %d outside 0..%d "
-                            "(socket.request.max.bytes), closing", self.peer, size,
-                            self._limits.max_request)
+            if size < 0 or size > self.max_frame:
+                log.warning("connection %s: request size %d outside 0..%d (%s), closing",
+                            self.peer, size, self.max_frame,
+                            "socket.request.max.bytes" if self.max_frame ==
+                            self._limits.max_request else "sasl.server.max.receive.size")
                 self.close()
                 return n
             body = start + 4

@@ -5,9 +5,9 @@ each connection knows its listener. A connection on an SSL listener is a
 :class:`~pybroker.net.tls_connection.TlsConnection` (its socket wrapped with the
 listener's current context, :class:`~pybroker.net.tls.ServerTls`); the others are plain
 :class:`~pybroker.net.connection.Connection` objects, to which TLS costs nothing. A
-connection of a SASL listener gets a dispatch of its own (``dispatch_for``, the
-listener's: :class:`pybroker.security.sasl.SaslAuthenticator`), which authenticates the
-client before the broker's dispatch sees its requests.
+connection of a SASL listener is handed to the listener's ``on_accept`` hook
+(:meth:`pybroker.security.sasl.SaslServer.accept`), which gives it a dispatch of its own
+that authenticates the client before the broker's dispatch sees its requests.
 
 The server knows framing and sockets only (see :mod:`pybroker.net.connection`); what a
 frame means is the dispatcher's business (:meth:`pybroker.broker.broker.Broker.dispatch`).
@@ -136,15 +136,15 @@ class _RateLimitedLog:
 
 class _Acceptor:
     """One listener's socket (None until bound, and once closed), its TLS, and what
-    makes each of its connections' dispatch when the server's is not it (SASL)."""
+    prepares each of its new connections before it is read (SASL)."""
 
-    __slots__ = ("listener", "tls", "dispatch_for", "sock")
+    __slots__ = ("listener", "tls", "on_accept", "sock")
 
     def __init__(self, listener: Listener, tls: ServerTls | None,
-                 dispatch_for: Callable[[], Dispatch] | None) -> None:
+                 on_accept: Callable[[Connection], None] | None) -> None:
         self.listener = listener
         self.tls = tls
-        self.dispatch_for = dispatch_for
+        self.on_accept = on_accept
         self.sock: socket.socket | None = None
 
     def bind(self, backlog: int) -> None:
@@ -174,7 +174,7 @@ class _Acceptor:
 class Server:
     def __init__(self, dispatch: Dispatch, listeners: Sequence[Listener], *,
                  tls: Mapping[str, ServerTls] | None = None,
-                 dispatch_for: Mapping[str, Callable[[], Dispatch]] | None = None,
+                 on_accept: Mapping[str, Callable[[Connection], None]] | None = None,
                  max_request_bytes: int, max_queued_bytes: int,
                  queued_max_request_bytes: int = 256 * 1024 * 1024,
                  max_connections: int = 2**31 - 1, max_connections_per_ip: int = 2**31 - 1,
@@ -189,9 +189,9 @@ class Server:
             raise ValueError(f"queued.max.request.bytes ({queued_max_request_bytes}) must be "
                              f"at least socket.request.max.bytes ({max_request_bytes})")
         self._dispatch = dispatch
-        tls, dispatch_for = tls or {}, dispatch_for or {}
+        tls, on_accept = tls or {}, on_accept or {}
         self._acceptors = [_Acceptor(listener, tls.get(listener.name),
-                                     dispatch_for.get(listener.name))
+                                     on_accept.get(listener.name))
                            for listener in listeners]
         for acceptor in self._acceptors:
             if acceptor.listener.tls and acceptor.tls is None:
@@ -325,10 +325,8 @@ class Server:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
             conn: Connection
-            dispatch = self._dispatch if acceptor.dispatch_for is None \
-                else acceptor.dispatch_for()
             if acceptor.tls is None:
-                conn = Connection(sock, peer, dispatch, self._limits, self._closed,
+                conn = Connection(sock, peer, self._dispatch, self._limits, self._closed,
                                   acceptor.listener)
             else:
                 try:
@@ -339,8 +337,10 @@ class Server:
                                 acceptor.listener.name, exc)
                     sock.close()
                     continue
-                conn = TlsConnection(tls_sock, peer, dispatch, self._limits,
+                conn = TlsConnection(tls_sock, peer, self._dispatch, self._limits,
                                      self._closed, acceptor.listener, acceptor.tls)
+            if acceptor.on_accept is not None:  # (nothing is read before the loop's next turn)
+                acceptor.on_accept(conn)
             self.accepted += 1
             self._per_ip[ip] += 1
             self.connections.add(conn)

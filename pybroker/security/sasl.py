@@ -14,7 +14,8 @@ it). Until the client is authenticated only these are served, in this order:
    a v0 handshake the tokens come without Kafka's framing: each frame is a raw token and
    each answer a size-prefixed raw token (Kafka still serves that, for old clients).
 
-Anything else closes the connection with a log line. Wrong credentials are answered
+Anything else closes the connection with a log line, and so does a frame larger than
+``sasl.server.max.receive.size`` (Kafka's 512 KiB) before authentication. Wrong credentials are answered
 SASL_AUTHENTICATION_FAILED with Kafka's message, then the connection closes (one log
 line). On success the connection's principal is ``User:<name>`` and, with no
 re-authentication (``connections.max.reauth.ms=0``, the default), the connection
@@ -78,6 +79,7 @@ class SaslSettings(NamedTuple):
     mechanisms: tuple[str, ...]  # sasl.enabled.mechanisms, in configured order
     plain_users: dict[str, str]  # PLAIN's user -> password
     reauth_ms: int  # connections.max.reauth.ms (0: no re-authentication)
+    max_receive: int  # sasl.server.max.receive.size: largest frame before authentication
     validator: TokenValidator | None = None  # OAUTHBEARER's, when enabled
 
 
@@ -129,7 +131,7 @@ def sasl_settings(config: Any, listener: str) -> SaslSettings:
                              "sasl.server.callback.handler.class"),
             parse_jaas(text).options if text else {})
     return SaslSettings(mechanisms, plain_users, config["connections.max.reauth.ms"],
-                        validator)
+                        config["sasl.server.max.receive.size"], validator)
 
 
 class SaslClientSettings(NamedTuple):
@@ -260,7 +262,7 @@ class _Scram:
 
 class SaslServer:
     """A SASL listener's side of authentication: each accepted connection dispatches
-    through an authenticator of its own (:meth:`connection_dispatch`)."""
+    through an authenticator of its own (:meth:`accept`)."""
 
     def __init__(self, listener: str, settings: SaslSettings, credentials: ScramCredentials,
                  dispatch: Dispatch) -> None:
@@ -269,9 +271,13 @@ class SaslServer:
         self.credentials = credentials
         self.dispatch = dispatch  # the broker's: what an authenticated request goes to
 
-    def connection_dispatch(self) -> Dispatch:
-        """A new connection's dispatch: a new :class:`SaslAuthenticator`'s."""
-        return SaslAuthenticator(self).dispatch
+    def accept(self, conn: Connection) -> None:
+        """A new connection of the listener (before it is read): it dispatches through an
+        authenticator of its own and takes frames of at most
+        ``sasl.server.max.receive.size`` until the client is authenticated."""
+        authenticator = SaslAuthenticator(self, conn.max_frame)
+        conn.switch_dispatch(authenticator.dispatch)
+        conn.max_frame = min(conn.max_frame, self.settings.max_receive)
 
     def mechanism(self, name: str) -> Exchange:
         if name == PLAIN:
@@ -291,11 +297,12 @@ _HANDSHAKE, _AUTHENTICATE, _RAW, _AUTHENTICATED = range(4)
 class SaslAuthenticator:
     """One connection's authentication state machine (see the module's docstring)."""
 
-    __slots__ = ("_server", "_state", "_mechanism", "_exchange", "_principal", "_expires",
-                 "_reauthenticating")
+    __slots__ = ("_server", "_max_frame", "_state", "_mechanism", "_exchange", "_principal",
+                 "_expires", "_reauthenticating")
 
-    def __init__(self, server: SaslServer) -> None:
+    def __init__(self, server: SaslServer, max_frame: int) -> None:
         self._server = server
+        self._max_frame = max_frame  # the connection's once the client is authenticated
         self._state = _HANDSHAKE
         self._mechanism = ""
         self._exchange: Exchange | None = None
@@ -430,6 +437,7 @@ class SaslAuthenticator:
                        f"{self._principal}: {principal}")
             raise SaslFailed(message)
         self._principal = conn.principal = principal
+        conn.max_frame = self._max_frame
         self._state = _AUTHENTICATED
         self._reauthenticating = False
         self._exchange = None

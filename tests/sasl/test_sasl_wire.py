@@ -81,6 +81,24 @@ def test_before_authentication(module_sasl_broker: SaslBroker):
     assert "SASL mechanism 'GSSAPI' is not enabled on listener SASL_PLAINTEXT" in log
 
 
+def test_large_frames_wait_for_authentication(module_sasl_broker: SaslBroker):
+    """Until authenticated a client may send no frame over sasl.server.max.receive.size
+    (Kafka's 512 KiB): it is closed at the size prefix; afterwards the listener takes
+    socket.request.max.bytes as any other."""
+    broker = module_sasl_broker
+    with WireClient(broker.sasl) as client:
+        client.raw(struct.pack(">i", 524288 + 1))
+        assert client.closed_by_peer()
+    assert "(sasl.server.max.receive.size), closing" in broker.process.log_text()
+    with WireClient(broker.sasl) as client:
+        assert _plain(client, "alice", "alice-secret")["error_code"] == NONE
+        topics = {"topics": [{"name": f"t{i:06d}" + "x" * 200} for i in range(3000)],
+                  "allow_auto_topic_creation": False,
+                  "include_topic_authorized_operations": False}
+        answer = client.request(METADATA, 12, topics)  # a frame of about 600 KiB
+        assert len(answer["topics"]) == 3000
+
+
 def test_plain_answers_as_kafka(module_sasl_broker: SaslBroker):
     broker = module_sasl_broker
     with WireClient(broker.sasl) as client:
