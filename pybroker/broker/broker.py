@@ -410,8 +410,8 @@ class Broker:
         self._writer.shutdown(wait=True)
         if self.cleaner is not None:
             self.cleaner.stop()
-        self.write_stats(force=True)  # (while the logs are open: the cleaner's state)
-        if self._logs_open:
+        if self._logs_open:  # (else a start refused its settings: nothing to write, or where)
+            self.write_stats(force=True)  # (while the logs are open: the cleaner's state)
             self.logs.close(clean=True)
         stats = self.stats()
         log.info("served %d requests; sent %d bytes zero-copy and %d from memory (%.2f%% "
