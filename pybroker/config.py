@@ -204,6 +204,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "sasl.jaas.config": (str, None),
     "connections.max.reauth.ms": (int, 0),
     "sasl.server.max.receive.size": (int, 524288),
+    "connection.failed.authentication.delay.ms": (int, 100),
     "log.level": (str, "INFO"),
 }
 

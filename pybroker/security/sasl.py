@@ -15,9 +15,10 @@ it). Until the client is authenticated only these are served, in this order:
    each answer a size-prefixed raw token (Kafka still serves that, for old clients).
 
 Anything else closes the connection with a log line, and so does a frame larger than
-``sasl.server.max.receive.size`` (Kafka's 512 KiB) before authentication. Wrong credentials are answered
-SASL_AUTHENTICATION_FAILED with Kafka's message, then the connection closes (one log
-line). On success the connection's principal is ``User:<name>`` and, with no
+``sasl.server.max.receive.size`` (Kafka's 512 KiB) before authentication. Wrong
+credentials are answered SASL_AUTHENTICATION_FAILED with Kafka's message, then the
+connection closes (one log line) after ``connection.failed.authentication.delay.ms``
+(Kafka's 100 ms). On success the connection's principal is ``User:<name>`` and, with no
 re-authentication (``connections.max.reauth.ms=0``, the default), the connection
 switches to the broker's own dispatch: an authenticated connection costs what a
 plaintext one does.
@@ -42,6 +43,7 @@ Not thread-safe: the event loop thread only.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import struct
@@ -80,6 +82,7 @@ class SaslSettings(NamedTuple):
     plain_users: dict[str, str]  # PLAIN's user -> password
     reauth_ms: int  # connections.max.reauth.ms (0: no re-authentication)
     max_receive: int  # sasl.server.max.receive.size: largest frame before authentication
+    failure_delay_ms: int  # connection.failed.authentication.delay.ms
     validator: TokenValidator | None = None  # OAUTHBEARER's, when enabled
 
 
@@ -131,7 +134,8 @@ def sasl_settings(config: Any, listener: str) -> SaslSettings:
                              "sasl.server.callback.handler.class"),
             parse_jaas(text).options if text else {})
     return SaslSettings(mechanisms, plain_users, config["connections.max.reauth.ms"],
-                        config["sasl.server.max.receive.size"], validator)
+                        config["sasl.server.max.receive.size"],
+                        config["connection.failed.authentication.delay.ms"], validator)
 
 
 class SaslClientSettings(NamedTuple):
@@ -399,7 +403,7 @@ class SaslAuthenticator:
                 "error_code": ErrorCode.SASL_AUTHENTICATION_FAILED,
                 "error_message": self._message(exc), "auth_bytes": b"",
                 "session_lifetime_ms": 0})
-            raise CloseConnection(self._failure(exc)) from None
+            raise await self._failed(exc) from None
         lifetime = 0
         if exchange.done and self._expires is not None:
             lifetime = max(1, int((self._expires - time.monotonic()) * 1000))
@@ -415,8 +419,17 @@ class SaslAuthenticator:
             if exchange.done:
                 self._succeeded(conn, exchange, False)
         except SaslFailed as exc:
-            raise CloseConnection(self._failure(exc)) from None
+            raise await self._failed(exc) from None
         return [_SIZE.pack(len(out)) + out]
+
+    async def _failed(self, failed: SaslFailed) -> CloseConnection:
+        """What closes a connection whose credentials were refused, once
+        ``connection.failed.authentication.delay.ms`` has passed (Kafka's KIP-306: it slows
+        down guessing, and the client reads the refusal before the close)."""
+        delay_ms = self._server.settings.failure_delay_ms
+        if delay_ms > 0:
+            await asyncio.sleep(delay_ms / 1000)
+        return CloseConnection(self._failure(failed))
 
     def _message(self, failed: SaslFailed) -> str:
         """What the client is told (Kafka's words)."""
