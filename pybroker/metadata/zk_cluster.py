@@ -133,7 +133,7 @@ class ZkClusterMetadata:
         return ZkAclStore(self.node.store.client, asyncio.get_running_loop())
 
     def credential_store(self) -> CredentialStore:
-        return ZkCredentialStore(self.node.store.client, asyncio.get_running_loop())
+        return ZkCredentialStore(self.node.store, asyncio.get_running_loop())
 
     def group_coordinator(self, config: CoordinatorConfig) -> GroupCoordinator:
         coordinator = GroupCoordinator(

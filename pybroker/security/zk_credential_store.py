@@ -13,10 +13,11 @@ neither kind of key clobbers the other (the quota side, ``ClusterStore.set_clien
 keeps the SCRAM keys the same way); a znode left with no key stays, with an empty map, as
 Kafka leaves it (it may have ``clients/<id>`` quota children).
 
-Every broker watches ``/config/changes`` and reloads the users named there, so a
-credential created through one broker authenticates on every other within a ZooKeeper
-round trip or two. Expiring old notifications is left to the topic configs' watch
-(:meth:`pybroker.cluster.zk_store.ClusterStore.watch_config_changes`).
+Every broker watches ``/config/changes`` through the cluster store's one reader of it
+(:meth:`pybroker.cluster.zk_store.ClusterStore.watch_config_changes`, kind "users") and
+reloads the users named there, so a credential created through one broker authenticates
+on every other within a ZooKeeper round trip or two. Expiring old notifications is left
+to the topic configs' watch.
 
 Thread-safety: ``load`` and ``update`` block (run on a worker thread); the watch runs on
 kazoo's callback thread and hands its changes to the event loop.
@@ -29,10 +30,9 @@ import json
 import logging
 import urllib.parse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kazoo.exceptions as kex
-from kazoo.recipe.watchers import ChildrenWatch
 
 from pybroker.security.credentials import (
     CredentialMap,
@@ -43,6 +43,9 @@ from pybroker.security.credentials import (
 )
 from pybroker.security.scram import MECHANISM_CODES
 from pybroker.security.zk_writes import write_if_unchanged
+
+if TYPE_CHECKING:
+    from pybroker.cluster.zk_store import ClusterStore
 
 log = logging.getLogger("pybroker.security")
 
@@ -61,15 +64,11 @@ def desanitize(name: str) -> str:
     return urllib.parse.unquote(name)
 
 
-def _seq(child: str) -> int:
-    return int(child[len(CHANGE_PREFIX):])
-
-
 class ZkCredentialStore:
-    def __init__(self, zk: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self._zk = zk  # a connected KazooClient
+    def __init__(self, store: ClusterStore, loop: asyncio.AbstractEventLoop) -> None:
+        self._store = store
+        self._zk = store.client  # a connected KazooClient
         self._loop = loop
-        self._seen = -1  # the last change notification read
         # writes and reloads one at a time, each applied before the next starts
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -90,9 +89,6 @@ class ZkCredentialStore:
             return []
 
     def _load(self) -> CredentialMap:
-        changes = self._children(CONFIG_CHANGES)
-        self._seen = max((_seq(c) for c in changes if c.startswith(CHANGE_PREFIX)),
-                         default=-1)
         users: CredentialMap = {}
         for name in self._children(USERS):
             user = desanitize(name)
@@ -133,43 +129,28 @@ class ZkCredentialStore:
             return await asyncio.to_thread(self._update, changes)
 
     def watch(self, changed: Callable[[CredentialMap], None]) -> None:
-        self._zk.ensure_path(CONFIG_CHANGES)
-        ChildrenWatch(self._zk, CONFIG_CHANGES, lambda _children:
-                      self._loop.call_soon_threadsafe(self._announced, changed))
+        def announced(paths: list[str]) -> None:  # kazoo's thread
+            users = {desanitize(path[len(ENTITY_PREFIX):]) for path in paths
+                     if "/" not in path[len(ENTITY_PREFIX):]}  # not users/<u>/clients/..
+            if users:
+                self._loop.call_soon_threadsafe(self._announced, users, changed)
+        self._store.watch_config_changes(announced, kinds=("users",))
 
-    def _announced(self, changed: Callable[[CredentialMap], None]) -> None:
-        task = self._loop.create_task(self._reload(changed))
+    def _announced(self, users: set[str], changed: Callable[[CredentialMap], None]) -> None:
+        task = self._loop.create_task(self._reload(users, changed))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _reload(self, changed: Callable[[CredentialMap], None]) -> None:
+    async def _reload(self, users: set[str], changed: Callable[[CredentialMap], None]
+                      ) -> None:
         try:
             async with self._lock:
-                reloaded = await asyncio.to_thread(self._read_changes)
-                if reloaded:
-                    changed(reloaded)
+                reloaded = await asyncio.to_thread(
+                    lambda: {user: credentials_from_text(self._read(user)[0])
+                             for user in users})
+                changed(reloaded)
         except Exception:
             log.exception("reading SCRAM credential changes failed; still watching")
-
-    def _read_changes(self) -> CredentialMap:
-        """The stored credentials of the users announced since the last read."""
-        users = set()
-        for child in self._children(CONFIG_CHANGES):
-            if not child.startswith(CHANGE_PREFIX) or _seq(child) <= self._seen:
-                continue
-            try:
-                data, _ = self._zk.get(f"{CONFIG_CHANGES}/{child}")
-            except kex.NoNodeError:
-                continue
-            self._seen = max(self._seen, _seq(child))
-            try:
-                entity = (json.loads(data) or {}).get("entity_path", "")
-            except ValueError:
-                continue
-            name = entity[len(ENTITY_PREFIX):]
-            if entity.startswith(ENTITY_PREFIX) and name and "/" not in name:
-                users.add(desanitize(name))
-        return {user: credentials_from_text(self._read(user)[0]) for user in users}
 
     async def close(self) -> None:
         for task in list(self._tasks):
