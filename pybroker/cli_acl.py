@@ -24,7 +24,7 @@ import argparse
 import sys
 from typing import Any
 
-from pybroker.cli_connect import add_client_options
+from pybroker.cli_connect import add_client_options, report_each
 from pybroker.cli_topic import _admin
 from pybroker.kafka_admin import error_text
 
@@ -110,15 +110,9 @@ def create_main(args: argparse.Namespace) -> int:
                 for permission, principal, host in _entries(args, required=True)
                 for op in operations]
     admin = _admin(args)  # kept referenced: a collected client cancels its requests
-    status = 0
-    for binding, future in admin.create_acls(bindings, request_timeout=args.timeout).items():
-        try:
-            future.result(timeout=args.timeout)
-            print(f"created {_describe(binding)}")
-        except Exception as exc:
-            print(f"{_describe(binding)}: {error_text(exc)}", file=sys.stderr)
-            status = 1
-    return status
+    futures = admin.create_acls(bindings, request_timeout=args.timeout)
+    return report_each(futures, args.timeout, lambda binding: f"created {_describe(binding)}",
+                       _describe)
 
 
 def _filters(args: argparse.Namespace, principals: list[tuple[Any, str | None, str | None]],

@@ -35,8 +35,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pybroker.cli import CommandError
@@ -221,3 +223,19 @@ def failure_text(exc: Exception, args: argparse.Namespace) -> str | None:
     if _local_failure(exc):
         return str(unreachable(args.bootstrap, connection_failure(error.str())))
     return error_text(exc)
+
+
+def report_each(futures: Mapping[Any, Any], timeout: float, done: Callable[[Any], str],
+                name: Callable[[Any], str] = str) -> int:
+    """Wait for an admin call's futures, one per item: ``done(item)`` on stdout for each
+    that succeeded, ``name(item): error`` on stderr for each that failed; 1 if any
+    failed."""
+    status = 0
+    for item, future in futures.items():
+        try:
+            future.result(timeout=timeout)
+            print(done(item))
+        except Exception as exc:  # the client raises KafkaException carrying the error
+            print(f"{name(item)}: {error_text(exc)}", file=sys.stderr)
+            status = 1
+    return status

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from pybroker.cli_connect import BrokerClients, add_client_options
+from pybroker.cli_connect import BrokerClients, add_client_options, report_each
 from pybroker.kafka_admin import error_text
 
 
@@ -111,16 +111,9 @@ def parse_pairs(pairs: Iterable[str], option: str) -> dict[str, str]:
 
 def _report(futures: dict[Any, Any], done: str, timeout: float) -> int:
     """Wait for per-item futures; one line each; 1 if any failed."""
-    status = 0
-    for item, future in futures.items():
-        name = getattr(item, "name", None) or getattr(item, "topic", None) or item
-        try:
-            future.result(timeout=timeout)
-            print(f"{name}: {done}")
-        except Exception as exc:  # the client raises KafkaException carrying the error
-            print(f"{name}: {error_text(exc)}", file=sys.stderr)
-            status = 1
-    return status
+    def name(item: Any) -> str:
+        return str(getattr(item, "name", None) or getattr(item, "topic", None) or item)
+    return report_each(futures, timeout, lambda item: f"{name(item)}: {done}", name)
 
 
 def create_main(args: argparse.Namespace) -> int:

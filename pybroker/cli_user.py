@@ -23,7 +23,7 @@ import argparse
 import sys
 from typing import Any
 
-from pybroker.cli_connect import add_client_options
+from pybroker.cli_connect import add_client_options, report_each
 from pybroker.cli_topic import _admin
 from pybroker.kafka_admin import error_text
 from pybroker.security.scram import DEFAULT_ITERATIONS, MECHANISM_CODES
@@ -66,16 +66,8 @@ def _mechanism(name: str) -> Any:
 
 
 def _alter(args: argparse.Namespace, admin: Any, alterations: list[Any], done: str) -> int:
-    status = 0
-    for user, future in admin.alter_user_scram_credentials(
-            alterations, request_timeout=args.timeout).items():
-        try:
-            future.result(timeout=args.timeout)
-            print(f"{done} {user}")
-        except Exception as exc:
-            print(f"{user}: {error_text(exc)}", file=sys.stderr)
-            status = 1
-    return status
+    futures = admin.alter_user_scram_credentials(alterations, request_timeout=args.timeout)
+    return report_each(futures, args.timeout, lambda user: f"{done} {user}")
 
 
 def create_main(args: argparse.Namespace) -> int:
