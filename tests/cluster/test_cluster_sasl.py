@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 
-from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
@@ -17,7 +16,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.cluster.harness import LocalCluster
-from tests.cluster.test_cluster_tls import _poll
+from tests.cluster.test_cluster_tls import replicated_round_trip
 from tests.tls.certs import make_stores
 
 _SASL_SSL_LISTENER = re.compile(r"listener SASL_SSL \(SASL_SSL\) on \S+:(\d+)")
@@ -60,25 +59,7 @@ def test_inter_broker_sasl_ssl(zk_connect, tmp_path):
                     "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "alice",
                     "sasl.password": "alice-secret"}
 
-        producer = Producer({**client(2), "acks": "all"})
         values = [f"record-{i}".encode() * 20 for i in range(200)]
-        for value in values:
-            producer.produce("replicated", value)
-        assert producer.flush(60) == 0
-        # acks=all with an ISR of three: every follower fetched them over SASL_SSL
-        partitions = cluster.describe("replicated")
-        assert all(sorted(p.isr) == [1, 2, 3] for p in partitions.values())
-        for follower in cluster.brokers:
-            log = cluster.log_text(follower)
-            for leader in {p.leader for p in partitions.values()} - {follower}:
-                assert f"PeerClient(127.0.0.1:{ports[leader]}): connected" in log
-
-        consumer = Consumer({**client(3), "group.id": "sasl-group",
-                             "auto.offset.reset": "earliest"})
-        consumer.subscribe(["replicated"])
-        received: list[bytes] = []
-        cluster.wait_for(lambda: _poll(consumer, received) >= len(values), 60,
-                         what="every record consumed over SASL_SSL")
-        consumer.close()
-        assert sorted(received) == sorted(values)
+        replicated_round_trip(cluster, ports, client(2), client(3), "sasl-group", values,
+                              "SASL_SSL")
 

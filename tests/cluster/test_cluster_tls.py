@@ -45,28 +45,36 @@ def test_inter_broker_tls(zk_connect, tmp_path):
         plain = {int(b["node_id"]): b["port"] for b in cluster.metadata([])["brokers"]}
         assert plain == {i: b.port for i, b in cluster.brokers.items()}
 
-        producer = Producer({**client, "acks": "all"})
         values = [f"record-{i}".encode() * 50 for i in range(300)]
-        for value in values:
-            producer.produce("replicated", value)
-        assert producer.flush(60) == 0
-        # acks=all with an ISR of three: every follower fetched them over TLS
-        partitions = cluster.describe("replicated")
-        assert all(sorted(p.isr) == [1, 2, 3] for p in partitions.values())
-        for follower in cluster.brokers:
-            log = cluster.log_text(follower)
-            leaders = {p.leader for p in partitions.values()} - {follower}
-            for leader in leaders:
-                assert f"PeerClient(127.0.0.1:{ssl_ports[leader]}): connected" in log
+        replicated_round_trip(cluster, ssl_ports, client, client, "tls-group", values, "TLS")
 
-        consumer = Consumer({**client, "group.id": "tls-group",
-                             "auto.offset.reset": "earliest"})
-        consumer.subscribe(["replicated"])
-        received: list[bytes] = []
-        cluster.wait_for(lambda: _poll(consumer, received) >= len(values), 60,
-                         what="every record consumed over TLS")
-        consumer.close()
-        assert sorted(received) == sorted(values)
+
+def replicated_round_trip(cluster: LocalCluster, inter_broker_ports: dict[int, int],
+                          producer_config: dict, consumer_config: dict, group: str,
+                          values: list[bytes], listener: str) -> None:
+    """Produce ``values`` to the 3-replica topic "replicated" with acks=all, check every
+    follower fetched from its leaders over the inter-broker listener (``listener``, on
+    ``inter_broker_ports``), and consume them all back in group ``group``."""
+    producer = Producer({**producer_config, "acks": "all"})
+    for value in values:
+        producer.produce("replicated", value)
+    assert producer.flush(60) == 0
+    # acks=all with an ISR of three: every follower fetched them over the listener
+    partitions = cluster.describe("replicated")
+    assert all(sorted(p.isr) == [1, 2, 3] for p in partitions.values())
+    for follower in cluster.brokers:
+        log = cluster.log_text(follower)
+        for leader in {p.leader for p in partitions.values()} - {follower}:
+            assert f"PeerClient(127.0.0.1:{inter_broker_ports[leader]}): connected" in log
+
+    consumer = Consumer({**consumer_config, "group.id": group,
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["replicated"])
+    received: list[bytes] = []
+    cluster.wait_for(lambda: _poll(consumer, received) >= len(values), 60,
+                     what=f"every record consumed over {listener}")
+    consumer.close()
+    assert sorted(received) == sorted(values)
 
 
 def _poll(consumer: Consumer, into: list[bytes]) -> int:
