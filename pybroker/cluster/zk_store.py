@@ -579,33 +579,38 @@ class ClusterStore:
         except kex.NoNodeError:
             raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.") from None
 
-    def topic_configs(self, name: str) -> dict[str, str]:
-        got = self._get(f"{CONFIG_TOPICS}/{name}")
+    def _entity_configs(self, entity_path: str) -> dict[str, str]:
+        """The ``config`` map of ``/config/<entity_path>`` (empty without the znode)."""
+        got = self._get(f"{CONFIG}/{entity_path}")
         value = None if got is None else _loads(got[0])
         return {} if value is None else {k: str(v) for k, v in value["config"].items()}
+
+    def _set_entity_configs(self, entity_path: str, configs: dict[str, str]) -> None:
+        """Replace the ``config`` map of ``/config/<entity_path>`` and announce it."""
+        self._set_or_create(f"{CONFIG}/{entity_path}",
+                            _dumps({"version": 1, "config": dict(configs)}))
+        self._announce_config_change(entity_path)
+
+    def _announce_config_change(self, entity_path: str) -> None:
+        """A ``/config/changes`` notification naming the entity, as Kafka writes it."""
+        self._zk.retry(self._zk.create, f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}",
+                       _dumps({"version": 2, "entity_path": entity_path}), sequence=True)
+
+    def topic_configs(self, name: str) -> dict[str, str]:
+        return self._entity_configs(f"topics/{name}")
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         """Replace the topic's configs and announce it in ``/config/changes``."""
-        self._set_or_create(f"{CONFIG_TOPICS}/{name}",
-                            _dumps({"version": 1, "config": dict(configs)}))
-        self._zk.retry(self._zk.create, f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}",
-                       _dumps({"version": 2, "entity_path": f"topics/{name}"}),
-                       sequence=True)
+        self._set_entity_configs(f"topics/{name}", configs)
 
     def broker_configs(self, entity: str) -> dict[str, str]:
         """The dynamic configs of a broker id or ``<default>`` (the cluster's default)."""
-        got = self._get(f"{CONFIG_BROKERS}/{entity}")
-        value = None if got is None else _loads(got[0])
-        return {} if value is None else {k: str(v) for k, v in value["config"].items()}
+        return self._entity_configs(f"brokers/{entity}")
 
     def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
         """Replace the dynamic configs of ``entity`` and announce it in ``/config/changes``
         (as Kafka's ZooKeeper mode did; pybroker's brokers watch the znodes themselves)."""
-        self._set_or_create(f"{CONFIG_BROKERS}/{entity}",
-                            _dumps({"version": 1, "config": dict(configs)}))
-        self._zk.retry(self._zk.create, f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}",
-                       _dumps({"version": 2, "entity_path": f"brokers/{entity}"}),
-                       sequence=True)
+        self._set_entity_configs(f"brokers/{entity}", configs)
 
     def watch_broker_configs(self, entity: str, fn: Callable[[dict[str, str]], None]) -> None:
         """``fn(configs)`` with the dynamic configs of ``entity`` now and after each change
@@ -655,8 +660,7 @@ class ClusterStore:
                                   _dumps({"version": 1, "config": {**configs, **kept}}),
                                   None if got is None else got[1].version):
                 break
-        self._zk.retry(self._zk.create, f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}",
-                       _dumps({"version": 2, "entity_path": path}), sequence=True)
+        self._announce_config_change(path)
 
     def watch_config_changes(self, fn: Callable[[list[str]], None],
                              kinds: tuple[str, ...] = ("topics",)) -> None:
