@@ -589,9 +589,9 @@ class ClusterStore:
         """Replace the ``config`` map of ``/config/<entity_path>`` and announce it."""
         self._set_or_create(f"{CONFIG}/{entity_path}",
                             _dumps({"version": 1, "config": dict(configs)}))
-        self._announce_config_change(entity_path)
+        self.announce_config_change(entity_path)
 
-    def _announce_config_change(self, entity_path: str) -> None:
+    def announce_config_change(self, entity_path: str) -> None:
         """A ``/config/changes`` notification naming the entity, as Kafka writes it."""
         self._zk.retry(self._zk.create, f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}",
                        _dumps({"version": 2, "entity_path": entity_path}), sequence=True)
@@ -660,7 +660,7 @@ class ClusterStore:
                                   _dumps({"version": 1, "config": {**configs, **kept}}),
                                   None if got is None else got[1].version):
                 break
-        self._announce_config_change(path)
+        self.announce_config_change(path)
 
     def watch_config_changes(self, fn: Callable[[list[str]], None],
                              kinds: tuple[str, ...] = ("topics",)) -> None:

@@ -50,8 +50,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("pybroker.security")
 
 USERS = "/config/users"
-CONFIG_CHANGES = "/config/changes"
-CHANGE_PREFIX = "config_change_"
 ENTITY_PREFIX = "users/"
 
 
@@ -104,9 +102,7 @@ class ZkCredentialStore:
         result: CredentialMap = {}
         for user, change in changes.items():
             result[user] = self._update_one(user, change)
-            self._zk.retry(self._zk.create, f"{CONFIG_CHANGES}/{CHANGE_PREFIX}", json.dumps(
-                {"version": 2, "entity_path": ENTITY_PREFIX + sanitize(user)},
-                separators=(",", ":")).encode(), sequence=True, makepath=True)
+            self._store.announce_config_change(ENTITY_PREFIX + sanitize(user))
         return result
 
     def _update_one(self, user: str, change: UserChange) -> UserCredentials:
