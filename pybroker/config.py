@@ -186,6 +186,12 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "replica.fetch.min.bytes": (int, 1),
     "replica.fetch.backoff.ms": (int, 1000),
     "replica.high.watermark.checkpoint.interval.ms": (int, 5000),
+    # replication quotas (KIP-73, pybroker.repl.throttle): bytes a second of the replicas
+    # the topics' *.replication.throttled.replicas name; the largest long is none
+    "leader.replication.throttled.rate": (int, 2**63 - 1),
+    "follower.replication.throttled.rate": (int, 2**63 - 1),
+    "replication.quota.window.num": (int, 11),
+    "replication.quota.window.size.seconds": (int, 1),
     "unclean.leader.election.enable": (parse_bool, False),
     "auto.leader.rebalance.enable": (parse_bool, True),
     "leader.imbalance.check.interval.seconds": (int, 300),

@@ -9,8 +9,10 @@ leadership), ``markers`` (the transaction coordinator's ``MarkerWriter``),
 ``txn_verifier`` (the produce path's question to the coordinator, KIP-890),
 ``validation_pool`` (threads validating large produce batches; None with
 ``num.io.threads=0``), ``authorizer`` (ACLs, :mod:`pybroker.security`; None without
-``authorizer.class.name``), ``credentials`` (the users' SCRAM credentials) and ``quotas``
-(the client quotas set and the rates measured against them, :mod:`pybroker.broker.quotas`).
+``authorizer.class.name``), ``credentials`` (the users' SCRAM credentials), ``quotas``
+(the client quotas set and the rates measured against them, :mod:`pybroker.broker.quotas`)
+and ``replication_quotas`` (the leader and follower replication throttles,
+:mod:`pybroker.repl.throttle`).
 Nothing is attached to the broker from elsewhere. ``config`` is the current settings,
 static and dynamic (``dynamic_config``,
 :mod:`pybroker.broker.dynamic_config`, which tells the topics, the log cleaner, the
@@ -101,6 +103,8 @@ from pybroker.net.protocol.table import APIS
 from pybroker.net.server import Server
 from pybroker.net.tls import ListenerSettings, ServerTls, client_context
 from pybroker.repl import peer
+from pybroker.repl.throttle import RATE_KEYS as REPLICATION_RATE_KEYS
+from pybroker.repl.throttle import ReplicationQuotas
 from pybroker.security.authorizer import AclAuthorizer, Authorizer
 from pybroker.security.credentials import ScramCredentials
 from pybroker.security.sasl import SaslServer, inter_broker_sasl, sasl_settings
@@ -140,7 +144,7 @@ class Broker:
                  "shutting_down", "_tasks", "_logs_open",
                  "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
                  "_stats_last", "requests_by_api", "http_listener", "refusals",
-                 "leader_offsets", "quotas")
+                 "leader_offsets", "quotas", "replication_quotas")
 
     def __init__(self, config: BrokerConfig) -> None:
         self.dynamic_config = DynamicBrokerConfig(config)
@@ -174,6 +178,7 @@ class Broker:
         self.leader_offsets = LeaderHighWatermarks(self)
         self.refusals = RefusalLog()
         self.quotas: ClientQuotas
+        self.replication_quotas: ReplicationQuotas
         self._tasks: list[asyncio.Task[None]] = []
         self._logs_open = False  # what shutdown has to stop: the parts start() got to
         self.cleaner: LogCleaner | None = None
@@ -230,6 +235,8 @@ class Broker:
                                    leads_every_partition=self.metadata.leads_every_partition())
         self.dynamic_config.subscribe(TOPIC_DEFAULT_DYNAMIC_KEYS, self.topics.reconfigure)
         self.topics.read()
+        self.replication_quotas = ReplicationQuotas(self.config, self.topics.overrides_of)
+        self.dynamic_config.subscribe(REPLICATION_RATE_KEYS, self.replication_quotas.reconfigure)
         log.info("recovering logs in %s", self.data_dir)
         logs.load(config_for=self.topics.config_for)
         self.topics.open()

@@ -13,7 +13,9 @@ changed, so the new value applies at once:
 - the log cleaner's ``log.cleaner.*`` (``LogCleaner.reconfigure``);
 - ``max.connections``, ``max.connections.per.ip`` and its overrides (``Server``), and
   ``max.connection.creation.rate`` (``ClientQuotas.set_connection_creation_rate``);
-- ``transaction.partition.verification.enable`` (the produce path's ``txn_verifier``).
+- ``transaction.partition.verification.enable`` (the produce path's ``txn_verifier``);
+- ``leader.replication.throttled.rate`` and ``follower.replication.throttled.rate``
+  (``ReplicationQuotas.reconfigure``, :mod:`pybroker.repl.throttle`).
 
 Which keys are dynamic is Kafka 4.1's list (``DynamicBrokerConfig.AllDynamicConfigs``)
 cut to what pybroker acts on; the rest, Kafka's "read-only" ones and pybroker's own among
@@ -39,6 +41,7 @@ from pybroker.broker import topic_config
 from pybroker.config import SCHEMA, TOPIC_DEFAULT_KEYS, BrokerConfig
 from pybroker.errors import InvalidConfigError, InvalidRequestError
 from pybroker.net.server import parse_ip_overrides
+from pybroker.repl.throttle import RATE_KEYS
 
 log = logging.getLogger("pybroker.config")
 
@@ -56,7 +59,7 @@ CONNECTION_KEYS = frozenset({"max.connections", "max.connections.per.ip",
                              "max.connections.per.ip.overrides"})
 CONNECTION_RATE_KEY = "max.connection.creation.rate"
 TXN_VERIFICATION_KEY = "transaction.partition.verification.enable"
-DYNAMIC_KEYS = TOPIC_DEFAULT_DYNAMIC_KEYS | CLEANER_KEYS | CONNECTION_KEYS | {
+DYNAMIC_KEYS = TOPIC_DEFAULT_DYNAMIC_KEYS | CLEANER_KEYS | CONNECTION_KEYS | RATE_KEYS | {
     CONNECTION_RATE_KEY,
     TXN_VERIFICATION_KEY}
 
@@ -64,7 +67,8 @@ DYNAMIC_KEYS = TOPIC_DEFAULT_DYNAMIC_KEYS | CLEANER_KEYS | CONNECTION_KEYS | {
 _AT_LEAST: dict[str, float] = {
     "log.cleaner.threads": 1, "log.cleaner.io.buffer.size": 0,
     "log.cleaner.io.max.bytes.per.second": 0, "log.cleaner.backoff.ms": 0,
-    "max.connections": 0, "max.connections.per.ip": 0, CONNECTION_RATE_KEY: 0}
+    "max.connections": 0, "max.connections.per.ip": 0, CONNECTION_RATE_KEY: 0,
+    **dict.fromkeys(RATE_KEYS, 0)}
 # a cleaner thread's offset map below this would end every round after a few keys
 MIN_DEDUPE_BYTES_PER_THREAD = 1024 * 1024
 

@@ -21,7 +21,8 @@ Request latency is a real histogram per API (``_bucket{le}``/``_sum``/``_count``
 
 Client quotas' figures are Kafka's per-entity sensors (``kafka_server_produce_byte_rate``,
 ``..._throttle_time_ms_total`` and the fetch and request ones, labelled ``user`` and
-``client_id``: ``ClientQuotas.measured``).
+``client_id``: ``ClientQuotas.measured``); the replication quotas' are Kafka's
+``kafka_server_leaderreplication_byte_rate`` and ``..._followerreplication_byte_rate``.
 
 Counters kept per partition (bytes, ISR shrinks and expansions) are summed over the
 partitions this broker has now: a deleted topic's counts leave the sums (Prometheus's
@@ -182,6 +183,7 @@ def samples(broker: Broker) -> list[Family]:
         ("pybroker_group_state", "gauge", "1 for the group's current state", states),
         ("pybroker_group_members", "gauge", "Members of the group", members),
         *_quota_families(broker),
+        *_replication_quota_families(broker),
     ]
 
 
@@ -209,6 +211,16 @@ def _quota_families(broker: Broker) -> list[Family]:
                          f"Throttle time given for the {kind} quota, per quota entity",
                          throttles[key]))
     return families
+
+
+def _replication_quota_families(broker: Broker) -> list[Family]:
+    """Kafka's ``LeaderReplication``/``FollowerReplication`` ``byte-rate``: the bytes a
+    second of the throttled replicas each side measures (0 while its rate is unset)."""
+    quotas = broker.replication_quotas
+    return [(f"kafka_server_{side}replication_byte_rate", "gauge",
+             f"Bytes a second of the replicas throttled on the {side} side "
+             f"({side}.replication.throttled.replicas)", [((), quota.rate())])
+            for side, quota in (("leader", quotas.leader), ("follower", quotas.follower))]
 
 
 def _request_times(times: RequestTimes) -> list[Sample]:

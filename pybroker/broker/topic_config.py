@@ -10,12 +10,14 @@ overrides; its effective config is Kafka's default < broker default
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from pybroker.config import ConfigSource
 from pybroker.errors import InvalidConfigError
 from pybroker.log.log_config import KNOWN_KEYS, LogConfig
+from pybroker.repl.throttle import FOLLOWER_REPLICAS, LEADER_REPLICAS, check_throttled_replicas
 
 
 def _non_negative(text: str) -> int:
@@ -36,6 +38,9 @@ _EXTRA: dict[str, tuple[Callable[[str], Any], str]] = {
     "preallocate": (_bool, "false"),
     "unclean.leader.election.enable": (_bool, "false"),
     "message.downconversion.enable": (_bool, "true"),
+    # replication quotas' replicas (pybroker.repl.throttle): "*" or partition:broker,...
+    **{key: (functools.partial(check_throttled_replicas, key), "")
+       for key in (LEADER_REPLICAS, FOLLOWER_REPLICAS)},
 }
 
 

@@ -94,6 +94,9 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 NewTopic = tuple[str, int, int, dict[str, str | None]]
 
 
+_NO_OVERRIDES: dict[str, str] = {}
+
+
 def validate_topic_name(name: str | None) -> None:
     """Kafka's rules (``org.apache.kafka.common.internals.Topic.validate``)."""
     if not name:
@@ -172,6 +175,11 @@ class TopicManager:
 
     def get(self, name: str) -> Topic | None:
         return self._topics.get(name)
+
+    def overrides_of(self, name: str) -> dict[str, str]:
+        """The config overrides of topic ``name`` (not to be changed); none if unknown."""
+        topic = self._topics.get(name)
+        return topic.overrides if topic is not None else _NO_OVERRIDES
 
     def by_id(self, topic_id: uuid.UUID) -> Topic | None:
         return self._by_id.get(topic_id)

@@ -33,6 +33,12 @@ A partition's course in its fetcher: added -> truncating -> fetching.
   connection, and the fetcher connects again after the backoff; one leader's trouble
   never touches another's fetcher.
 
+Replication quota (KIP-73, :mod:`pybroker.repl.throttle`): while this broker's
+``follower.replication.throttled.rate`` is exceeded, the partitions whose
+``follower.replication.throttled.replicas`` list this broker are left out of the fetch,
+unless caught up with the leader's high watermark; the bytes appended of those partitions
+count against the rate.
+
 Partitions that received data move to the end of the request (Kafka's fetcher does the
 same), so under ``max_bytes`` every partition gets its turn to be first, and so its
 oversize first batch (KIP-74).
@@ -64,6 +70,7 @@ if TYPE_CHECKING:
     from pybroker.broker.partition import Partition
     from pybroker.config import BrokerConfig
     from pybroker.log.log import Log
+    from pybroker.repl.throttle import ReplicationQuota
 
 log = logging.getLogger("pybroker.fetcher")
 
@@ -97,9 +104,11 @@ class _PartitionState:
 class LeaderFetcher:
     """The partitions followed from one leader broker: one task, one connection."""
 
-    def __init__(self, leader: LeaderAddress, broker_id: int, config: BrokerConfig) -> None:
+    def __init__(self, leader: LeaderAddress, broker_id: int, config: BrokerConfig,
+                 quota: ReplicationQuota) -> None:
         self.leader_id: int = leader.broker_id
         self.broker_id = broker_id
+        self.quota = quota  # the follower side's, shared by the broker's fetchers
         self.peer = PeerClient(leader.host, leader.port, f"pybroker-replica-{broker_id}")
         self.max_wait_ms: int = config["replica.fetch.wait.max.ms"]
         self.min_bytes: int = config["replica.fetch.min.bytes"]
@@ -179,7 +188,8 @@ class LeaderFetcher:
                 await asyncio.sleep(self.backoff_s)
 
     async def _step(self) -> bool:
-        """One truncation round and one fetch for the partitions due; False: none was."""
+        """One truncation round and one fetch for the partitions due; False: none was
+        (the partitions due, if any, are held back by the follower throttle)."""
         now = time.monotonic()
         due = [s for s in self.states.values() if s.delayed_until <= now]
         for state in due:
@@ -187,19 +197,32 @@ class LeaderFetcher:
                 state.epoch, state.truncating = state.partition.leader_epoch, True
         truncating = [s for s in due if s.truncating]
         fetching = [s for s in due if not s.truncating]
+        if fetching and self.quota.exceeded():
+            fetching = [s for s in fetching if not self._held_back(s)]
         if truncating:
             await self._truncate(truncating)
         if fetching:
             await self._fetch(fetching)
-        return bool(due)
+        return bool(truncating or fetching)
+
+    def _held_back(self, state: _PartitionState) -> bool:
+        """Left out of the fetch while the follower throttle is exceeded: throttled here
+        and not caught up with the leader's high watermark (Kafka's
+        ``shouldFollowerThrottle``)."""
+        caught_up = 0 <= state.leader_hw <= state.partition.log.log_end_offset
+        return not caught_up and self.quota.throttled(state.partition)
 
     async def _idle(self) -> None:
-        """Nothing is due: wait for the first delay to end or a partition to be added."""
+        """Nothing is due: wait for the first delay to end or a partition to be added;
+        partitions due but held back by the throttle wait ``replica.fetch.backoff.ms``
+        (Kafka's fetcher with nothing to ask for)."""
         self._wakeup.clear()
         if not self.states:
             await self._wakeup.wait()
             return
         first = min(s.delayed_until for s in self.states.values())
+        if first <= time.monotonic():
+            first = time.monotonic() + self.backoff_s
         try:
             async with asyncio.timeout(max(first - time.monotonic(), 0.001)):
                 await self._wakeup.wait()
@@ -346,6 +369,8 @@ class LeaderFetcher:
         partition.append_as_follower(chunk, p["high_watermark"], p["log_start_offset"])
         state.leader_hw = p["high_watermark"]
         self.bytes += end
+        if end and self.quota.active and self.quota.throttled(partition):
+            self.quota.record(end)
         return end
 
     def _out_of_range(self, state: _PartitionState, p: dict) -> None:
@@ -364,6 +389,7 @@ class ReplicaFetcherManager:
     """The fetchers of this broker, one per leader broker it follows partitions of."""
 
     def __init__(self, broker: Broker, config: BrokerConfig) -> None:
+        self.broker = broker
         self.broker_id: int = broker.broker_id
         self.config = config
         self.fetchers: dict[int, LeaderFetcher] = {}
@@ -377,7 +403,8 @@ class ReplicaFetcherManager:
             return
         fetcher = self.fetchers.get(leader.broker_id)
         if fetcher is None:
-            fetcher = LeaderFetcher(leader, self.broker_id, self.config)
+            fetcher = LeaderFetcher(leader, self.broker_id, self.config,
+                                    self.broker.replication_quotas.follower)
             self.fetchers[leader.broker_id] = fetcher
             fetcher.start()
         else:

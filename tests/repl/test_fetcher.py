@@ -15,7 +15,7 @@ import glob
 import os
 import signal
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -24,10 +24,12 @@ import uvloop
 
 from pybroker._native.records import encode_batch, find_position, read_batch_header
 from pybroker.broker.partition import Partition
+from pybroker.config import BrokerConfig
 from pybroker.errors import ErrorCode
 from pybroker.log.log import Log
 from pybroker.net.protocol import codec
 from pybroker.repl.fetcher import ReplicaFetcherManager, truncation_offset, whole_batches_end
+from pybroker.repl.throttle import FOLLOWER_REPLICAS, UNTHROTTLED, ReplicationQuotas
 from tests.admin.clients import create_topic, produce, unique
 from tests.broker.wire_client import WireClient
 
@@ -43,10 +45,15 @@ def run(coro: Any) -> Any:
         return runner.run(coro)
 
 
-def manager(**config: int) -> ReplicaFetcherManager:
-    return ReplicaFetcherManager(SimpleNamespace(broker_id=FOLLOWER_ID),
-                                 {**CONFIG, **{k.replace("_", "."): v
-                                               for k, v in config.items()}})
+def manager(overrides: Mapping[str, Mapping[str, str]] | None = None,
+            **config: int) -> ReplicaFetcherManager:
+    """Fetchers of broker FOLLOWER_ID; ``overrides``: topic configs by topic name (the
+    follower throttle reads them), ``config``: replica_fetch_max_bytes=... settings."""
+    settings = {**CONFIG, **{k.replace("_", "."): v for k, v in config.items()}}
+    quotas = ReplicationQuotas(BrokerConfig({"broker.id": FOLLOWER_ID, **settings}),
+                               lambda topic: (overrides or {}).get(topic, {}))
+    return ReplicaFetcherManager(
+        SimpleNamespace(broker_id=FOLLOWER_ID, replication_quotas=quotas), settings)
 
 
 def leader_at(port: int, broker_id: int = 0) -> SimpleNamespace:
@@ -142,6 +149,42 @@ def test_follower_copies_the_leader_byte_for_byte(broker, follower):
     assert_same_batches(partition, leader_bytes(broker, topic))
     # the idempotent producer's state followed the log (a new leader would know it)
     assert len(partition.producers.producers) == 1
+
+
+def test_follower_throttle_holds_back_a_lagging_throttled_replica(broker, follower):
+    """KIP-73's follower side: over follower.replication.throttled.rate, a replica that
+    its topic's follower.replication.throttled.replicas lists with this broker is left
+    out of the fetch, and only its bytes count; another is fetched as usual; with the
+    rate removed it catches up; in sync, a throttle does not hold it back."""
+    small_batches = {"batch.size": 4096}
+    throttled_topic = leader_topic(broker, "repl-thr", 3000, **small_batches)
+    free_topic = leader_topic(broker, "repl-free", 3000, **small_batches)
+    throttled, free = follower(throttled_topic), follower(free_topic)
+    # samples of a minute: the first fetch keeps a rate of 1 byte/s exceeded for ten
+    # minutes, far longer than the test
+    fetchers = manager({throttled_topic: {FOLLOWER_REPLICAS: f"0:{FOLLOWER_ID}"}},
+                       replica_fetch_max_bytes=16 * 1024,
+                       replication_quota_window_size_seconds=60)
+    quota = fetchers.broker.replication_quotas.follower
+    quota.set_rate(1)
+
+    async def scenario() -> None:
+        await fetchers.add(leader_at(broker.port), [throttled, free])
+        await until(lambda: free.log.log_end_offset == 3000, "the other replica caught up")
+        assert 0 < throttled.log.log_end_offset < 3000
+        assert quota.exceeded()
+        assert quota.rate() == pytest.approx(throttled.log.size() / 600, rel=0.05)
+
+        quota.set_rate(UNTHROTTLED)
+        await until(lambda: throttled.log.log_end_offset == 3000, "caught up, unthrottled")
+        quota.set_rate(1)
+        await asyncio.to_thread(produce, broker.bootstrap, throttled_topic,
+                                values(50, "live"))
+        await until(lambda: throttled.log.log_end_offset == 3050, "in sync: followed")
+        await fetchers.close()
+
+    run(scenario())
+    assert_same_batches(throttled, leader_bytes(broker, throttled_topic))
 
 
 def test_divergent_tail_of_an_epoch_the_leader_lacks_goes(broker, follower):

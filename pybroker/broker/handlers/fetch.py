@@ -27,6 +27,12 @@ A fetch with ``replica_id`` >= 0 comes from a follower: its fetch offset tells t
 what it has (``Partition.follower_fetched``: ISR and high watermark), and it reads up to
 the log end, not the high watermark.
 
+Replication quota (KIP-73, :mod:`pybroker.repl.throttle`): while the leader's
+``leader.replication.throttled.rate`` is exceeded, a follower's fetch gets no records
+for the partitions whose ``leader.replication.throttled.replicas`` list this broker,
+unless that follower is in the partition's ISR; the records sent of those partitions
+count against the rate.
+
 Client quotas (``consumer_byte_rate``, :mod:`pybroker.broker.quotas`): a consumer's
 response counts against its quota; one that takes it over is answered empty with
 ``throttle_time_ms`` and its connection muted that long, and a consumer's ``max_bytes`` is
@@ -43,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from pybroker._native.wire import FETCH_NODE_ENDPOINTS_FIRST, build_fetch
@@ -58,6 +65,7 @@ from pybroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from pybroker._native.wire import CurrentLeader, NodeEndpoint
+    from pybroker.repl.throttle import ReplicationQuota
 
 log = logging.getLogger("pybroker.fetch")
 
@@ -139,10 +147,22 @@ def _refused(hints: LeaderHints | None, name: str | None, index: int, code: int)
     return index, None, code, 0, 0, leader
 
 
+def _held_back(throttle: ReplicationQuota, wanted: list[tuple[Any, list[Wanted]]],
+               replica_id: int) -> set[Partition]:
+    """The partitions the leader throttle answers with no records while it is exceeded:
+    throttled here and not in sync on the fetching follower (Kafka's
+    ``shouldLeaderThrottle``)."""
+    return {partition for _, parts in wanted for _, partition, _, _, _, _ in parts
+            if partition is not None and replica_id not in partition.isr
+            and throttle.throttled(partition)}
+
+
 def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
-          committed: bool, follower: bool = False) -> tuple[list, int, bool, list]:
+          committed: bool, follower: bool = False,
+          held: Collection[Partition] = ()) -> tuple[list, int, bool, list]:
     """One pass over the partitions: (response topics, bytes found, any partition error,
-    (partition, bytes) of each partition with records)."""
+    (partition, bytes) of each partition with records); those in ``held`` are answered
+    with no records."""
     remaining = max_bytes
     total = 0
     errors = False
@@ -167,7 +187,7 @@ def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
                                      ErrorCode.OFFSET_OUT_OF_RANGE)
                 lso = plog.last_stable_offset
                 bound = plog.log_end_offset if follower else lso if committed else hw
-                if offset < bound and remaining > 0:
+                if offset < bound and remaining > 0 and partition not in held:
                     result = plog.read(offset, min(partition_max, remaining), max_offset=bound,
                                        min_one=total == 0)
                     if result.size:
@@ -207,8 +227,13 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     min_bytes = request["min_bytes"]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request["max_wait_ms"] / 1000
+    throttle = broker.replication_quotas.leader if replica_id >= 0 else None
+    held: Collection[Partition] = ()
     while True:
-        topics, total, errors, found = _read(wanted, max_bytes, committed, replica_id >= 0)
+        if throttle is not None and throttle.exceeded():
+            held = _held_back(throttle, wanted, replica_id)
+        topics, total, errors, found = _read(wanted, max_bytes, committed, replica_id >= 0,
+                                             held)
         remaining = deadline - loop.time()
         if total >= min_bytes or errors or remaining <= 0 or broker.shutting_down:
             break
@@ -225,6 +250,9 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     else:
         for partition, size in found:
             partition.replication_bytes_out += size
+        if throttle is not None and throttle.active:
+            throttle.record(sum(size for partition, size in found
+                                if throttle.throttled(partition)))
     parts, _ = build_fetch(version, ctx.correlation_id, throttle_ms, ErrorCode.NONE, 0, topics,
                            endpoints)
     return Encoded(parts)
