@@ -18,9 +18,11 @@ from tests.admin.clients import produce, unique
 from tests.broker.prometheus import metrics_url, scrape
 from tests.broker.wire_client import WireClient, fetch_body
 
-FETCH, CREATE_TOPICS, INCREMENTAL_ALTER_CONFIGS = 1, 19, 44
-SET, DELETE = 0, 1
-BROKER = 4
+FETCH, CREATE_TOPICS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 1, 19, 32, 44
+DESCRIBE_CLUSTER = 60
+SET, DELETE, APPEND = 0, 1, 2
+TOPIC, BROKER = 2, 4
+LONG, LIST = 5, 7  # DescribeConfigs' config types
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 LEADER_RATE = "leader.replication.throttled.rate"
 FORMAT = ("must be the literal '*' or a list of replicas in the following format: "
@@ -137,3 +139,35 @@ def test_leader_answers_a_lagging_follower_without_the_throttled_records(broker_
         # the rate removed: served at once, no restart
         assert alter_broker(client, LEADER_RATE, None)["error_code"] == 0
         assert replica_fetch(client, {throttled: 0})[throttled][2] > 0
+
+
+def describe(client: WireClient, kind: int, name: str, keys: list[str]) -> dict[str, dict]:
+    answer = client.request(DESCRIBE_CONFIGS, 4, {"resources": [{
+        "resource_type": kind, "resource_name": name, "configuration_keys": keys}],
+        "include_synonyms": False, "include_documentation": False})
+    (result,) = answer["results"]
+    assert result["error_code"] == ErrorCode.NONE, result
+    return {c["name"]: c for c in result["configs"]}
+
+
+def test_described_with_kafkas_types_and_appended_as_lists(client, module_broker):
+    topic = unique("thr-list")
+    assert create(client, topic, {LEADER_REPLICAS: "0:1"})["error_code"] == 0
+    body = {"resources": [{"resource_type": TOPIC, "resource_name": topic, "configs": [
+        {"name": LEADER_REPLICAS, "value": "1:2", "config_operation": APPEND}]}],
+        "validate_only": False}
+    (result,) = client.request(INCREMENTAL_ALTER_CONFIGS, 1, body)["responses"]
+    assert result["error_code"] == ErrorCode.NONE, result
+    described = describe(client, TOPIC, topic, [LEADER_REPLICAS])[LEADER_REPLICAS]
+    assert (described["value"], described["config_type"]) == ("0:1,1:2", LIST)
+
+    # "*" with a replica is refused, as a SET of the same value is
+    body["resources"][0]["configs"][0]["value"] = "*"
+    (result,) = client.request(INCREMENTAL_ALTER_CONFIGS, 1, body)["responses"]
+    assert result["error_code"] == ErrorCode.INVALID_CONFIG
+
+    broker_id = str(client.request(DESCRIBE_CLUSTER, 0, {
+        "include_cluster_authorized_operations": False})["controller_id"])
+    rate = describe(client, BROKER, broker_id, [LEADER_RATE])[LEADER_RATE]
+    assert (rate["value"], rate["config_type"], rate["read_only"]) == (
+        str(2**63 - 1), LONG, False)

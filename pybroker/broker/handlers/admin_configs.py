@@ -15,7 +15,8 @@ shows: the override, then each broker key (``log.retention.ms``, ``log.retention
 
 AlterConfigs replaces the topic's whole override set with the given configs (what is not
 named goes back to its default); IncrementalAlterConfigs applies SET, DELETE, APPEND and
-SUBTRACT (the last two only to list configs, ``cleanup.policy``) to the current
+SUBTRACT (the last two only to list configs, ``cleanup.policy`` and the
+``*.replication.throttled.replicas``) to the current
 overrides. The result is validated as a whole (INVALID_CONFIG with the reason), then
 persisted and handed to the live logs by the control plane
 (``metadata.alter_topic_configs``: ``TopicManager.alter_configs``, and in a cluster
@@ -74,6 +75,7 @@ from pybroker.net.protocol.typed import (
     IncrementalAlterConfigsRequestAlterConfigsResource,
     IncrementalAlterConfigsResponse,
 )
+from pybroker.repl.throttle import RATE_KEYS as REPLICATION_RATE_KEYS
 from pybroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 # AlterConfigs and IncrementalAlterConfigs differ only in their configs' operation field.
@@ -103,8 +105,12 @@ TOPIC_CONFIG_INFO: dict[str, tuple[int, tuple[str, ...], str]] = {
                        "fsync after this many messages (default: leave it to the OS)"),
     "flush.ms": (LONG, ("log.flush.interval.ms",),
                  "fsync when the oldest unflushed data is this old"),
+    "follower.replication.throttled.replicas": (
+        LIST, (), "replicas whose follower side the replication throttle bounds"),
     "index.interval.bytes": (INT, ("log.index.interval.bytes",),
                              "bytes of log between two offset index entries"),
+    "leader.replication.throttled.replicas": (
+        LIST, (), "replicas whose leader side the replication throttle bounds"),
     "max.compaction.lag.ms": (LONG, ("log.cleaner.max.compaction.lag.ms",),
                               "longest a record stays uncompacted"),
     "max.message.bytes": (INT, ("message.max.bytes",),
@@ -226,7 +232,8 @@ def _broker_type(key: str) -> int:
     if key in BROKER_LIST_KEYS:
         return LIST
     return (BOOLEAN if parser is broker_config.parse_bool else STRING if parser is str else
-            DOUBLE if parser is float else LONG if key.endswith(".ms") else INT)
+            DOUBLE if parser is float else
+            LONG if key.endswith(".ms") or key in REPLICATION_RATE_KEYS else INT)
 
 
 def _default_entries(ctx: RequestContext, keys: set[str] | None,
