@@ -39,9 +39,10 @@ def create(client: WireClient, name: str, configs: dict[str, str],
 
 
 def alter_broker(client: WireClient, key: str, value: str | None,
-                 validate_only: bool = False) -> dict:
-    """IncrementalAlterConfigs of the cluster default (None: delete the key)."""
-    body = {"resources": [{"resource_type": BROKER, "resource_name": "", "configs": [
+                 validate_only: bool = False, broker: str = "") -> dict:
+    """IncrementalAlterConfigs of ``broker``'s dynamic config, by default the cluster
+    default's (None: delete the key)."""
+    body = {"resources": [{"resource_type": BROKER, "resource_name": broker, "configs": [
         {"name": key, "value": value, "config_operation": SET if value is not None
          else DELETE}]}], "validate_only": validate_only}
     (result,) = client.request(INCREMENTAL_ALTER_CONFIGS, 1, body)["responses"]
@@ -89,6 +90,12 @@ def test_rates_are_dynamic_longs_at_least_zero(client, key):
         ErrorCode.INVALID_REQUEST
 
 
+def broker_id(client: WireClient) -> str:
+    """A single node's id: it is its own controller."""
+    return str(client.request(DESCRIBE_CLUSTER, 0, {
+        "include_cluster_authorized_operations": False})["controller_id"])
+
+
 def replica_fetch(client: WireClient, offsets: dict[str, int],
                   replica_id: int = 5) -> dict[str, tuple[int, int, int]]:
     """A fetch of partition 0 of each topic from its offset, as a follower (or, with
@@ -118,7 +125,9 @@ def test_leader_answers_a_lagging_follower_without_the_throttled_records(broker_
         assert create(client, free, {})["error_code"] == 0
         for topic in (throttled, free):
             produce(broker.bootstrap, topic, [b"v" * 100] * RECORDS, **{"batch.size": 4096})
-        assert alter_broker(client, LEADER_RATE, "1")["error_code"] == 0
+        # this broker's own setting (the cluster tests set the cluster default)
+        assert alter_broker(client, LEADER_RATE, "1", broker=broker_id(client))[
+            "error_code"] == 0
 
         # under the rate: served, and what it sent counts against it
         first = replica_fetch(client, {throttled: 0, free: 0})
@@ -137,7 +146,8 @@ def test_leader_answers_a_lagging_follower_without_the_throttled_records(broker_
         assert rate[("kafka_server_followerreplication_byte_rate", ())] == 0
 
         # the rate removed: served at once, no restart
-        assert alter_broker(client, LEADER_RATE, None)["error_code"] == 0
+        assert alter_broker(client, LEADER_RATE, None, broker=broker_id(client))[
+            "error_code"] == 0
         assert replica_fetch(client, {throttled: 0})[throttled][2] > 0
 
 
@@ -166,8 +176,6 @@ def test_described_with_kafkas_types_and_appended_as_lists(client, module_broker
     (result,) = client.request(INCREMENTAL_ALTER_CONFIGS, 1, body)["responses"]
     assert result["error_code"] == ErrorCode.INVALID_CONFIG
 
-    broker_id = str(client.request(DESCRIBE_CLUSTER, 0, {
-        "include_cluster_authorized_operations": False})["controller_id"])
-    rate = describe(client, BROKER, broker_id, [LEADER_RATE])[LEADER_RATE]
+    rate = describe(client, BROKER, broker_id(client), [LEADER_RATE])[LEADER_RATE]
     assert (rate["value"], rate["config_type"], rate["read_only"]) == (
         str(2**63 - 1), LONG, False)

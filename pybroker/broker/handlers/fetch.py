@@ -228,10 +228,10 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> Encoded:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request["max_wait_ms"] / 1000
     throttle = broker.replication_quotas.leader if replica_id >= 0 else None
-    held: Collection[Partition] = ()
     while True:
-        if throttle is not None and throttle.exceeded():
-            held = _held_back(throttle, wanted, replica_id)
+        held: Collection[Partition] = (_held_back(throttle, wanted, replica_id)
+                                       if throttle is not None and throttle.exceeded()
+                                       else ())
         topics, total, errors, found = _read(wanted, max_bytes, committed, replica_id >= 0,
                                              held)
         remaining = deadline - loop.time()
