@@ -57,6 +57,20 @@ def parse_bool(value: Any) -> bool:
     raise ValueError(f"not a boolean: {value!r}")
 
 
+_LONG_MIN, _LONG_MAX = -2**63, 2**63 - 1
+
+
+def parse_long(value: Any) -> int:
+    """A Java long, refused with Kafka's message ("1.5", "abc" and 2**63 are not)."""
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise ValueError("Not a number of type LONG") from None
+    if not _LONG_MIN <= number <= _LONG_MAX:
+        raise ValueError("Not a number of type LONG")
+    return number
+
+
 # key -> (parser, default). None as a default means "not set".
 SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "listeners": (str, None),
@@ -188,8 +202,8 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "replica.high.watermark.checkpoint.interval.ms": (int, 5000),
     # replication quotas (KIP-73, pybroker.repl.throttle): bytes a second of the replicas
     # the topics' *.replication.throttled.replicas name; the largest long is none
-    "leader.replication.throttled.rate": (int, 2**63 - 1),
-    "follower.replication.throttled.rate": (int, 2**63 - 1),
+    "leader.replication.throttled.rate": (parse_long, _LONG_MAX),
+    "follower.replication.throttled.rate": (parse_long, _LONG_MAX),
     "replication.quota.window.num": (int, 11),
     "replication.quota.window.size.seconds": (int, 1),
     "unclean.leader.election.enable": (parse_bool, False),

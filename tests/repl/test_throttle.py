@@ -86,8 +86,11 @@ def test_rates_are_dynamic_longs_at_least_zero(client, key):
     assert refused["error_code"] == ErrorCode.INVALID_REQUEST
     assert refused["error_message"] == (f"Invalid value -1 for configuration {key}: "
                                         "Value must be at least 0")
-    assert alter_broker(client, key, "abc", validate_only=True)["error_code"] == \
-        ErrorCode.INVALID_REQUEST
+    for value in ("abc", "1.5", str(2**63)):
+        refused = alter_broker(client, key, value, validate_only=True)
+        assert refused["error_code"] == ErrorCode.INVALID_REQUEST
+        assert refused["error_message"] == (f"Invalid value {value} for configuration "
+                                            f"{key}: Not a number of type LONG")
 
 
 def broker_id(client: WireClient) -> str:

@@ -75,7 +75,6 @@ from pybroker.net.protocol.typed import (
     IncrementalAlterConfigsRequestAlterConfigsResource,
     IncrementalAlterConfigsResponse,
 )
-from pybroker.repl.throttle import RATE_KEYS as REPLICATION_RATE_KEYS
 from pybroker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 # AlterConfigs and IncrementalAlterConfigs differ only in their configs' operation field.
@@ -233,7 +232,7 @@ def _broker_type(key: str) -> int:
         return LIST
     return (BOOLEAN if parser is broker_config.parse_bool else STRING if parser is str else
             DOUBLE if parser is float else
-            LONG if key.endswith(".ms") or key in REPLICATION_RATE_KEYS else INT)
+            LONG if key.endswith(".ms") or parser is broker_config.parse_long else INT)
 
 
 def _default_entries(ctx: RequestContext, keys: set[str] | None,
