@@ -7,9 +7,10 @@ session ends or another controller's epoch fences it.
 Events, one queue, one task, in order (Kafka's ControllerEventManager): election (epoch
 + 1, read everything, repair, send the whole state to every broker), broker change,
 topic change, topic data change (new partitions), deletion, ISR change notification,
-preferred-leader check, resignation. ZooKeeper's watch callbacks run on kazoo's thread:
-they only queue an event on the loop (``call_soon_threadsafe``); every store call runs in
-a worker thread (``asyncio.to_thread``) so ZooKeeper never stalls the broker's loop.
+leader election (ElectLeaders, or the periodic preferred-leader check), resignation.
+ZooKeeper's watch callbacks run on kazoo's thread: they only queue an event on the loop
+(``call_soon_threadsafe``); every store call runs in a worker thread
+(``asyncio.to_thread``) so ZooKeeper never stalls the broker's loop.
 
 Decisions (each logged at INFO with partition, old -> new leader, leader epoch, ISR):
 - new partition: leader = first live replica of the assignment, ISR = live replicas,
@@ -24,9 +25,12 @@ Decisions (each logged at INFO with partition, old -> new leader, leader epoch, 
   its unflushed tail may be lost, so it must not stay leader;
 - broker back: LeaderAndIsr for every partition it hosts, then UpdateMetadata to all; an
   offline partition whose ISR holds it gets it as leader;
-- preferred leader (every ``leader.imbalance.check.interval.seconds`` with
-  ``auto.leader.rebalance.enable``, or :meth:`Controller.elect_preferred`): the first
-  replica leads when it is live, in the ISR and not the leader; ISR unchanged, epoch + 1.
+- leader election (:meth:`Controller.elect_leaders`: ElectLeaders from any broker, and
+  every ``leader.imbalance.check.interval.seconds`` with ``auto.leader.rebalance.enable``
+  a preferred election of every partition): preferred, the first replica leads when it is
+  live, in the ISR and not the leader, ISR unchanged; unclean, a partition without a live
+  leader gets one as on a broker's death, the first live replica with an ISR of itself
+  when no ISR member is live, whatever ``unclean.leader.election.enable`` says. Epoch + 1.
 
 Writes: ``set_partition_state`` conditional on the state's znode version and on
 ``/controller_epoch``'s version from this controller's election. BadVersionError (a
@@ -72,6 +76,16 @@ from pybroker.cluster.zk_store import (
 )
 from pybroker.config import parse_bool
 from pybroker.errors import ErrorCode, UnknownTopicOrPartitionError
+from pybroker.metadata.interface import (
+    ELECTED,
+    ELECTION_NOT_NEEDED,
+    ELIGIBLE_LEADERS_NOT_AVAILABLE,
+    PREFERRED_ELECTION,
+    PREFERRED_LEADER_NOT_AVAILABLE,
+    ElectionResult,
+    led_as_elected,
+    no_such_partition,
+)
 from pybroker.net.listeners import PLAINTEXT, PROTOCOL_IDS
 from pybroker.net.protocol.typed import (
     LeaderAndIsrRequest,
@@ -234,15 +248,17 @@ class Controller:
                 done.set_result(None)
         self._resign("stopping")
 
-    async def elect_preferred(self, partitions: Iterable[TP] | None = None) -> dict[TP, int]:
-        """Move leadership to the preferred replicas (all partitions, or those named) where
-        the preferred replica is live and in the ISR; returns {partition: new leader}.
-        Nothing when this controller is not active."""
+    async def elect_leaders(self, election_type: int, partitions: Iterable[TP] | None = None
+                            ) -> dict[TP, ElectionResult] | None:
+        """Elect leaders (``pybroker.metadata.interface``'s election types) of every
+        partition or of those named; each one's outcome, as ElectLeaders answers it. None
+        when this controller is not active (the caller asks the active one)."""
         if self._stopped or self._loop is None:
-            return {}
-        wanted = None if partitions is None else list(partitions)
-        result: dict[TP, int] | None = await self._call(self._preferred, wanted)
-        return result or {}
+            return None
+        wanted = None if partitions is None else list(dict.fromkeys(partitions))
+        result: dict[TP, ElectionResult] | None = await self._call(
+            self._elect_leaders, election_type, wanted)
+        return result
 
     # events ------------------------------------------------------------------------------
 
@@ -297,7 +313,7 @@ class Controller:
         while True:
             await asyncio.sleep(interval)
             if self._active:
-                self._post(self._preferred, None)
+                self._post(self._elect_leaders, PREFERRED_ELECTION, None)
 
     # election and resignation ------------------------------------------------------------
 
@@ -635,7 +651,8 @@ class Controller:
             if errors:
                 raise errors[0]
 
-    async def _decide_failover(self, tp: TP, state: PartitionState) -> tuple[int, list[int]] | None:
+    async def _decide_failover(self, tp: TP, state: PartitionState, force_unclean: bool = False
+                               ) -> tuple[int, list[int]] | None:
         live = self._live
         isr_live = [b for b in state.isr if b in live]
         if state.leader in live:
@@ -645,7 +662,7 @@ class Controller:
         if clean:
             return clean[0], isr_live
         live_replicas = [r for r in replicas if r in live]
-        if live_replicas and await self._unclean_allowed(tp[0]):
+        if live_replicas and (force_unclean or await self._unclean_allowed(tp[0])):
             log.warning("partition %s-%d: unclean election of %d, no ISR member of %s is live",
                         *tp, live_replicas[0], state.isr)
             return live_replicas[0], [live_replicas[0]]
@@ -659,6 +676,11 @@ class Controller:
             return preferred, state.isr
         return None
 
+    async def _decide_unclean(self, tp: TP, state: PartitionState) -> tuple[int, list[int]] | None:
+        if state.leader in self._live:
+            return None
+        return await self._decide_failover(tp, state, force_unclean=True)
+
     async def _unclean_allowed(self, topic: str) -> bool:
         configs = await asyncio.to_thread(self.store.topic_configs, topic)
         value = configs.get("unclean.leader.election.enable")
@@ -666,16 +688,36 @@ class Controller:
             return parse_bool(value)
         return bool(self.config["unclean.leader.election.enable"])
 
-    async def _preferred(self, partitions: list[TP] | None) -> dict[TP, int]:
+    async def _elect_leaders(self, election_type: int, partitions: list[TP] | None
+                             ) -> dict[TP, ElectionResult] | None:
         if not self._active:
-            return {}
+            return None
         wanted = self._all_partitions() if partitions is None else partitions
-        changed = await self._apply([tp for tp in wanted if tp in self._states],
-                                    self._decide_preferred)
+        results: dict[TP, ElectionResult] = {}
+        needed: list[TP] = []
+        for tp in wanted:
+            topic = self._topics.get(tp[0])
+            if topic is None or tp[1] not in topic.partitions:
+                results[tp] = no_such_partition(*tp, topic_exists=topic is not None)
+            elif self._has_elected_leader(election_type, tp):
+                results[tp] = ELECTION_NOT_NEEDED
+            else:
+                needed.append(tp)
+        preferred = election_type == PREFERRED_ELECTION
+        changed = await self._apply(needed, self._decide_preferred if preferred
+                                    else self._decide_unclean)
         if changed:
             self._send_leader_and_isr(self._to_replicas(changed), set())
             self._send_update_metadata(sorted(changed))
-        return {tp: self._states[tp].leader for tp in changed}
+        failed = PREFERRED_LEADER_NOT_AVAILABLE if preferred else ELIGIBLE_LEADERS_NOT_AVAILABLE
+        for tp in needed:
+            results[tp] = ELECTED if self._has_elected_leader(election_type, tp) else failed
+        return results
+
+    def _has_elected_leader(self, election_type: int, tp: TP) -> bool:
+        state = self._states.get(tp)
+        return state is not None and led_as_elected(election_type, state.leader,
+                                                    self._replicas(tp), self._live)
 
     # requests ----------------------------------------------------------------------------
 

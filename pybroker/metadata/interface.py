@@ -8,9 +8,10 @@ names many topics) the ``KafkaError`` whose code the client gets.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from pybroker.errors import ErrorCode
 from pybroker.net.protocol.typed import (
     CreatePartitionsRequestAssignment,
     MetadataRequestTopic,
@@ -44,6 +45,44 @@ OFFSETS_TOPIC_CREATE_WAIT_S = 5.0
 
 # A CreatePartitions request's placement of one new partition, as the client sent it.
 PartitionAssignment = CreatePartitionsRequestAssignment
+
+
+# ElectLeaders' election types (its ElectionType field; v0 asks for the preferred one)
+PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
+
+
+class ElectionResult(NamedTuple):
+    """One partition's outcome of ElectLeaders: Kafka's error code (NONE: elected) and
+    message, as the response carries them."""
+
+    code: int
+    message: str | None = None
+
+
+# Kafka's answers (its controller's messages)
+ELECTED = ElectionResult(ErrorCode.NONE)
+ELECTION_NOT_NEEDED = ElectionResult(ErrorCode.ELECTION_NOT_NEEDED,
+                                     "Leader election not needed for topic partition.")
+PREFERRED_LEADER_NOT_AVAILABLE = ElectionResult(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                                                "The preferred leader was not available.")
+ELIGIBLE_LEADERS_NOT_AVAILABLE = ElectionResult(
+    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "Eligible topic partition leaders are not available.")
+
+
+def led_as_elected(election_type: int, leader: int, replicas: list[int],
+                   live: Container[int]) -> bool:
+    """Whether a partition led by ``leader`` is as an election of that type wants it: by
+    its preferred (first) replica, or (unclean) by a live broker."""
+    if election_type == PREFERRED_ELECTION:
+        return leader == replicas[0]
+    return leader in live
+
+
+def no_such_partition(topic: str, partition: int, topic_exists: bool) -> ElectionResult:
+    """ElectLeaders' answer for a partition that does not exist."""
+    return ElectionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                          f"No such partition as {topic}-{partition}" if topic_exists
+                          else f"No such topic as {topic}")
 
 
 class Endpoint(NamedTuple):

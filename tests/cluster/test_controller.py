@@ -22,10 +22,17 @@ from pybroker.cluster.channel import ControlClient, ControlServer
 from pybroker.cluster.controller import Controller
 from pybroker.cluster.zk_store import ClusterStore, PartitionState
 from pybroker.config import BrokerConfig
+from pybroker.errors import ErrorCode
+from pybroker.metadata.interface import PREFERRED_ELECTION, UNCLEAN_ELECTION, ElectionResult
 from pybroker.net.protocol import codec
 
 LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 4, 5, 6
 WAIT_S = 20.0
+PREFERRED, UNCLEAN = PREFERRED_ELECTION, UNCLEAN_ELECTION
+NONE, UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+PREFERRED_LEADER_NOT_AVAILABLE = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+ELIGIBLE_LEADERS_NOT_AVAILABLE = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+ELECTION_NOT_NEEDED = ErrorCode.ELECTION_NOT_NEEDED
 
 
 def settings(**overrides: Any) -> BrokerConfig:
@@ -96,6 +103,11 @@ class StandIn:
     def live_brokers(self) -> list[int]:
         bodies = self.of(UPDATE_METADATA)
         return [b["id"] for b in bodies[-1]["live_brokers"]] if bodies else []
+
+
+def codes(results: dict[tuple[str, int], ElectionResult] | None) -> dict[tuple[str, int], int]:
+    assert results is not None, "the controller is not active"
+    return {tp: result.code for tp, result in results.items()}
 
 
 async def until(what: str, condition: Callable[[], Any]) -> Any:
@@ -458,11 +470,63 @@ def test_elect_preferred_on_demand(store_factory: Any) -> None:
         await asyncio.to_thread(scene.admin.notify_isr_change, [("t", 0)])
         await until("the controller saw the change",
                     lambda: (scene.brokers[1].metadata("t", 0) or {}).get("leader") == 2)
-        assert await controller.elect_preferred([("t", 1)]) == {}  # already preferred
-        assert await controller.elect_preferred() == {("t", 0): 1}
+        assert codes(await controller.elect_leaders(PREFERRED, [("t", 1)])) == {
+            ("t", 1): ELECTION_NOT_NEEDED}
+        assert codes(await controller.elect_leaders(PREFERRED)) == {
+            ("t", 0): NONE, ("t", 1): ELECTION_NOT_NEEDED}
         got = await state_of(scene.admin, "t", 0)
         assert got is not None and (got.leader, got.leader_epoch) == (1, state.leader_epoch + 2)
-        assert await controller.elect_preferred() == {}
+        await until("LeaderAndIsr naming the preferred leader",
+                    lambda: scene.brokers[2].told("t", 0, 1))
+        assert codes(await controller.elect_leaders(PREFERRED)) == {
+            ("t", 0): ELECTION_NOT_NEEDED, ("t", 1): ELECTION_NOT_NEEDED}
+    scene_test(body, store_factory)
+
+
+def test_election_answers_per_partition(store_factory: Any) -> None:
+    """Unknown partitions, a preferred replica outside the ISR, an unclean election of an
+    offline partition (unclean.leader.election.enable is false) and of one led by a live
+    broker, and a partition with no live replica at all."""
+    async def body(scene: Scene) -> None:
+        await scene.start_brokers(1, 2, 3)
+        await scene.create_topic("t", {0: [1, 2], 1: [3]})
+        controller = await scene.controller(1)
+        state = await until_state(scene.admin, "t", 0, lambda s: s.leader == 1, "leader 1")
+        await until_state(scene.admin, "t", 1, lambda s: s.leader == 3, "leader 3")
+        assert await controller.elect_leaders(PREFERRED, [("t", 5), ("nope", 0)]) == {
+            ("t", 5): (UNKNOWN_TOPIC_OR_PARTITION, "No such partition as t-5"),
+            ("nope", 0): (UNKNOWN_TOPIC_OR_PARTITION, "No such topic as nope")}
+        # broker 2 left the ISR, then the leader (1) dies: t-0 is offline, ISR [1]
+        await asyncio.to_thread(scene.admin.set_partition_state, "t", 0, 1, state.leader_epoch,
+                                [1], state.controller_epoch, state.zk_version, None)
+        await asyncio.to_thread(scene.admin.notify_isr_change, [("t", 0)])
+        await until("the controller saw the ISR shrink",
+                    lambda: (scene.brokers[2].metadata("t", 0) or {}).get("isr") == [1])
+        assert codes(await controller.elect_leaders(UNCLEAN, [("t", 0)])) == {
+            ("t", 0): ELECTION_NOT_NEEDED}  # its leader is live
+        await scene.brokers[1].die()
+        offline = await until_state(scene.admin, "t", 0, lambda s: s.leader == -1, "offline")
+        assert offline.isr == [1]
+        assert await controller.elect_leaders(PREFERRED, [("t", 0)]) == {
+            ("t", 0): (PREFERRED_LEADER_NOT_AVAILABLE, "The preferred leader was not available.")}
+        assert codes(await controller.elect_leaders(UNCLEAN, [("t", 0)])) == {("t", 0): NONE}
+        got = await state_of(scene.admin, "t", 0)
+        assert got is not None and (got.leader, got.isr) == (2, [2])
+        await until("LeaderAndIsr naming broker 2", lambda: scene.brokers[2].told("t", 0, 2))
+        # no live replica left
+        await scene.brokers[3].die()
+        await until_state(scene.admin, "t", 1, lambda s: s.leader == -1, "t-1 offline")
+        assert await controller.elect_leaders(UNCLEAN, [("t", 1)]) == {
+            ("t", 1): (ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                       "Eligible topic partition leaders are not available.")}
+    scene_test(body, store_factory)
+
+
+def test_an_inactive_controller_does_not_elect(store_factory: Any) -> None:
+    async def body(scene: Scene) -> None:
+        first, second, _state = await two_controllers(scene)
+        assert await second.elect_leaders(PREFERRED) is None
+        assert codes(await first.elect_leaders(PREFERRED)) == {("t", 0): ELECTION_NOT_NEEDED}
     scene_test(body, store_factory)
 
 
