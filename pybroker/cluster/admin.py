@@ -10,12 +10,23 @@ controller carries it out (Kafka's AdminZkClient does the same).
 - delete: ``/admin/delete_topics/<t>``; the controller stops the replicas and removes it.
 - new partitions: the assignment grows; the controller starts them.
 - configs: ``/config/topics/<t>`` and a change notification every broker applies.
+- leader elections (ElectLeaders): the controller elects (``Controller.elect_leaders``),
+  there being no znode that carries an answer per partition: this broker's own controller
+  when it is the active one, else the active one's over the control channel (an
+  ElectLeaders v2 request to the address its registration publishes, answered with every
+  partition's outcome, or NOT_CONTROLLER when it no longer is; then the controller named
+  in ZooKeeper is asked again, until the request's timeout). The answer waits until this
+  broker's metadata shows the leaders elected (as Kafka's ZooKeeper mode, whose
+  DelayedElectLeader waits for its metadata cache), REQUEST_TIMED_OUT for those it does
+  not show in time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
+from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from pybroker.broker.topic_manager import check_partition_limit
@@ -25,11 +36,21 @@ from pybroker.errors import (
     KafkaError,
     UnknownTopicOrPartitionError,
 )
+from pybroker.metadata.interface import PREFERRED_ELECTION, ElectionResult, led_as_elected
+from pybroker.net.protocol.typed import ElectLeadersRequest, ElectLeadersResponse
 
 if TYPE_CHECKING:
+    from pybroker.cluster.controller import Controller
     from pybroker.cluster.node import ClusterNode
 
+log = logging.getLogger("pybroker.cluster.admin")
+
 DEFAULT_WAIT_S = 30.0
+ELECT_LEADERS, ELECT_LEADERS_VERSION = 43, 2
+CONTROLLER_RETRY_S = 0.1  # pause before asking the controller again (none, or it moved)
+ELECTION_TIMED_OUT = ElectionResult(ErrorCode.REQUEST_TIMED_OUT,
+                                    "The election did not show in the metadata in time.")
+TP = tuple[str, int]
 
 
 def _live_ids(node: ClusterNode) -> list[int]:
@@ -107,3 +128,93 @@ async def add_partitions(node: ClusterNode, name: str, total: int) -> None:
     assignment = {**current.partitions, **added}  # ``added`` is keyed from ``count`` on
     await asyncio.to_thread(store.set_assignment, name, current.topic_id, assignment)
     await wait_for_leaders(node, name, total, DEFAULT_WAIT_S)
+
+
+async def elect_leaders(node: ClusterNode, election_type: int, partitions: list[TP] | None,
+                        timeout_s: float) -> dict[TP, ElectionResult]:
+    """``Metadata.elect_leaders`` in a cluster (the module docstring says how); a
+    KafkaError (REQUEST_TIMED_OUT) when no controller answered within ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while (results := await _elect_at_controller(node, election_type, partitions,
+                                                 deadline - loop.time())) is None:
+        if loop.time() >= deadline:
+            raise KafkaError("No controller answered the election in time",
+                             ErrorCode.REQUEST_TIMED_OUT)
+        await asyncio.sleep(CONTROLLER_RETRY_S)
+    cache = node.metadata
+    elected = [tp for tp, result in results.items() if result.code == ErrorCode.NONE]
+
+    def not_shown() -> list[TP]:
+        return [tp for tp in elected if (info := cache.partition(*tp)) is None
+                or not led_as_elected(election_type, info.leader, info.replicas, cache.brokers)]
+
+    while (pending := not_shown()) and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    return {**results, **dict.fromkeys(pending, ELECTION_TIMED_OUT)}
+
+
+async def _elect_at_controller(node: ClusterNode, election_type: int,
+                               partitions: list[TP] | None, timeout_s: float
+                               ) -> dict[TP, ElectionResult] | None:
+    """The active controller's election; None when there is none to ask, or the one
+    asked is no longer it or did not answer in ``timeout_s``."""
+    from pybroker.cluster.channel import ControlClient
+
+    local = node.controller
+    if local is not None and local.is_active:
+        return await local.elect_leaders(election_type, partitions)
+    controller_id = await asyncio.to_thread(node.store.controller_id)
+    if controller_id is None or controller_id == node.broker.broker_id:
+        return None  # none yet, or ours is still taking over
+    info = (await asyncio.to_thread(node.store.brokers)).get(controller_id)
+    if info is None or timeout_s <= 0:
+        return None
+    request: ElectLeadersRequest = {
+        "election_type": election_type, "timeout_ms": int(timeout_s * 1000),
+        "topic_partitions": None if partitions is None else [
+            {"topic": topic, "partitions": indexes}
+            for topic, indexes in _by_topic(partitions).items()]}
+    try:
+        client = ControlClient(controller_id, info.control)
+    except Exception as exc:  # a registration without a usable control address
+        log.warning("no control channel to controller %d (%r): %s", controller_id,
+                    info.control, exc)
+        return None
+    try:
+        answer = await client.request(ELECT_LEADERS, ELECT_LEADERS_VERSION, dict(request),
+                                      timeout_s)
+    except (TimeoutError, ConnectionError):
+        return None
+    finally:
+        client.close()
+    if answer["error_code"] != ErrorCode.NONE:  # NOT_CONTROLLER: it moved meanwhile
+        return None
+    return {(t["topic"], p["partition_id"]): ElectionResult(p["error_code"], p["error_message"])
+            for t in answer["replica_election_results"] for p in t["partition_result"]}
+
+
+async def serve_elect_leaders(controller: Controller | None, request: ElectLeadersRequest
+                              ) -> ElectLeadersResponse:
+    """Another broker's ElectLeaders at this broker's controller (over the control
+    channel): every partition's outcome, or NOT_CONTROLLER when it is not the active one."""
+    named = request["topic_partitions"]
+    partitions = None if named is None else [(t["topic"], p) for t in named
+                                             for p in t["partitions"]]
+    results = None if controller is None else await controller.elect_leaders(
+        request.get("election_type", PREFERRED_ELECTION), partitions)
+    if results is None:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_CONTROLLER,
+                "replica_election_results": []}
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "replica_election_results": [
+        {"topic": topic, "partition_result": [
+            {"partition_id": p, "error_code": results[(topic, p)].code,
+             "error_message": results[(topic, p)].message} for p in indexes]}
+        for topic, indexes in _by_topic(list(results)).items()]}
+
+
+def _by_topic(partitions: list[TP]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = defaultdict(list)
+    for topic, index in partitions:
+        grouped[topic].append(index)
+    return grouped

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pybroker.broker.quotas import entity_from_path, entity_path, stored_text, stored_values
+from pybroker.cluster import admin
 from pybroker.cluster.metadata_cache import MetadataCache
 from pybroker.cluster.zk_store import QUOTA_KINDS
 from pybroker.config import parse_address
 from pybroker.net.listeners import listeners_from
+from pybroker.net.protocol.typed import ElectLeadersRequest
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
@@ -75,7 +77,7 @@ class ClusterNode:
         listen_host = self.broker.advertised[0]
         host, port = (parse_address(self.config["control.listener"])
                       if self.config["control.listener"] else (listen_host, 0))
-        self.control = ControlServer(host, port, self.replicas.handle)
+        self.control = ControlServer(host, port, self._serve_control)
         bound = self.control.start()
         # a wildcard bind is published as the advertised host: other hosts must reach it
         published = listen_host if bound[0] in ("", "0.0.0.0", "::") else bound[0]
@@ -91,6 +93,14 @@ class ClusterNode:
             self.broker.broker_id, self.store, self.config,
             lambda info: ControlClient(info.broker_id, info.control))
         await self.controller.start()
+
+    async def _serve_control(self, api_key: int, api_version: int, body: dict) -> dict:
+        """The control channel's requests: the controller's, for this broker's replicas,
+        and the ElectLeaders other brokers hand to the controller here."""
+        if api_key == admin.ELECT_LEADERS:
+            return dict(await admin.serve_elect_leaders(
+                self.controller, cast(ElectLeadersRequest, body)))
+        return await self.replicas.handle(api_key, api_version, body)
 
     def producer_id_block(self, size: int) -> int:
         """The first id of a new block of producer ids (blocking: a worker thread's)."""

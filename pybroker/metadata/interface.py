@@ -288,6 +288,19 @@ class Metadata(Protocol):
         durably before this returns, applied here at once, by the others as they learn."""
         ...
 
+    async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None,
+                            timeout_s: float) -> dict[tuple[str, int], ElectionResult]:
+        """ElectLeaders: PREFERRED_ELECTION gives each partition its first replica as
+        leader when that one is live and in the ISR; UNCLEAN_ELECTION gives a partition
+        without a live leader the first live replica in assignment order (an ISR member
+        if one is live, else any, with an ISR of itself, whatever
+        ``unclean.leader.election.enable`` says). ``partitions`` None: every partition of
+        every topic. Each partition's outcome, answered once this broker's metadata shows
+        the leaders elected (REQUEST_TIMED_OUT for those it does not within
+        ``timeout_s``). Raises KafkaError when no election could be made (no controller
+        answered within ``timeout_s``)."""
+        ...
+
     # dynamic broker configs ------------------------------------------------------------
 
     async def alter_broker_configs(self, entity: str, configs: dict[str, str]) -> None:

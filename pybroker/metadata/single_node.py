@@ -47,6 +47,9 @@ files removed off the event loop); the group coordinator then drops the topics' 
 offsets. CreatePartitions: manual assignments must name one replica per new partition,
 this broker (there is nothing else to place them on).
 
+ElectLeaders: this broker is the preferred replica and the live leader of every
+partition, so every existing one is answered ELECTION_NOT_NEEDED, preferred or unclean.
+
 Dynamic broker configs (the cluster default and this broker's, the same thing on one
 node but kept apart as Kafka reports them): ``dynamic-broker-configs.json`` in the data
 dir, ``{"version":1,"brokers":{"<default>":{key: value},"<id>":{key: value}}}`` (Kafka's
@@ -88,10 +91,12 @@ from pybroker.errors import (
     UnknownTopicOrPartitionError,
 )
 from pybroker.metadata.interface import (
+    ELECTION_NOT_NEEDED,
     OFFSETS_TOPIC_CREATE_WAIT_S,
     CreatedTopic,
     CurrentLeader,
     DeletedTopic,
+    ElectionResult,
     Endpoint,
     LeadershipListener,
     NewTopic,
@@ -99,6 +104,7 @@ from pybroker.metadata.interface import (
     RequestedTopic,
     TopicAnswer,
     missing_topic,
+    no_such_partition,
 )
 from pybroker.net.protocol.codec import ZERO_UUID
 from pybroker.security.credentials import CredentialStore, FileCredentialStore
@@ -408,6 +414,16 @@ class SingleNodeMetadata:
                     f"The manual partition assignment includes a partition with "
                     f"{len(replicas)} replica(s), but this is not consistent with previous "
                     "partitions, which have 1 replica(s).")
+
+    async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None,
+                            timeout_s: float) -> dict[tuple[str, int], ElectionResult]:
+        topics = self._broker.topics
+        if partitions is None:
+            partitions = [(t.name, p) for t in topics.topics() for p in range(len(t.partitions))]
+        # this broker is the first (only) replica and the leader of every partition
+        return {(name, index): ELECTION_NOT_NEEDED if self.partition_exists(name, index)
+                else no_such_partition(name, index, topics.get(name) is not None)
+                for name, index in partitions}
 
     async def topic_configs(self, name: str) -> dict[str, str]:
         topic = self._broker.topics.get(name)

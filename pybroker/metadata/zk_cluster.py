@@ -33,6 +33,10 @@ Transactions likewise: a transactional id's coordinator is the leader of its
 type 1 (``transaction.state.log.*``; its min.insync.replicas at most its replication
 factor), the coordinator following those partitions' leadership.
 
+ElectLeaders: any broker answers it, the controller elects (``cluster.admin``: this
+broker's own when active, else the active one's over the control channel), answered once
+this broker's metadata shows the leaders elected.
+
 Dynamic broker configs, as Kafka's ZooKeeper mode kept them: ``/config/brokers/<id>``
 (one broker's, written only by that broker: clients send a BROKER resource to the broker
 it names) and ``/config/brokers/<default>`` (the cluster's default, written by any);
@@ -77,6 +81,7 @@ from pybroker.metadata.interface import (
     CreatedTopic,
     CurrentLeader,
     DeletedTopic,
+    ElectionResult,
     Endpoint,
     LeadershipListener,
     NewTopic,
@@ -398,6 +403,10 @@ class ZkClusterMetadata:
                                 validate_only: bool) -> None:
         if not validate_only:
             await admin.add_partitions(self.node, name, count)
+
+    async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None,
+                            timeout_s: float) -> dict[tuple[str, int], ElectionResult]:
+        return await admin.elect_leaders(self.node, election_type, partitions, timeout_s)
 
     async def topic_configs(self, name: str) -> dict[str, str]:
         local = self._broker.topics.get(name)

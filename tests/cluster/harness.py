@@ -441,6 +441,12 @@ class ContinuousProducer(threading.Thread):
             self.producer.poll(0)
             time.sleep(self.pause_s)
 
+    def acked_ends(self) -> dict[int, int]:
+        """Per partition written, the offset after the last record acknowledged (what
+        ``read_all``'s ``at_least`` wants)."""
+        return {p: max(o for q, o, _ in self.acked if q == p) + 1
+                for p in {q for q, _, _ in self.acked}}
+
     def stop(self, flush_timeout: float = 120.0) -> None:
         """Stops producing and waits for every outstanding record's answer."""
         self._halt.set()

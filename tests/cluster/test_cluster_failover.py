@@ -40,9 +40,7 @@ def test_acknowledged_records_survive_two_leader_kills(zk_connect, tmp_path):
             producer.stop()
             reader.stop()
         assert not producer.fatal, producer.fatal
-        acked_ends = {p: max(o for q, o, _ in producer.acked if q == p) + 1
-                      for p in {q for q, _, _ in producer.acked}}
-        final = read_all(cluster.bootstrap, TOPIC, PARTITIONS, at_least=acked_ends)
+        final = read_all(cluster.bootstrap, TOPIC, PARTITIONS, at_least=producer.acked_ends())
         _check(final, producer, reader, refused)
 
 
