@@ -18,10 +18,21 @@ Partition = tuple[str, int]
 
 def error_text(error: Any) -> str:
     """A confluent-kafka ``KafkaError``, or an exception carrying one, as NAME: text."""
-    err = error.args[0] if isinstance(error, Exception) and error.args else error
+    err = _kafka_error(error)
     if hasattr(err, "name") and hasattr(err, "str"):
         return f"{err.name()}: {err.str()}"
     return str(err)
+
+
+def error_name(error: Any) -> str | None:
+    """The error name (``ELECTION_NOT_NEEDED``) of a confluent-kafka ``KafkaError``, or
+    of an exception carrying one; None for anything else."""
+    err = _kafka_error(error)
+    return err.name() if hasattr(err, "name") else None
+
+
+def _kafka_error(error: Any) -> Any:
+    return error.args[0] if isinstance(error, Exception) and error.args else error
 
 
 def state_name(state: Any) -> str:

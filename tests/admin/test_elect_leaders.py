@@ -1,7 +1,7 @@
 """ElectLeaders (key 43) on a single node, where this broker is the preferred replica and
 the live leader of every partition: exact requests (the expected answers are Apache Kafka
 4.1's to the same requests, one KRaft node), confluent-kafka's and kafka-python's
-``elect_leaders``, and the authorization check.
+``elect_leaders``, the authorization check, and ``pybroker partition elect``.
 
 The elections that move leadership run on a cluster: tests/cluster/test_cluster_elect.py.
 """
@@ -15,6 +15,7 @@ from confluent_kafka import ElectionType, TopicPartition
 
 from tests.admin.clients import admin, create_topic, unique
 from tests.broker.wire_client import WireClient
+from tests.cli.test_cli import pybroker
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # kafka-python's schema loading
@@ -118,3 +119,23 @@ def test_without_alter_on_the_cluster(broker_factory):
     everything = _elect(broker.bootstrap, 1, None, UNCLEAN)
     assert (everything["error_code"], everything["replica_election_results"]) == (31, [])
 
+
+def test_partition_elect_command(module_broker, topic):
+    done = pybroker(module_broker, "partition", "elect", "--type", "preferred", "--all")
+    assert done.stdout.decode() == "no partition needed an election\n"
+    done = pybroker(module_broker, "partition", "elect", "--type", "unclean", "--topic", topic)
+    assert done.stdout.decode().splitlines() == [f"{topic}-0: election not needed",
+                                                 f"{topic}-1: election not needed"]
+    failed = pybroker(module_broker, "partition", "elect", "--type", "preferred", "--topic",
+                      topic, "--partition", "4", check=False)
+    assert failed.returncode == 1
+    assert failed.stderr.decode() == (f"{topic}-4: UNKNOWN_TOPIC_OR_PART: "
+                                      f"No such partition as {topic}-4\n")
+    unknown = pybroker(module_broker, "partition", "elect", "--type", "preferred", "--topic",
+                       "nope-" + topic, check=False)
+    assert (unknown.returncode, unknown.stderr.decode()) == (
+        1, f"nope-{topic}: UNKNOWN_TOPIC_OR_PARTITION\n")
+    misused = pybroker(module_broker, "partition", "elect", "--type", "preferred", "--all",
+                       "--partition", "0", check=False)
+    assert (misused.returncode, misused.stderr.decode()) == (
+        1, "pybroker: --partition needs --topic\n")

@@ -25,7 +25,7 @@ CLIENT_COMMANDS = [
     ("topic", "list"), ("topic", "describe", "t"), ("topic", "create", "t"),
     ("group", "list"), ("group", "describe", "g"), ("txn", "list"),
     ("produce", "t"), ("consume", "t"), ("cluster", "info"), ("cluster", "health"),
-    ("quota", "describe")]
+    ("quota", "describe"), ("partition", "elect", "--type", "preferred", "--all")]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

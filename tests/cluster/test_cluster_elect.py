@@ -5,7 +5,7 @@ Preferred: broker 1, the preferred replica of three partitions, is killed and st
 again; once it is back in every ISR the partitions are still led elsewhere, then each is
 given back to it by a different client: confluent-kafka's ``elect_leaders`` (sent to the
 controller), an exact request to a broker that is not the controller (handed to the
-controller over the control channel), and one to the controller. A producer and a
+controller over the control channel), and ``pybroker partition elect``. A producer and a
 consumer run throughout: every acknowledged record is read back.
 
 Unclean: a partition whose only ISR member is stopped while the other replica, outside
@@ -22,6 +22,7 @@ from confluent_kafka import ElectionType, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.broker.wire_client import WireClient
+from tests.cli.test_cli import pybroker
 from tests.cluster.harness import (
     CLIENT_LOG,
     PRODUCE,
@@ -120,9 +121,12 @@ def _elect_each_way(cluster: LocalCluster, topic: str) -> None:
         (topic, 1): NONE, (topic, 0): NOT_NEEDED}
     assert cluster.describe(topic, asked)[1].leader == 1
 
-    # an exact request to the controller
-    assert codes(elect(cluster, cluster.controller_id(), PREFERRED, {topic: [2]})) == {
-        (topic, 2): NONE}
+    # the command line
+    done = pybroker(cluster, "partition", "elect", "--type", "preferred", "--topic", topic)
+    assert done.stderr == b""
+    assert done.stdout.decode().splitlines() == [
+        f"{topic}-0: election not needed", f"{topic}-1: election not needed",
+        f"{topic}-2: elected (preferred)"]
     cluster.wait_for(lambda: led_by_1(2), 30, what="partition 2 led by broker 1")
 
     # every partition of every topic: those of __consumer_offsets broker 1 led are given
