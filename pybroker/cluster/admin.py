@@ -133,7 +133,8 @@ async def add_partitions(node: ClusterNode, name: str, total: int) -> None:
 async def elect_leaders(node: ClusterNode, election_type: int, partitions: list[TP] | None,
                         timeout_s: float) -> dict[TP, ElectionResult]:
     """``Metadata.elect_leaders`` in a cluster (the module docstring says how); a
-    KafkaError (REQUEST_TIMED_OUT) when no controller answered within ``timeout_s``."""
+    KafkaError: REQUEST_TIMED_OUT when no controller answered within ``timeout_s``, the
+    controller's error code when it failed."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while (results := await _elect_at_controller(node, election_type, partitions,
@@ -158,7 +159,8 @@ async def _elect_at_controller(node: ClusterNode, election_type: int,
                                partitions: list[TP] | None, timeout_s: float
                                ) -> dict[TP, ElectionResult] | None:
     """The active controller's election; None when there is none to ask, or the one
-    asked is no longer it or did not answer in ``timeout_s``."""
+    asked is no longer it or did not answer in ``timeout_s``; its error code as a
+    KafkaError when it failed."""
     from pybroker.cluster.channel import ControlClient
 
     local = node.controller
@@ -188,8 +190,10 @@ async def _elect_at_controller(node: ClusterNode, election_type: int,
         return None
     finally:
         client.close()
-    if answer["error_code"] != ErrorCode.NONE:  # NOT_CONTROLLER: it moved meanwhile
+    if answer["error_code"] == ErrorCode.NOT_CONTROLLER:  # it moved meanwhile
         return None
+    if answer["error_code"] != ErrorCode.NONE:  # its failure (logged there)
+        raise KafkaError("The controller failed the election", answer["error_code"])
     return {(t["topic"], p["partition_id"]): ElectionResult(p["error_code"], p["error_message"])
             for t in answer["replica_election_results"] for p in t["partition_result"]}
 

@@ -298,7 +298,7 @@ class Metadata(Protocol):
         every topic. Each partition's outcome, answered once this broker's metadata shows
         the leaders elected (REQUEST_TIMED_OUT for those it does not within
         ``timeout_s``). Raises KafkaError when no election could be made (no controller
-        answered within ``timeout_s``)."""
+        answered within ``timeout_s``, or it failed)."""
         ...
 
     # dynamic broker configs ------------------------------------------------------------
