@@ -464,7 +464,7 @@ class Broker:
                 log.warning("%s-%d: malformed entry in %s, not used: %s", p.topic, p.index,
                             LEGACY_PRODUCER_STATE_FILE, exc)
                 continue
-            replay(plog.producer_state, plog.producer_batches(offset))
+            replay(plog.producer_state, plog.producer_batches(offset), int(time.time() * 1000))
             plog.snapshot_state()
             adopted += 1
         os.unlink(path)

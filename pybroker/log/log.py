@@ -278,7 +278,7 @@ class Log:
             started = time.monotonic()
             count = replay(machine, self.producer_batches(start)
                            if machine.producer_batches_only
-                           else (info for info, _ in self.batches(start)))
+                           else (info for info, _ in self.batches(start)), self._now_ms())
             log.info("%s: replayed %d batches from offset %d into %s in %.3f s", self.name,
                      count, start, type(machine).__name__, time.monotonic() - started)
 

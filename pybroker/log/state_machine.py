@@ -76,8 +76,8 @@ class LogStateMachine(Protocol):
               now_ms: int) -> None:
         """``batch`` was written at ``base_offset`` (its header may carry the producer's
         offsets: a leader stamps them in the bytes, not in ``batch``), with
-        ``log_append_time`` (-1: CreateTime) at wall-clock ``now_ms`` (the batch's
-        largest timestamp in a replay)."""
+        ``log_append_time`` (-1: CreateTime) at wall-clock ``now_ms`` (in a replay, the
+        replay's: :func:`replay`)."""
 
     def take_snapshot(self, offset: int) -> str | None:
         """Write the state (of the batches below ``offset``, the log end) to a snapshot
@@ -119,12 +119,16 @@ def apply_chunk(machines: list[LogStateMachine], buf: memoryview | bytes, now_ms
             machine.apply(info, info.base_offset, log_append_time, now_ms)
 
 
-def replay(machine: LogStateMachine, batches: Iterable[BatchInfo]) -> int:
-    """Apply ``batches`` (headers read back from a log) to ``machine``; returns how many."""
+def replay(machine: LogStateMachine, batches: Iterable[BatchInfo], now_ms: int) -> int:
+    """Apply ``batches`` (headers read back from a log) to ``machine`` at wall-clock
+    ``now_ms`` (the replay's: the log does not keep when a CreateTime batch was appended,
+    and a batch's own timestamp is its producer's clock, possibly far in the past, so the
+    replay's clock is the one bound that never makes state older than the append made
+    it); returns how many."""
     count = 0
     for info in batches:
         log_append_time = info.max_timestamp if info.timestamp_type == 1 else -1
-        machine.apply(info, info.base_offset, log_append_time, info.max_timestamp)
+        machine.apply(info, info.base_offset, log_append_time, now_ms)
         count += 1
     return count
 

@@ -118,7 +118,7 @@ def test_an_aborted_batch_kept_for_its_producer_keeps_its_marker_and_entry(tmp_p
     entry = AbortedTxn(8, aborted, abort, abort + 1)
     assert plog.aborted_transactions(0, plog.log_end_offset) == [entry]
     replayed = ProducerState()  # what a replay from the log start rebuilds
-    replay(replayed, plog.producer_batches(0))
+    replay(replayed, plog.producer_batches(0), 0)
     assert replayed.first_unstable_offset() is None  # no transaction left open
     assert replayed.producers[8].last_seq == 1
     manager.close()

@@ -8,6 +8,7 @@ import logging
 import os
 import struct
 import tempfile
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -262,6 +263,11 @@ def idempotent(seq: int, count: int = 2, pid: int = 7, epoch: int = 0,
                                   producer_id=pid, producer_epoch=epoch, base_sequence=seq))
 
 
+def stopped_clock() -> float:
+    """A broker clock that never moves: replays and appends read the same time."""
+    return 1_800_000_000.0
+
+
 def log_append(plog: Log, batch: bytearray) -> int:
     return plog.append(batch, validate_batch(batch)).base_offset
 
@@ -299,7 +305,7 @@ def test_snapshots_at_roll_and_close_and_no_replay_after_a_clean_close(tmp_path,
 def test_a_crash_replays_only_from_the_last_snapshot(tmp_path, caplog):
     """Producer 5 wrote once, long before the crash; only snapshots can remember it."""
     directory = tmp_path / "t-0"
-    plog = Log(str(directory), small_segments())
+    plog = Log(str(directory), small_segments(), clock=stopped_clock)
     log_append(plog, idempotent(0, pid=5))
     for seq in range(0, 80, 2):
         log_append(plog, idempotent(seq, value_size=40))
@@ -307,7 +313,7 @@ def test_a_crash_replays_only_from_the_last_snapshot(tmp_path, caplog):
     end = plog.log_end_offset
     caplog.clear()
     caplog.set_level(logging.INFO, "pybroker.log")
-    crashed = Log(str(directory), small_segments(), clean=False)  # no close: a crash
+    crashed = Log(str(directory), small_segments(), clean=False, clock=stopped_clock)  # a crash
     assert crashed.log_end_offset == end
     assert f"replayed {(end - last_roll) // 2} batches from offset {last_roll}" in caplog.text
     assert crashed.producer_state.producers == plog.producer_state.producers
@@ -384,7 +390,9 @@ def test_a_follower_that_truncated_and_crashed_comes_back_with_the_new_batches(t
 def test_a_log_that_grew_snapshots_between_rolls_and_keeps_one_such_snapshot(tmp_path,
                                                                              caplog):
     directory = tmp_path / "t-0"
-    plog = Log(str(directory))  # 1 GiB segments: no roll here
+    # the broker's clock is an hour ahead of the producer's (the batches' CreateTime)
+    clock = [time.time() + 3600]
+    plog = Log(str(directory), clock=lambda: clock[0])  # 1 GiB segments: no roll here
     for seq in range(0, 20, 2):
         log_append(plog, idempotent(seq))
     assert not plog.snapshot_state_if_behind(max_bytes=1 << 20)  # not that far behind
@@ -396,13 +404,17 @@ def test_a_log_that_grew_snapshots_between_rolls_and_keeps_one_such_snapshot(tmp
     assert snapshots(directory) == [30]  # the one at 20 was replaced
     log_append(plog, idempotent(30))
     caplog.set_level(logging.INFO, "pybroker.log")
-    crashed = Log(str(directory), clean=False)
+    appended_ms = int(clock[0] * 1000)
+    clock[0] += 5
+    crashed = Log(str(directory), clean=False, clock=lambda: clock[0])
     assert "replayed 1 batches from offset 30" in caplog.text
-    # the replayed batch's last_ms is the replay's clock (never earlier than the append's)
     assert {pid: (e.epoch, list(e.batches)) for pid, e in crashed.producer_state.producers.items()} \
         == {pid: (e.epoch, list(e.batches)) for pid, e in plog.producer_state.producers.items()}
-    assert all(crashed.producer_state.producers[pid].last_ms >= e.last_ms
-               for pid, e in plog.producer_state.producers.items())
+    # the replayed batch's last_ms is the replay's clock, never earlier than the append's
+    # (not the batch's own timestamp: the producer's clock)
+    assert [e.last_ms for e in plog.producer_state.producers.values()] == [appended_ms]
+    assert [e.last_ms for e in crashed.producer_state.producers.values()] == \
+        [int(clock[0] * 1000)]
     crashed.roll()
     assert snapshots(directory) == [32]  # a roll replaces it too
     crashed.close()
@@ -426,7 +438,7 @@ def _projection(state: ProducerState) -> dict[int, tuple[int, list[BatchMetadata
 
 def _from_scratch(plog: Log) -> dict[int, tuple[int, list[BatchMetadata]]]:
     state = ProducerState()  # through the Python header walk, not the native one
-    replay(state, (info for info, _ in plog.batches(plog.segments.first.base_offset)))
+    replay(state, (info for info, _ in plog.batches(plog.segments.first.base_offset)), 0)
     return _projection(state)
 
 
