@@ -20,8 +20,9 @@ refused``, exit status 1. librdkafka serves ``error_cb`` only from ``poll``, nev
 blocking call such as ``list_topics``, so the metadata request runs in a thread while this
 one polls. Once a broker has answered, a lost connection is not fatal by itself (librdkafka
 reconnects; ``consume --follow`` outlives a broker restart): requests end on their own
-timeouts. (``txn`` speaks through pybroker's own client, ``pybroker.client.Cluster``: its
-first Metadata request is tried once at each bootstrap server, and fails the same way.)
+timeouts. (``txn`` speaks through pybroker's own client, ``pybroker.client.Cluster``, its
+security from the same ``--command-config`` (:mod:`pybroker.client.security`): its first
+Metadata request is tried once at each bootstrap server, and fails the same way.)
 
 What still escapes a command as an exception from the client (a ``KafkaException``, a
 timeout, a socket error) is turned into one line by ``failure_text``, which ``cli.main``

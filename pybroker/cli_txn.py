@@ -3,7 +3,8 @@
 
 librdkafka has no admin call for transactions, so these commands speak the protocol
 through pybroker's own client (:class:`pybroker.client.Cluster`); they work against any
-Kafka-protocol broker (``--bootstrap HOST:PORT``):
+Kafka-protocol broker (``--bootstrap HOST:PORT``, and ``--command-config FILE`` for a TLS
+or SASL listener, as the other commands: :mod:`pybroker.client.security`):
 
     pybroker txn list [--state Ongoing ...]     ListTransactions at every broker (each
                                                 coordinator knows its own ids)
@@ -50,9 +51,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from pybroker.cli import CommandError
-from pybroker.cli_connect import add_client_options, unreachable
+from pybroker.cli_connect import add_client_options, command_config, unreachable
 from pybroker.cli_group import _table
 from pybroker.client.cluster import Cluster
+from pybroker.client.security import client_security
 from pybroker.errors import ErrorCode, KafkaError
 
 DESCRIBE_PRODUCERS, LIST_TRANSACTIONS, WRITE_TXN_MARKERS = 61, 66, 27
@@ -112,10 +114,11 @@ def _cluster(args: argparse.Namespace, client_id: str = "pybroker-txn") -> Itera
     is tried once at each bootstrap server: none answering ends the command at once. A
     broker that refused or dropped a request (one that does not know an API closes the
     connection) ends it too; each with one line on stderr and status 1."""
-    if args.command_config:  # pybroker's own client speaks neither SASL nor TLS
-        raise CommandError("txn connects to PLAINTEXT listeners only: --command-config "
-                           "is not supported")
-    cluster = Cluster(args.bootstrap, client_id, timeout=args.timeout)
+    try:
+        security = client_security(command_config(args.command_config))
+    except (ValueError, OSError) as exc:  # a setting it cannot follow, a store unreadable
+        raise CommandError(f"{args.command_config}: {exc}") from None
+    cluster = Cluster(args.bootstrap, client_id, timeout=args.timeout, security=security)
     try:
         try:
             cluster.refresh(attempts=1)

@@ -307,17 +307,23 @@ class Broker:
         self.advertised = self.listener_endpoints[listeners.inter_broker]
         await self.metadata.start()
         if config["metrics.listener"]:
+            from pybroker.client.security import listener_client_settings
             from pybroker.console import Console  # (only a broker with the listener needs it)
 
-            # the console is a plaintext client: of a PLAINTEXT listener when there is one
-            plaintext = [listener.name for listener in listeners.bind
-                         if listener.security_protocol == PLAINTEXT]
-            if not plaintext:
-                log.warning("console: no PLAINTEXT listener to connect to (the console "
-                            "speaks no TLS): it will not reach the cluster")
-            host, port = self.listener_endpoints[plaintext[0]] if plaintext \
-                else self.advertised
-            console = Console(f"{host}:{port}")
+            # the console is a client of a PLAINTEXT listener when there is one (as any
+            # client, ANONYMOUS); else of the inter-broker listener, as the broker itself
+            # (its certificates, its inter-broker SASL user)
+            console_listener = next((listener for listener in listeners.bind
+                                     if listener.security_protocol == PLAINTEXT),
+                                    inter_broker)
+            host, port = self.listener_endpoints[console_listener.name]
+            try:
+                client_settings = listener_client_settings(config, console_listener)
+            except ValueError as exc:  # a single node's SASL listener without its own user
+                log.warning("console: cannot authenticate to listener %s (%s): it will "
+                            "not reach the cluster", console_listener.name, exc)
+                client_settings = {}
+            console = Console(f"{host}:{port}", client_settings=client_settings)
             self.http_listener = HttpListener(*parse_address(config["metrics.listener"]),
                                               {"/metrics": metrics_handler(self)}, console.handle)
             self.http_listener.start()

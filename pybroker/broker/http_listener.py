@@ -7,8 +7,8 @@ request, so a slow scraper or a console page waiting for the cluster never holds
 event loop. No handler reads the broker's state itself: ``/metrics`` asks the loop,
 through ``call_soon_threadsafe``, for a snapshot (``metrics.samples``: plain tuples of
 numbers), waits for it at most ``SNAPSHOT_TIMEOUT_S`` (else 503) and formats the text on
-its own thread; the console is a Kafka client of the cluster, through the broker's
-advertised listener, like any other.
+its own thread; the console is a Kafka client of the cluster, through one of the
+broker's listeners, like any other (:mod:`pybroker.console`).
 
 Handlers are plain functions of a parsed ``Request`` to a ``Response``; one that raises
 is logged and answered 500 with no detail, and the broker goes on.

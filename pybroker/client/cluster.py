@@ -17,9 +17,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pybroker.client.connection import BrokerConnection
 from pybroker.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from pybroker.client.security import ClientSecurity
 
 METADATA, INIT_PRODUCER_ID, LIST_OFFSETS = 3, 22, 2
 METADATA_VERSION = 9
@@ -65,9 +69,10 @@ class Cluster:
     connection belongs to one thread."""
 
     def __init__(self, bootstrap: str, client_id: str = "pybroker-client",
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, security: ClientSecurity | None = None) -> None:
         self.client_id = client_id
         self.timeout = timeout
+        self.security = security  # of every connection (None: PLAINTEXT listeners)
         self._bootstrap = parse_bootstrap(bootstrap)
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topics: dict[str, TopicMetadata] = {}
@@ -79,6 +84,9 @@ class Cluster:
         self._coordinator_lock = threading.Lock()
         self._coordinator_of: dict[str, int] = {}
         self._coordinator_connections: dict[int, BrokerConnection] = {}
+
+    def _open(self, host: str, port: int) -> BrokerConnection:
+        return BrokerConnection(host, port, self.client_id, self.timeout, self.security)
 
     def close(self) -> None:
         for conn in [*self._connections.values(), *self._coordinator_connections.values()]:
@@ -105,7 +113,7 @@ class Cluster:
                 candidates = list(self.brokers.values()) + self._bootstrap
                 for host, port in candidates:
                     try:
-                        self._any = BrokerConnection(host, port, self.client_id, self.timeout)
+                        self._any = self._open(host, port)
                         break
                     except OSError as exc:
                         last = exc
@@ -126,7 +134,7 @@ class Cluster:
             if broker_id not in self.brokers:
                 self.refresh()
             host, port = self.brokers[broker_id]
-            conn = BrokerConnection(host, port, self.client_id, self.timeout)
+            conn = self._open(host, port)
             self._connections[broker_id] = conn
         return conn
 
@@ -264,7 +272,7 @@ class Cluster:
                     conn = self._coordinator_connections.get(node)
                     if conn is None:
                         host, port = self.brokers[node]
-                        conn = BrokerConnection(host, port, self.client_id, self.timeout)
+                        conn = self._open(host, port)
                         self._coordinator_connections[node] = conn
                     response = conn.request(api_key, api_version, body)
                 except OSError:

@@ -6,6 +6,12 @@ a receive loop that matches each response to the oldest outstanding request. Req
 payloads go out with ``sendmsg`` straight from the caller's buffers: a produce request's
 record batches are never copied into a request buffer.
 
+A connection to a TLS or SASL listener (``security``, :mod:`pybroker.client.security`)
+speaks TLS from the start and authenticates before its first request; over TLS the
+request parts are joined before sending (an SSL socket has no ``sendmsg``), and a caller
+that polls ``fileno`` must not (data may wait decrypted in the TLS layer): the bulk
+producer connects to PLAINTEXT listeners only.
+
 Thread safety: none; a connection belongs to one thread (one Spark task, one producer).
 """
 
@@ -14,8 +20,12 @@ from __future__ import annotations
 import collections
 import socket
 import struct
+from typing import TYPE_CHECKING
 
 from pybroker.net.protocol import codec
+
+if TYPE_CHECKING:
+    from pybroker.client.security import ClientSecurity
 
 _I32 = struct.Struct(">i")
 _REQUEST_HEADER = struct.Struct(">ihhi")  # size, api key, api version, correlation id
@@ -27,16 +37,30 @@ class ConnectionClosed(OSError):
 
 class BrokerConnection:
     def __init__(self, host: str, port: int, client_id: str = "pybroker-client",
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, security: ClientSecurity | None = None) -> None:
         self.host, self.port = host, port
         self.client_id = client_id
         self._client_id_bytes = client_id.encode()
-        self._sock = socket.create_connection((host, port), timeout=timeout)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._tls = security is not None and security.tls is not None
+        try:
+            if security is not None and security.tls is not None:
+                sock = security.tls.wrap_socket(sock, server_hostname=host)
+        except BaseException:
+            sock.close()
+            raise
+        self._sock = sock
         self._next_correlation_id = 0
         # (correlation id, api key, api version) of requests sent and not yet answered.
         self._in_flight: collections.deque[tuple[int, int, int]] = collections.deque()
         self._header = bytearray(4)
+        if security is not None and security.sasl is not None:
+            try:
+                self._authenticate(security)
+            except BaseException:
+                self.close()
+                raise
 
     @property
     def in_flight(self) -> int:
@@ -86,8 +110,24 @@ class BrokerConnection:
             self._in_flight.append((cid, api_key, api_version))
         return cid
 
+    def _authenticate(self, security: ClientSecurity) -> None:
+        """SASL before anything else; a refusal raises ``SaslRefused`` (an OSError)."""
+        from pybroker.security.sasl import client_requests
+
+        assert security.sasl is not None
+        steps = client_requests(security.sasl)
+        try:
+            request = next(steps)
+            while True:
+                request = steps.send(self.request(*request))
+        except StopIteration:
+            return
+
     def _sendmsg_all(self, parts: list) -> None:
         views = [memoryview(p).cast("B") for p in parts]
+        if self._tls:
+            self._sock.sendall(b"".join(views))
+            return
         while views:
             sent = self._sock.sendmsg(views)
             while sent and views:

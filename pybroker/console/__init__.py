@@ -8,7 +8,9 @@ runs the main admin actions (create a topic, add partitions, alter a topic confi
 a group's offsets), each after a confirmation page.
 
 Like Kafka UI, it is a Kafka client of the cluster (confluent-kafka, through the broker's
-advertised listener), not a view of the broker's memory: in a cluster any broker's console
+PLAINTEXT listener, else its inter-broker listener with the broker's own TLS and SASL
+settings: :func:`pybroker.client.security.listener_client_settings`), not a view of the
+broker's memory: in a cluster any broker's console
 shows every topic and group, it works the same against whichever broker, and it never
 runs on, or waits for, the broker's event loop. HTML is built in Python (``pages``) into
 one template, with one style sheet and no script (package data: ``templates/``,

@@ -39,8 +39,9 @@ class Action:
 class Console:
     """Thread-safe: its state is the cluster client (thread-safe) and a constant token."""
 
-    def __init__(self, bootstrap: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        self.cluster = ClusterClient(bootstrap, timeout)
+    def __init__(self, bootstrap: str, timeout: float = DEFAULT_TIMEOUT_S,
+                 client_settings: dict[str, str] | None = None) -> None:
+        self.cluster = ClusterClient(bootstrap, timeout, client_settings)
         self.form_token = secrets.token_urlsafe(32)
         self._pages: dict[str, Callable[[dict[str, str]], tuple[str, Html]]] = {
             "/": self._overview, "/topics": self._topics, "/topic": self._topic,

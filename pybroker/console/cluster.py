@@ -116,9 +116,17 @@ class Record:
 
 
 class ClusterClient:
-    def __init__(self, bootstrap: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    """``client_settings``: librdkafka's security settings of the listener ``bootstrap``
+    is on (:mod:`pybroker.client.security`), for every client of the console."""
+
+    def __init__(self, bootstrap: str, timeout: float = DEFAULT_TIMEOUT_S,
+                 client_settings: dict[str, str] | None = None) -> None:
+        from pybroker.client.security import client_security
+
         self.bootstrap = bootstrap
         self.timeout = timeout
+        self.client_settings = dict(client_settings or {})
+        self.security = client_security(self.client_settings)
         self._admin: Any = None
         self._lock = threading.Lock()
 
@@ -131,7 +139,8 @@ class ClusterClient:
                 from confluent_kafka.admin import AdminClient
 
                 self._admin = AdminClient({"bootstrap.servers": self.bootstrap,
-                                           "client.id": "pybroker-console"})
+                                           "client.id": "pybroker-console",
+                                           **self.client_settings})
             return self._admin
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -199,7 +208,8 @@ class ClusterClient:
         sizes: dict[tuple[str, int, int], int] = {}
         for broker_id, host, port in brokers:
             try:
-                with BrokerConnection(host, port, "pybroker-console", self.timeout) as conn:
+                with BrokerConnection(host, port, "pybroker-console", self.timeout,
+                                      self.security) as conn:
                     answer = conn.request(DESCRIBE_LOG_DIRS, DESCRIBE_LOG_DIRS_VERSION, body)
             except OSError:
                 continue
@@ -279,7 +289,8 @@ class ClusterClient:
                              "enable.partition.eof": True,
                              "isolation.level": "read_uncommitted",
                              "auto.offset.reset": "earliest",
-                             "fetch.message.max.bytes": _FETCH_MAX_BYTES})
+                             "fetch.message.max.bytes": _FETCH_MAX_BYTES,
+                             **self.client_settings})
         records: list[Record] = []
         try:
             consumer.assign([TopicPartition(topic, partition, max(start, 0))])

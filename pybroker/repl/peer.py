@@ -36,13 +36,7 @@ from pybroker._native.framebuffer import FrameBuffer
 from pybroker.net import frame_pool
 from pybroker.net.connection import LARGE_FRAME
 from pybroker.net.protocol import codec
-from pybroker.security.sasl import (
-    SASL_AUTHENTICATE,
-    SASL_HANDSHAKE,
-    SaslClientSettings,
-    client_tokens,
-)
-from pybroker.security.scram import ScramError
+from pybroker.security.sasl import SaslClientSettings, SaslRefused, client_requests
 
 log = logging.getLogger("pybroker.peer")
 
@@ -202,27 +196,17 @@ class PeerClient:
         return codec.decode_response(api_key, version, frame, offset), frame
 
     async def _authenticate(self, conn: PeerConnection, settings: SaslClientSettings) -> None:
-        """SaslHandshake v1 and SaslAuthenticate v2 until the mechanism is done; a refusal
+        """SaslHandshake and SaslAuthenticate until the mechanism is done; a refusal
         raises ConnectionError (the connection is closed, the next request tries again)."""
-        answer, _ = await self._exchange(conn, SASL_HANDSHAKE, 1,
-                                         {"mechanism": settings.mechanism}, REQUEST_TIMEOUT_S)
-        if answer["error_code"]:
-            raise ConnectionError(f"{self!r}: SASL handshake refused ({answer['error_code']}, "
-                                  f"enabled: {answer['mechanisms']})")
-        tokens = client_tokens(settings)
+        steps = client_requests(settings)
         try:
-            token = next(tokens)
+            request = next(steps)
             while True:
-                answer, _ = await self._exchange(conn, SASL_AUTHENTICATE, 2,
-                                                 {"auth_bytes": token}, REQUEST_TIMEOUT_S)
-                if answer["error_code"]:
-                    raise ConnectionError(f"{self!r}: SASL authentication as "
-                                          f"{settings.username} refused: "
-                                          f"{answer['error_message']}")
-                token = tokens.send(bytes(answer["auth_bytes"]))
+                answer, _ = await self._exchange(conn, *request, REQUEST_TIMEOUT_S)
+                request = steps.send(answer)
         except StopIteration:
             return
-        except ScramError as exc:
+        except SaslRefused as exc:
             raise ConnectionError(f"{self!r}: {exc}") from None
 
     async def _connect(self) -> PeerConnection:

@@ -175,6 +175,35 @@ def client_tokens(settings: SaslClientSettings) -> Generator[bytes, bytes, None]
     client.verify(server_final)
 
 
+class SaslRefused(ConnectionError):
+    """The broker refused this client's SASL handshake or credentials, or did not prove
+    it knows them (SCRAM's server signature)."""
+
+
+def client_requests(settings: SaslClientSettings) -> Generator[tuple[int, int, dict], dict, None]:
+    """A client's authentication on a new connection, whatever carries it (the peer
+    connections' event loop, the blocking client): yields ``(api key, version, body)`` of
+    each request, SaslHandshake v1 then SaslAuthenticate v2 until the mechanism is done,
+    and is sent each decoded answer; raises :class:`SaslRefused`."""
+    answer = yield SASL_HANDSHAKE, 1, {"mechanism": settings.mechanism}
+    if answer["error_code"]:
+        raise SaslRefused(f"SASL handshake refused ({answer['error_code']}, "
+                          f"enabled: {answer['mechanisms']})")
+    tokens = client_tokens(settings)
+    try:
+        token = next(tokens)
+        while True:
+            answer = yield SASL_AUTHENTICATE, 2, {"auth_bytes": token}
+            if answer["error_code"]:
+                raise SaslRefused(f"SASL authentication as {settings.username} refused: "
+                                  f"{answer['error_message']}")
+            token = tokens.send(bytes(answer["auth_bytes"]))
+    except StopIteration:
+        return
+    except ScramError as exc:
+        raise SaslRefused(str(exc)) from None
+
+
 class SaslFailed(Exception):
     """Refused credentials: ``message`` is what the client is told (None: Kafka's
     "invalid credentials" message), ``detail`` what the broker's log line adds."""

@@ -1,11 +1,16 @@
 """The client commands over a SASL_SSL listener with Kafka's ``--command-config``
-properties (``sasl.jaas.config``'s user, a PEM truststore), and a refused login."""
+properties (``sasl.jaas.config``'s user, a PEM truststore), and a refused login; ``txn``
+too, which speaks through pybroker's own client."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
+from confluent_kafka import Producer
+
+from tests.admin.clients import unique
 from tests.cli.test_cli import ROOT, TIMEOUT
 from tests.sasl.conftest import SaslBroker
 
@@ -16,14 +21,18 @@ def _run(bootstrap: str, config: str, *args: str) -> subprocess.CompletedProcess
                           capture_output=True, timeout=TIMEOUT, cwd=ROOT)
 
 
-def test_commands_over_sasl_ssl(module_sasl_broker: SaslBroker, tmp_path):
-    broker = module_sasl_broker
-    config = tmp_path / "client.properties"
-    config.write_text(
+def _command_config(broker: SaslBroker, path: Path) -> Path:
+    path.write_text(
         "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
         "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
         'username="alice" password="alice-secret";\n'
         f"ssl.truststore.type=PEM\nssl.truststore.location={broker.stores.ca}\n")
+    return path
+
+
+def test_commands_over_sasl_ssl(module_sasl_broker: SaslBroker, tmp_path):
+    broker = module_sasl_broker
+    config = _command_config(broker, tmp_path / "client.properties")
     created = _run(broker.sasl_ssl, str(config), "topic", "create", "over-sasl")
     assert created.returncode == 0, created.stderr
     listed = _run(broker.sasl_ssl, str(config), "topic", "list")
@@ -35,3 +44,30 @@ def test_commands_over_sasl_ssl(module_sasl_broker: SaslBroker, tmp_path):
     refused = _run(broker.sasl_ssl, str(config), "topic", "list")
     assert refused.returncode == 1
     assert b"Authentication failed" in refused.stderr, refused.stderr
+
+
+def test_txn_list_over_sasl_ssl(module_sasl_broker: SaslBroker, tmp_path):
+    broker = module_sasl_broker
+    config = _command_config(broker, tmp_path / "client.properties")
+    topic, transactional_id = unique("txn-sasl"), unique("txn-sasl-id")
+    producer = Producer(broker.confluent("alice", "alice-secret", tls=True,
+                                         **{"transactional.id": transactional_id}))
+    producer.init_transactions(TIMEOUT)
+    producer.begin_transaction()
+    producer.produce(topic, b"open")
+    assert producer.flush(TIMEOUT) == 0
+    try:
+        listed = _run(broker.sasl_ssl, str(config), "txn", "list", "--state", "Ongoing")
+        assert listed.returncode == 0, listed.stderr
+        assert [line.split()[-1] for line in listed.stdout.decode().splitlines()
+                if line.startswith(transactional_id + " ")] == ["Ongoing"], listed.stdout
+        described = _run(broker.sasl_ssl, str(config), "txn", "describe", transactional_id)
+        assert described.returncode == 0, described.stderr
+        assert f"{topic}-0".encode() in described.stdout
+
+        config.write_text(config.read_text().replace("alice-secret", "wrong"))
+        refused = _run(broker.sasl_ssl, str(config), "txn", "list")
+        assert refused.returncode == 1
+        assert b"Authentication failed" in refused.stderr, refused.stderr
+    finally:
+        producer.abort_transaction(TIMEOUT)
