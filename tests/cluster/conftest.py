@@ -10,6 +10,16 @@
 - ``store_factory(session_timeout_ms=3000, connect=None)``: a started ``ClusterStore`` on
   ``zk_connect`` (or ``connect``), stopped after the test.
 
+- ``cluster_security``: ``"plaintext"`` and ``"sasl_ssl"`` in turn, for the tests whose
+  point is traffic between brokers (replication, acks=all, failover, coordinators moving,
+  transactions across brokers): they hand it to ``LocalCluster(security=...)`` and so run
+  once with plaintext between brokers and once with SASL_SSL (SCRAM-SHA-512 over TLS,
+  clients still on PLAINTEXT; ``tests/cluster/harness.py``).
+  ``PYBROKER_TEST_CLUSTER_SECURITY=sasl_ssl`` makes every ``LocalCluster`` secured, and
+  this fixture then gives ``"sasl_ssl"`` only::
+
+      PYBROKER_TEST_CLUSTER_SECURITY=sasl_ssl PYTHONPATH=. python3 -m pytest -n 2 tests/cluster
+
 Not installed: the tests fail with a message saying what to install (never skipped).
 """
 
@@ -23,6 +33,7 @@ from kazoo.client import KazooClient
 
 from pybroker.cluster.zk_store import ClusterStore
 from pybroker.cluster.zookeeper_server import ZooKeeperProcess, find_zookeeper, start_zookeeper
+from tests.cluster.harness import SECURITY_MODES, default_security
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +75,9 @@ def store_factory(zk_connect: str) -> Iterator[Callable[..., ClusterStore]]:
     yield make
     for store in stores:
         store.stop()
+
+
+@pytest.fixture(params=SECURITY_MODES if default_security() == "plaintext" else
+                ("sasl_ssl",))
+def cluster_security(request: pytest.FixtureRequest) -> str:
+    return str(request.param)

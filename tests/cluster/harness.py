@@ -21,6 +21,20 @@ that picks brokers and retries by itself. On leaving the ``with`` block with an 
 every broker's log tail is printed (pytest shows it with the failure); otherwise every
 broker must exit 0 on SIGTERM.
 
+Security (``security``, default the ``PYBROKER_TEST_CLUSTER_SECURITY`` environment
+variable, else ``"plaintext"``): with ``"sasl_ssl"`` every broker has a PLAINTEXT listener
+for the clients (first: ``address``, ``bootstrap`` and the harness's own requests use it)
+and a SASL_SSL one that is ``inter.broker.listener.name``: TLS with test certificates
+(``tests/tls/certs.py``, made under the cluster's root) and SCRAM-SHA-512 as the user
+``broker``, whose credential the harness writes into the cluster's ZooKeeper before any
+broker starts (as Kafka's documentation has it done with ``kafka-configs --zookeeper``),
+so replication, transaction markers and every other broker-to-broker request run
+authenticated and encrypted while the tests' clients stay unchanged. A test that sets
+``listeners`` itself keeps its own security; one that sets ``authorizer.class.name``
+gets ``User:broker`` added to ``super.users``, as a Kafka cluster with an authorizer
+needs its brokers' principal. After the first start each listener's bound port is pinned, so a
+restarted broker binds the same ports again.
+
 Not thread-safe: the test's main thread drives it (producer and consumer threads of a
 test use their own clients).
 """
@@ -30,6 +44,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -47,6 +62,36 @@ T = TypeVar("T")
 CLIENT_LOG = logging.getLogger("tests.cluster.client")
 
 METADATA, LIST_OFFSETS, CREATE_TOPICS = 3, 2, 19
+SECURITY_ENV = "PYBROKER_TEST_CLUSTER_SECURITY"
+SECURITY_MODES = ("plaintext", "sasl_ssl")
+INTER_BROKER_USER, INTER_BROKER_PASSWORD = "broker", "broker-secret"
+INTER_BROKER_MECHANISM = "SCRAM-SHA-512"
+_LISTENER_LINE = re.compile(r"listener (\S+) \(\S+\) on (\S+):(\d+)")
+
+
+def default_security() -> str:
+    """The mode of a cluster whose test does not choose one: ``$PYBROKER_TEST_CLUSTER_SECURITY``
+    (``plaintext`` or ``sasl_ssl``), plaintext when unset."""
+    mode = os.environ.get(SECURITY_ENV, "").strip().lower() or "plaintext"
+    if mode not in SECURITY_MODES:
+        raise ValueError(f"{SECURITY_ENV}={mode!r}: one of {', '.join(SECURITY_MODES)}")
+    return mode
+
+
+def sasl_ssl_settings(cert_dir: str) -> dict[str, Any]:
+    """Broker settings of the ``sasl_ssl`` mode, with certificates made in ``cert_dir``."""
+    from tests.tls.certs import make_stores
+
+    stores = make_stores(cert_dir)
+    return {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+            "inter.broker.listener.name": "SASL_SSL",
+            "sasl.enabled.mechanisms": INTER_BROKER_MECHANISM,
+            "sasl.mechanism.inter.broker.protocol": INTER_BROKER_MECHANISM,
+            "sasl.jaas.config": ("org.apache.kafka.common.security.scram.ScramLoginModule "
+                                 f'required username="{INTER_BROKER_USER}" '
+                                 f'password="{INTER_BROKER_PASSWORD}";'),
+            "ssl.keystore.location": stores.keystore,
+            "ssl.truststore.location": stores.ca}
 # Short timeouts so that failover happens within seconds. ZooKeeper's tickTime in the
 # tests is 200 ms, and the test ZooKeeper accepts sessions up to 120 s.
 FAST_SETTINGS: dict[str, Any] = {
@@ -74,15 +119,29 @@ class PartitionInfo(NamedTuple):
 
 class LocalCluster:
     def __init__(self, zk_connect: str, root: str | os.PathLike[str], size: int = 3,
-                 settings: dict[str, Any] | None = None) -> None:
+                 settings: dict[str, Any] | None = None, security: str | None = None) -> None:
         _require_native()
         self.root = os.fspath(root)
         # A chroot per cluster: the tests share one ZooKeeper.
         self.chroot = f"/pybroker-{uuid.uuid4().hex[:12]}"
         self.zookeeper = zk_connect.rstrip("/") + self.chroot
         self.zk_connect = zk_connect
+        settings = dict(settings or {})
+        self.security = security or default_security()
+        if self.security not in SECURITY_MODES:
+            raise ValueError(f"security {self.security!r}: one of {', '.join(SECURITY_MODES)}")
+        secured: dict[str, Any] = {}
+        if self.security == "sasl_ssl" and "listeners" not in settings:
+            cert_dir = os.path.join(self.root, "certs")
+            os.makedirs(cert_dir, exist_ok=True)
+            secured = sasl_ssl_settings(cert_dir)
+            if settings.get("authorizer.class.name"):  # the brokers may do anything
+                settings["super.users"] = ";".join(
+                    filter(None, [settings.get("super.users"), f"User:{INTER_BROKER_USER}"]))
+        else:
+            self.security = "plaintext" if "listeners" not in settings else "own"
         merged = {**FAST_SETTINGS, "default.replication.factor": min(3, size),
-                  "offsets.topic.replication.factor": min(3, size), **(settings or {})}
+                  "offsets.topic.replication.factor": min(3, size), **secured, **settings}
         self.brokers: dict[int, BrokerProcess] = {}
         for broker_id in range(1, size + 1):
             base = os.path.join(self.root, f"broker-{broker_id}")
@@ -100,21 +159,45 @@ class LocalCluster:
         self._ensure_chroot()
         for broker in self.brokers.values():
             broker.start()
+            self._pin_ports(broker)
         everyone = set(self.brokers)
         self.wait_for(lambda: self.broker_ids() == everyone, 60,
                       what=f"brokers {sorted(everyone)} registered")
         return self
 
     def _ensure_chroot(self) -> None:
+        """The cluster's chroot, and in ``sasl_ssl`` mode the brokers' own credential in
+        it."""
         from kazoo.client import KazooClient
+
+        from pybroker.security.scram import new_credential
+        from pybroker.security.zk_credential_store import USERS, sanitize
 
         zk = KazooClient(hosts=self.zk_connect)
         zk.start(timeout=30)
         try:
             zk.ensure_path(self.chroot)
+            if self.security == "sasl_ssl":
+                credential = new_credential(INTER_BROKER_MECHANISM, INTER_BROKER_PASSWORD)
+                config = {INTER_BROKER_MECHANISM: credential.to_text()}
+                zk.create(f"{self.chroot}{USERS}/{sanitize(INTER_BROKER_USER)}",
+                          json.dumps({"version": 1, "config": config}).encode(),
+                          makepath=True)
         finally:
             zk.stop()
             zk.close()
+
+    def _pin_ports(self, broker: BrokerProcess) -> None:
+        """Names each listener's bound port in the broker's ``listeners``, so that a
+        restart binds the same ports (``--listen`` alone only pins the first)."""
+        listeners = broker.settings.get("listeners")
+        if not listeners:
+            return
+        bound = {name: f"{name}://{host}:{port}"
+                 for name, host, port in _LISTENER_LINE.findall(broker.log_text())}
+        broker.settings["listeners"] = ",".join(
+            bound.get(item.split("://", 1)[0].strip().upper(), item)
+            for item in str(listeners).split(","))
 
     def zk_get(self, path: str) -> tuple[bytes, Any] | None:
         """``(data, ZnodeStat)`` of a znode under the cluster's chroot (None: no node),

@@ -27,8 +27,9 @@ TOPIC = "failover"
 PARTITIONS = 3
 
 
-def test_acknowledged_records_survive_two_leader_kills(zk_connect, tmp_path):
-    with LocalCluster(zk_connect, tmp_path, settings={"min.insync.replicas": 2}) as cluster:
+def test_acknowledged_records_survive_two_leader_kills(zk_connect, tmp_path, cluster_security):
+    with LocalCluster(zk_connect, tmp_path, settings={"min.insync.replicas": 2},
+                      security=cluster_security) as cluster:
         cluster.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
         producer = ContinuousProducer(cluster.bootstrap, TOPIC)
         reader = TailingConsumer(cluster.bootstrap, TOPIC, PARTITIONS)

@@ -30,8 +30,9 @@ FETCH, UPDATE_METADATA = 1, 6
 STALE_CONTROLLER_EPOCH, FENCED_LEADER_EPOCH = 11, 74
 
 
-def test_paused_leader_and_controller_is_fenced(zk_connect, tmp_path):
-    with LocalCluster(zk_connect, tmp_path, settings={"min.insync.replicas": 2}) as cluster:
+def test_paused_leader_and_controller_is_fenced(zk_connect, tmp_path, cluster_security):
+    with LocalCluster(zk_connect, tmp_path, settings={"min.insync.replicas": 2},
+                      security=cluster_security) as cluster:
         old = cluster.controller_id()
         others = [i for i in cluster.brokers if i != old]
         # The controller is the preferred leader: pausing it tests both fences at once.

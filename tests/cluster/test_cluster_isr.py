@@ -49,8 +49,10 @@ class HighWatermarkPoller(threading.Thread):
         self.conn.close()
 
 
-def test_isr_shrinks_and_expands_high_watermark_never_backwards(zk_connect, tmp_path):
-    with LocalCluster(zk_connect, tmp_path, settings=SETTINGS) as cluster:
+def test_isr_shrinks_and_expands_high_watermark_never_backwards(zk_connect, tmp_path,
+                                                                cluster_security):
+    with LocalCluster(zk_connect, tmp_path, settings=SETTINGS,
+                      security=cluster_security) as cluster:
         state = cluster.create_topic(TOPIC, 1, 3, {"min.insync.replicas": "2"})[0]
         leader, controller = state.leader, cluster.controller_id()
         # A follower that is not the controller: pausing it must not move the controller.

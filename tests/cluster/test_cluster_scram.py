@@ -9,7 +9,7 @@ import json
 from kazoo.client import KazooClient
 
 from pybroker.security.scram import SCRAM_SHA_256, salted_password
-from tests.cluster.harness import LocalCluster
+from tests.cluster.harness import INTER_BROKER_USER, LocalCluster
 
 ALTER, DESCRIBE = 51, 50
 ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS = 49, 48
@@ -22,9 +22,10 @@ def _upsert(name: str, mechanism: int = 1) -> dict:
 
 
 def _described(cluster: LocalCluster, broker_id: int) -> dict:
+    """Every user's credentials but the brokers' own (a secured cluster's)."""
     answer = cluster.request(broker_id, DESCRIBE, 0, {"users": None})
     return {r["user"]: [(i["mechanism"], i["iterations"]) for i in r["credential_infos"]]
-            for r in answer["results"]}
+            for r in answer["results"] if r["user"] != INTER_BROKER_USER}
 
 
 def test_credentials_made_on_one_broker_seen_by_all(zk_connect, tmp_path):

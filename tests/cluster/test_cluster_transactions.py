@@ -23,9 +23,10 @@ PRODUCE, FETCH, FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN = \
 WAIT = 60.0
 
 
-def test_markers_reach_the_partitions_other_brokers_lead(zk_connect, tmp_path):
+def test_markers_reach_the_partitions_other_brokers_lead(zk_connect, tmp_path, cluster_security):
     settings = {"transaction.state.log.num.partitions": 3}
-    with LocalCluster(zk_connect, tmp_path, size=3, settings=settings) as cluster:
+    with LocalCluster(zk_connect, tmp_path, size=3, settings=settings,
+                      security=cluster_security) as cluster:
         cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=2)
         producer = Producer({"bootstrap.servers": cluster.bootstrap,
                              "transactional.id": TRANSACTIONAL_ID})
@@ -71,9 +72,10 @@ def stable_offsets(cluster: LocalCluster, topic: str, partition: int,
     return fetched["high_watermark"], fetched["last_stable_offset"]
 
 
-def test_a_leader_asks_the_coordinator_on_another_broker(zk_connect, tmp_path):
+def test_a_leader_asks_the_coordinator_on_another_broker(zk_connect, tmp_path, cluster_security):
     settings = {"transaction.state.log.num.partitions": 3}
-    with LocalCluster(zk_connect, tmp_path, size=3, settings=settings) as cluster:
+    with LocalCluster(zk_connect, tmp_path, size=3, settings=settings,
+                      security=cluster_security) as cluster:
         cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=2)
 
         def coordinator() -> int | None:

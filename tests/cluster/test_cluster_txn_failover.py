@@ -37,8 +37,9 @@ SETTINGS = {"transaction.state.log.num.partitions": 3,
             "min.insync.replicas": 2}
 
 
-def test_coordinator_failover_with_a_transaction_open(zk_connect, tmp_path):
-    with LocalCluster(zk_connect, tmp_path, settings=SETTINGS) as cluster:
+def test_coordinator_failover_with_a_transaction_open(zk_connect, tmp_path, cluster_security):
+    with LocalCluster(zk_connect, tmp_path, settings=SETTINGS,
+                      security=cluster_security) as cluster:
         cluster.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
         producer = _producer(cluster, "coordinator-dies")
         committed = []
