@@ -154,6 +154,9 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     # client quotas' rate measure (pybroker.broker.quotas): samples kept, seconds each
     "quota.window.num": (int, 11),
     "quota.window.size.seconds": (int, 1),
+    # controller_mutation_rate's token bucket holds rate x num x size seconds (KIP-599)
+    "controller.quota.window.num": (int, 11),
+    "controller.quota.window.size.seconds": (int, 1),
     # Kafka: threads that do all socket I/O (each a selector over many connections).
     # pybroker: threads that only send file regions and receive frames of 256 KiB and
     # more; everything else stays on the event loop. 0: all of it on the loop.

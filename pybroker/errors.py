@@ -203,3 +203,5 @@ CoordinatorNotAvailableError = _error("CoordinatorNotAvailableError",
 KafkaStorageError = _error("KafkaStorageError", ErrorCode.KAFKA_STORAGE_ERROR)
 FencedLeaderEpochError = _error("FencedLeaderEpochError", ErrorCode.FENCED_LEADER_EPOCH)
 UnknownLeaderEpochError = _error("UnknownLeaderEpochError", ErrorCode.UNKNOWN_LEADER_EPOCH)
+ThrottlingQuotaExceededError = _error("ThrottlingQuotaExceededError",
+                                      ErrorCode.THROTTLING_QUOTA_EXCEEDED)

@@ -274,8 +274,10 @@ class Broker:
         log.info("recovery done: %d topics, %d partitions in %.3f s",
                  len(self.topics.topics()), len(self.topics.partitions()),
                  time.monotonic() - started)
-        self.quotas = quotas = ClientQuotas(self.config["quota.window.num"],
-                                            self.config["quota.window.size.seconds"])
+        self.quotas = quotas = ClientQuotas(
+            self.config["quota.window.num"], self.config["quota.window.size.seconds"],
+            self.config["controller.quota.window.num"],
+            self.config["controller.quota.window.size.seconds"])
         quotas.set_connection_creation_rate(self.config[CONNECTION_RATE_KEY])
         self.dynamic_config.subscribe({CONNECTION_RATE_KEY}, lambda new: (
             quotas.set_connection_creation_rate(new[CONNECTION_RATE_KEY])))

@@ -1,7 +1,7 @@
 """Client quotas: Kafka's ``ClientQuotaManager`` (produce and fetch byte rates),
 ``ClientRequestQuotaManager`` (request time) and ``ConnectionQuotas``' per-IP connection
 rate, with Kafka's entities, precedence and throttle: enforced by delay, never by an
-error.
+error; and ``ControllerMutationQuotaManager`` (KIP-599), the one that refuses.
 
 Entities. A quota is set on an entity: a user, a client id, both, or an IP address
 (``connection_creation_rate``, KIP-612), each name either a real one or the default
@@ -56,7 +56,20 @@ that takes the broker over ``max.connection.creation.rate`` (client listeners to
 not the inter-broker one) stops the server accepting for the throttle time and is itself
 left unread that long (``record_accepted``), as Kafka's acceptor waits.
 
-Not enforced (accepted, stored and described): ``controller_mutation_rate``.
+Controller mutations (KIP-599, ``controller_mutation_rate``, partitions a second): the
+partitions that CreateTopics, CreatePartitions and DeleteTopics create or delete, per
+topic, count against a token bucket (Kafka's ``TokenBucket``) of ``rate ×
+controller.quota.window.num × controller.quota.window.size.seconds`` tokens, refilled at
+the rate. Each topic takes its partitions when the control plane is asked, and gives them
+back when the control plane then refuses it (a topic that exists, a bad config): as Kafka
+counts only the topics that passed its checks. A ``MutationQuota`` is one request's view
+(Kafka's ``Strict`` and ``PermissiveControllerMutationQuota``): for the versions that know
+the error (CreateTopics v6+, CreatePartitions v3+, DeleteTopics v5+) a topic asked for
+while the bucket is below zero is answered THROTTLING_QUOTA_EXCEEDED and not acted on,
+and the one that takes it below zero still goes through; older versions are always acted
+on. Either way the response carries the time until the bucket is back at zero
+(``-tokens / rate``) as ``throttle_time_ms`` and the connection is muted that long. As
+Kafka 4.1, ``validate_only`` requests count too.
 
 Cost: with no quota of a kind set its flag (``active`` for byte rates, ``requests_active``,
 ``connections_active``) is False and the produce and fetch handlers, the dispatcher and
@@ -81,7 +94,11 @@ from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pybroker.errors import InvalidRequestError, UnsupportedVersionError
+from pybroker.errors import (
+    InvalidRequestError,
+    ThrottlingQuotaExceededError,
+    UnsupportedVersionError,
+)
 
 log = logging.getLogger("pybroker.quotas")
 
@@ -315,6 +332,75 @@ class Rate:
         return (total / elapsed if elapsed > 0 else math.inf), elapsed
 
 
+class TokenBucket:
+    """Kafka's ``TokenBucket`` stat: ``tokens`` left (below zero: over the quota), refilled
+    at the quota's rate up to its burst; times are ``time.monotonic()`` seconds."""
+
+    __slots__ = ("tokens", "last")
+
+    def __init__(self, burst: float, now: float) -> None:
+        self.tokens = burst
+        self.last = now
+
+    def refill(self, rate: float, burst: float, now: float) -> float:
+        self.tokens = min(burst, self.tokens + rate * (now - self.last))
+        self.last = now
+        return self.tokens
+
+
+class MutationQuota:
+    """One request's controller mutation quota (the module doc): ``record`` each topic's
+    partitions before asking the control plane, ``refund`` them when it refused the
+    topic, and answer ``throttle_ms()``. Without a quota (``bucket`` None) it counts
+    nothing."""
+
+    __slots__ = ("_quotas", "_metric", "_rate", "_bucket", "strict", "_throttle_ms",
+                 "_throttled_at")
+
+    def __init__(self, quotas: ClientQuotas, metric: tuple[str, str, str], rate: float,
+                 bucket: TokenBucket | None, strict: bool) -> None:
+        self._quotas, self._metric, self._rate = quotas, metric, rate
+        self._bucket, self.strict = bucket, strict
+        self._throttle_ms, self._throttled_at = 0, 0.0
+
+    def record(self, partitions: int) -> None:
+        """Take ``partitions`` from the bucket; strict, raise ThrottlingQuotaExceededError
+        (nothing taken) when it is already below zero."""
+        bucket = self._bucket
+        if bucket is None:
+            return
+        now = time.monotonic()
+        burst = self._quotas.mutation_burst(self._rate)
+        tokens = bucket.refill(self._rate, burst, now)
+        if self.strict and tokens < 0:
+            self._throttled(tokens, now)
+            raise ThrottlingQuotaExceededError("The throttling quota has been exceeded.")
+        bucket.tokens = min(burst, tokens - partitions)
+        if not self.strict and bucket.tokens < 0:
+            self._throttled(bucket.tokens, now)
+
+    def refund(self, partitions: int) -> None:
+        """Give back what ``record`` took for a topic the control plane refused."""
+        if self._bucket is not None:
+            now = time.monotonic()
+            burst = self._quotas.mutation_burst(self._rate)
+            self._bucket.refill(self._rate, burst, now)
+            self._bucket.tokens = min(burst, self._bucket.tokens + partitions)
+
+    def _throttled(self, tokens: float, now: float) -> None:
+        throttle = round(-tokens / self._rate * 1000)
+        self._throttle_ms, self._throttled_at = throttle, now
+        totals = self._quotas.throttle_ms
+        totals[self._metric] = totals.get(self._metric, 0) + throttle
+
+    def throttle_ms(self) -> int:
+        """What is left of the last throttle time earned (Kafka's ``throttleTime``)."""
+        if not self._throttle_ms:
+            return 0
+        elapsed_ms = (time.monotonic() - self._throttled_at) * 1000
+        return max(0, round(self._throttle_ms - elapsed_ms))
+
+
 class StepTimer:
     """Awaiting it awaits ``coro`` and adds up in ``seconds`` the time its steps ran,
     not the time it waited between them (a long poll's wait, a write's I/O)."""
@@ -350,15 +436,22 @@ Resolved = tuple[float, tuple[str, str]] | None
 class ClientQuotas:
     """The quotas set, resolved per connection, and the rates measured against them."""
 
-    def __init__(self, samples: int = 11, window_seconds: float = 1.0) -> None:
+    def __init__(self, samples: int = 11, window_seconds: float = 1.0,
+                 controller_samples: int = 11, controller_window_seconds: float = 1.0
+                 ) -> None:
         for key, value in (("quota.window.num", samples),
-                           ("quota.window.size.seconds", window_seconds)):
+                           ("quota.window.size.seconds", window_seconds),
+                           ("controller.quota.window.num", controller_samples),
+                           ("controller.quota.window.size.seconds", controller_window_seconds)):
             if value < 1:  # Kafka's bound too
                 raise ValueError(f"{key} must be at least 1, not {value}")
         self._configs: dict[Entity, dict[str, float]] = {}
         self._resolved: dict[tuple[str, str, str], Resolved] = {}
         self._rates: dict[tuple[str, str, str], Rate] = {}
+        self._buckets: dict[tuple[str, str, str], TokenBucket] = {}
         self.samples, self.window = samples, window_seconds
+        self.controller_samples, self.controller_window = \
+            controller_samples, controller_window_seconds
         self.active = False  # a user or client-id byte-rate quota is set
         self.requests_active = False  # a request_percentage quota is set
         self.connections_active = False  # a connection_creation_rate quota is set
@@ -434,6 +527,10 @@ class ClientQuotas:
         for metric in [m for m, rate in self._rates.items() if rate.last < expired_before]:
             del self._rates[metric]
             self.throttle_ms.pop(metric, None)
+        for metric in [m for m, bucket in self._buckets.items()
+                       if bucket.last < expired_before]:
+            del self._buckets[metric]
+            self.throttle_ms.pop(metric, None)
         self._resolved.clear()
 
     def measured(self) -> list[tuple[str, str, str, float, int]]:
@@ -455,6 +552,26 @@ class ClientQuotas:
             return 0
         bound, (user, client) = resolved
         return self._record((key, user, client), bound, value, unrecord_if_throttled)
+
+    def mutation_burst(self, rate: float) -> float:
+        """Tokens a full controller mutation bucket holds at ``rate`` (Kafka's burst)."""
+        return rate * self.controller_samples * self.controller_window
+
+    def mutation_quota(self, principal: str, client_id: str | None,
+                       strict: bool) -> MutationQuota:
+        """The controller mutation quota of one request of the connection (the module
+        doc); ``strict``: its version knows THROTTLING_QUOTA_EXCEEDED."""
+        resolved = self.resolve(CONTROLLER_MUTATION_RATE, principal.partition(":")[2],
+                                client_id or "")
+        if resolved is None:
+            return MutationQuota(self, ("", "", ""), 1.0, None, strict)
+        rate, (user, client) = resolved
+        metric = (CONTROLLER_MUTATION_RATE, user, client)
+        bucket = self._buckets.get(metric)
+        if bucket is None:
+            bucket = self._buckets[metric] = TokenBucket(self.mutation_burst(rate),
+                                                         time.monotonic())
+        return MutationQuota(self, metric, rate, bucket, strict)
 
     def record_connection(self, ip: str) -> int:
         """A new connection from ``ip``: the ms to hold it before closing it when that

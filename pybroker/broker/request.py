@@ -12,6 +12,7 @@ from pybroker.security.acl import ANONYMOUS, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
+    from pybroker.broker.quotas import MutationQuota
     from pybroker.metadata import Endpoint
     from pybroker.net.connection import Connection
 
@@ -139,6 +140,20 @@ class RequestContext:
         ms = self.broker.quotas.record(key, self.principal, self.client_id, value,
                                        unrecord_if_throttled)
         conn.throttle(ms)
+        return ms
+
+    def mutation_quota(self, strict_since: int) -> MutationQuota:
+        """This request's controller mutation quota (KIP-599), strict from API version
+        ``strict_since`` (``pybroker.broker.quotas``)."""
+        return self.broker.quotas.mutation_quota(self.principal, self.client_id,
+                                                 self.api_version >= strict_since)
+
+    def mutation_throttle(self, quota: MutationQuota) -> int:
+        """The throttle time ``quota`` earned, in ms, for the response's
+        ``throttle_time_ms``, for which the connection is muted."""
+        ms = quota.throttle_ms()
+        if ms and self.conn is not None:
+            self.conn.throttle(ms)
         return ms
 
 

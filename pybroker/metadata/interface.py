@@ -244,6 +244,10 @@ class Metadata(Protocol):
 
     def partition_exists(self, topic: str, index: int) -> bool: ...
 
+    def partition_count(self, topic: str) -> int:
+        """The topic's partitions, 0 when there is no such topic."""
+        ...
+
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         """The name of the topic with this id, None if there is none."""
         ...

@@ -262,6 +262,10 @@ class SingleNodeMetadata:
         known = self._broker.topics.get(topic)
         return known is not None and 0 <= index < len(known.partitions)
 
+    def partition_count(self, topic: str) -> int:
+        known = self._broker.topics.get(topic)
+        return len(known.partitions) if known is not None else 0
+
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         known = self._broker.topics.by_id(topic_id)
         return known.name if known is not None else None

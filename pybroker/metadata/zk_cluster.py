@@ -282,6 +282,10 @@ class ZkClusterMetadata:
         known = self._cache.topic(topic)
         return known is not None and 0 <= index < len(known.partitions)
 
+    def partition_count(self, topic: str) -> int:
+        known = self._cache.topic(topic)
+        return len(known.partitions) if known is not None else 0
+
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         known = self._cache.topic_by_id(topic_id)
         return known.name if known is not None else None

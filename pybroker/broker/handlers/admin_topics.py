@@ -16,6 +16,11 @@ plane (``ctx.broker.metadata``, :mod:`pybroker.metadata`), whose module docstrin
 (one node: all of a request's deletions in one durable write of ``topics.json`` before the
 answer, new partition logs created a slice at a time; a cluster: through ZooKeeper and
 the controller).
+
+The partitions deleted and created count against the client's ``controller_mutation_rate``
+quota (KIP-599, ``pybroker.broker.quotas``) before the control plane is asked, and are
+given back when it refuses; a topic of a request asked for while the client is over its
+quota is answered THROTTLING_QUOTA_EXCEEDED from DeleteTopics v5 and CreatePartitions v3.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import uuid
 from collections import Counter
 
 from pybroker.broker.handlers import handler
+from pybroker.broker.quotas import MutationQuota
 from pybroker.broker.request import RequestContext
 from pybroker.errors import ErrorCode, InvalidRequestError, KafkaError, TopicDeletionDisabledError
 from pybroker.metadata import DeletedTopic
@@ -80,19 +86,30 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
     targets = _delete_targets(ctx, request)
     seen = Counter(name if name is not None else topic_id for name, topic_id in targets)
     responses: list[DeleteTopicsResponseDeletableTopicResult] = []
-    deleting: list[tuple[int, str | None, uuid.UUID]] = []  # (slot in responses, target)
+    quota = ctx.mutation_quota(strict_since=5)
+    # (slot in responses, target, partitions counted against the quota)
+    deleting: list[tuple[int, str | None, uuid.UUID, int]] = []
     for name, topic_id in targets:
         refusal = _refusal(ctx, name, topic_id, seen[name if name is not None else topic_id] > 1)
         if refusal is None:
-            deleting.append((len(responses), name, topic_id))
+            known = name if name is not None else ctx.broker.metadata.topic_name(topic_id)
+            counted = ctx.broker.metadata.partition_count(known) if known is not None else 0
+            try:
+                quota.record(counted)
+                deleting.append((len(responses), name, topic_id, counted))
+            except KafkaError as exc:
+                refusal = exc
         responses.append(_deletion(name, topic_id, refusal))  # a deletion's is replaced below
     if deleting:
         deleted = await ctx.broker.metadata.delete_topics(
-            [(name, topic_id) for _, name, topic_id in deleting])
-        for (slot, name, topic_id), outcome in zip(deleting, deleted, strict=True):
-            responses[slot] = _deletion(outcome.name, outcome.topic_id) \
-                if isinstance(outcome, DeletedTopic) else _deletion(name, topic_id, outcome)
-    return {"throttle_time_ms": 0, "responses": responses}
+            [(name, topic_id) for _, name, topic_id, _ in deleting])
+        for (slot, name, topic_id, counted), outcome in zip(deleting, deleted, strict=True):
+            if isinstance(outcome, DeletedTopic):
+                responses[slot] = _deletion(outcome.name, outcome.topic_id)
+            else:
+                quota.refund(counted)
+                responses[slot] = _deletion(name, topic_id, outcome)
+    return {"throttle_time_ms": ctx.mutation_throttle(quota), "responses": responses}
 
 
 # CreatePartitions --------------------------------------------------------------------------
@@ -105,18 +122,25 @@ def _partitions_result(name: str,
 
 
 async def _create_partitions_one(ctx: RequestContext, item: CreatePartitionsRequestTopic,
-                                 duplicated: bool,
-                                 validate_only: bool) -> CreatePartitionsResponseTopicResult:
+                                 duplicated: bool, validate_only: bool,
+                                 quota: MutationQuota) -> CreatePartitionsResponseTopicResult:
     name = item["name"]
     if duplicated:
         return _partitions_result(name, InvalidRequestError("Duplicate topic name."))
     refused = ctx.refusal(AclOperation.ALTER, ResourceType.TOPIC, name)
     if refused is not None:
         return _partitions_result(name, refused)
+    current = ctx.broker.metadata.partition_count(name)
+    counted = item["count"] - current if current and item["count"] > current else 0
+    try:
+        quota.record(counted)
+    except KafkaError as exc:
+        return _partitions_result(name, exc)
     try:
         await ctx.broker.metadata.create_partitions(name, item["count"], item["assignments"],
                                                     validate_only)
     except KafkaError as exc:
+        quota.refund(counted)
         return _partitions_result(name, exc)
     return _partitions_result(name)
 
@@ -127,6 +151,7 @@ async def create_partitions(ctx: RequestContext,
     items = request.get("topics") or []
     seen = Counter(item.get("name") for item in items)
     validate_only = bool(request.get("validate_only"))
+    quota = ctx.mutation_quota(strict_since=3)
     results = [await _create_partitions_one(ctx, item, seen[item.get("name")] > 1,
-                                            validate_only) for item in items]
-    return {"throttle_time_ms": 0, "results": results}
+                                            validate_only, quota) for item in items]
+    return {"throttle_time_ms": ctx.mutation_throttle(quota), "results": results}

@@ -8,6 +8,12 @@ broker's metadata shows its leaders (:mod:`pybroker.metadata`). Checked here, be
 either: a name twice in one request INVALID_REQUEST, and manual assignments given
 together with a partition count or replication factor INVALID_REQUEST. -1 partitions or
 replication factor (v4+) take the broker defaults. v5+ answers the effective configs.
+
+Each topic's partitions count against the client's ``controller_mutation_rate`` quota
+(KIP-599, ``pybroker.broker.quotas``) before the control plane is asked, and are given
+back when it refuses the topic; a topic of a v6+ request asked for while the client is
+over its quota is answered THROTTLING_QUOTA_EXCEEDED. A topic that already exists is not
+counted.
 """
 
 from __future__ import annotations
@@ -42,6 +48,16 @@ def _new_topic(item: CreateTopicsRequestCreatableTopic) -> NewTopic:
     configs = {c["name"]: c["value"] for c in item.get("configs") or ()}
     return NewTopic(item["name"], item["num_partitions"], item["replication_factor"], configs,
                     assignment)
+
+
+def _partitions(ctx: RequestContext, new: NewTopic) -> int:
+    """The partitions creating ``new`` makes, for the mutation quota (none for a topic
+    that exists: the control plane refuses it)."""
+    if ctx.broker.metadata.partition_count(new.name):
+        return 0
+    if new.assignment is not None:
+        return len(new.assignment)
+    return new.partitions if new.partitions > 0 else ctx.broker.config["num.partitions"]
 
 
 def _answer(name: str, created: CreatedTopic,
@@ -91,8 +107,10 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
     validate_only = request.get("validate_only", False)
     counts = collections.Counter(item["name"] for item in items)
     results: list[CreateTopicsResponseCreatableTopicResult] = []
-    creating: list[tuple[int, NewTopic]] = []  # (slot in results, topic): created together
+    # (slot in results, topic, partitions counted against the quota): created together
+    creating: list[tuple[int, NewTopic, int]] = []
     may_create_any = ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+    quota = ctx.mutation_quota(strict_since=6)
     for item in items:
         try:
             if counts[item["name"]] > 1:
@@ -103,20 +121,24 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
                 ctx.refusal(AclOperation.CREATE, ResourceType.TOPIC, item["name"])
             if refused is not None:
                 raise refused
-            creating.append((len(results), _new_topic(item)))
+            new = _new_topic(item)
+            counted = _partitions(ctx, new)
+            quota.record(counted)
+            creating.append((len(results), new, counted))
             results.append({"name": item["name"], "error_code": ErrorCode.NONE})  # answered below
         except KafkaError as exc:
             results.append(_failed(item["name"], exc))
     if creating:
-        created = await ctx.broker.metadata.create_topics([new for _, new in creating],
+        created = await ctx.broker.metadata.create_topics([new for _, new, _ in creating],
                                                           validate_only)
         configs = _ConfigAnswers(ctx)
-        for (slot, new), outcome in zip(creating, created, strict=True):
+        for (slot, new, counted), outcome in zip(creating, created, strict=True):
             if isinstance(outcome, KafkaError):
+                quota.refund(counted)
                 results[slot] = _failed(new.name, outcome)
             elif ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, new.name):
                 results[slot] = _answer(new.name, outcome, configs(outcome.overrides))
             else:  # created, but its configs are not the client's to see (Kafka's answer)
                 results[slot] = _answer(new.name, outcome, [])
                 results[slot]["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-    return {"throttle_time_ms": 0, "topics": results}
+    return {"throttle_time_ms": ctx.mutation_throttle(quota), "topics": results}
