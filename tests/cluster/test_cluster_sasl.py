@@ -15,13 +15,15 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from tests.cluster.harness import LocalCluster
+from tests.cluster.harness import (
+    INTER_BROKER_PASSWORD,
+    INTER_BROKER_USER,
+    LocalCluster,
+    sasl_ssl_settings,
+)
 from tests.cluster.test_cluster_tls import replicated_round_trip
-from tests.tls.certs import make_stores
 
 _SASL_SSL_LISTENER = re.compile(r"listener SASL_SSL \(SASL_SSL\) on \S+:(\d+)")
-SCRAM_JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
-              'username="broker" password="broker-secret";')
 
 
 def _add_user(bootstrap: str, user: str, password: str) -> None:
@@ -34,28 +36,25 @@ def _add_user(bootstrap: str, user: str, password: str) -> None:
 
 
 def test_inter_broker_sasl_ssl(zk_connect, tmp_path):
-    stores = make_stores(str(tmp_path))
-    settings = {"listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
-                "inter.broker.listener.name": "SASL_SSL",
-                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
-                "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
-                "sasl.jaas.config": SCRAM_JAAS,
-                "ssl.keystore.location": stores.keystore,
-                "ssl.truststore.location": stores.ca,
+    # the harness's secured settings given as the test's own: no credential is written
+    # for the brokers before they start (the harness's sasl_ssl mode writes one)
+    settings = {**sasl_ssl_settings(str(tmp_path)),
                 "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-                "super.users": "User:broker;User:ANONYMOUS;User:alice"}
+                "super.users": f"User:{INTER_BROKER_USER};User:ANONYMOUS;User:alice"}
+    ca = settings["ssl.truststore.location"]
     with LocalCluster(zk_connect, tmp_path / "cluster", size=3, settings=settings) as cluster:
         ports = {i: int(_SASL_SSL_LISTENER.findall(cluster.log_text(i))[-1])
                  for i in cluster.brokers}
         # the brokers' own user, made through broker 1's PLAINTEXT listener: until then
         # their connections to each other are refused and retried
-        _add_user(f"127.0.0.1:{cluster.brokers[1].port}", "broker", "broker-secret")
+        _add_user(f"127.0.0.1:{cluster.brokers[1].port}", INTER_BROKER_USER,
+                  INTER_BROKER_PASSWORD)
         _add_user(f"127.0.0.1:{cluster.brokers[1].port}", "alice", "alice-secret")
         cluster.create_topic("replicated", partitions=3, replication_factor=3)
 
         def client(broker_id: int) -> dict:
             return {"bootstrap.servers": f"127.0.0.1:{ports[broker_id]}",
-                    "security.protocol": "SASL_SSL", "ssl.ca.location": stores.ca,
+                    "security.protocol": "SASL_SSL", "ssl.ca.location": ca,
                     "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "alice",
                     "sasl.password": "alice-secret"}
 
