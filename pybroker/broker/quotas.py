@@ -365,9 +365,11 @@ class MutationQuota:
 
     def record(self, partitions: int) -> None:
         """Take ``partitions`` from the bucket; strict, raise ThrottlingQuotaExceededError
-        (nothing taken) when it is already below zero."""
+        (nothing taken) when it is already below zero. Mutating nothing (a topic that
+        exists, a partition count that does not grow) is never refused: the control plane
+        answers it with its own error, as Kafka checks those before the quota."""
         bucket = self._bucket
-        if bucket is None:
+        if bucket is None or partitions <= 0:
             return
         now = time.monotonic()
         burst = self._quotas.mutation_burst(self._rate)

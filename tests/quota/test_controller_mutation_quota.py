@@ -98,6 +98,8 @@ def test_refused_topics_are_not_counted_and_validation_is(broker_factory):
     assert _create(bootstrap, 7, {"next": 1 + DEFICIT}, validate_only=True) == (0, {"next": 0})
     assert not _exists(bootstrap, "next")
     assert _create(bootstrap, 7, {"after": 1})[1] == {"after": THROTTLED}
+    # while over it, what would mutate nothing gets its own error, as in Kafka
+    assert _create(bootstrap, 7, {"there": 1})[1] == {"there": ErrorCode.TOPIC_ALREADY_EXISTS}
 
 
 def _delete(bootstrap: str, version: int, topic: str) -> tuple[int, int]:
