@@ -403,12 +403,23 @@ class BrokerConfig:
     # derived settings ------------------------------------------------------------------
 
     @property
+    def log_dirs(self) -> list[str]:
+        """The log directories, in the order given (``log.dirs``, else ``log.dir``). A
+        directory named twice raises ValueError, as Kafka refuses it."""
+        dirs = [d.strip() for d in (self._values["log.dirs"] or self._values["log.dir"])
+                .split(",") if d.strip()]
+        if not dirs:
+            raise ValueError("config log.dirs: no directory given")
+        real = [os.path.realpath(d) for d in dirs]
+        if len(set(real)) != len(real):
+            raise ValueError(f"config log.dirs: a directory is named twice: {','.join(dirs)}")
+        return dirs
+
+    @property
     def data_dir(self) -> str:
-        dirs = self._values["log.dirs"] or self._values["log.dir"]
-        first = dirs.split(",")[0].strip()
-        if "," in dirs:
-            log.warning("only one log dir is supported; using %s", first)
-        return first
+        """The first log directory: the broker's own files live there beside its logs
+        (topics.json, meta.properties, dynamic configs, ACLs, credentials, ...)."""
+        return (self._values["log.dirs"] or self._values["log.dir"]).split(",")[0].strip()
 
     @property
     def broker_id(self) -> int:

@@ -126,6 +126,7 @@ DECODE_OFF_LOOP_BYTES = 16 * 1024
 # Earlier versions kept every partition's producer state in this one file; read once on
 # upgrade (``_adopt_legacy_producer_state``), then removed.
 LEGACY_PRODUCER_STATE_FILE = "producer-state.json"
+META_FILE = "meta.properties"  # Kafka's, in every log directory
 SHUTDOWN_DRAIN_SECONDS = 10.0
 # the APIs whose responses carry throttle_time_ms (in some version: the codec leaves it
 # out of the others)
@@ -202,6 +203,7 @@ class Broker:
         started = time.monotonic()
         # settings errors (listeners, TLS stores) stop the start before recovery
         listeners = listeners_from(self.config)
+        log_dirs = self.config.log_dirs
         tls = {listener.name: ServerTls(ListenerSettings(self.config, listener.name))
                for listener in listeners.bind if listener.tls}
         inter_broker = next(listener for listener in listeners.bind
@@ -219,7 +221,8 @@ class Broker:
             log.info("settings: %s", ", ".join(
                 f"{k}={'[hidden]' if k in SENSITIVE_KEYS else v}"
                 for k, v in sorted(changed.items())))
-        os.makedirs(self.data_dir, exist_ok=True)
+        for log_dir in log_dirs:
+            os.makedirs(log_dir, exist_ok=True)
         self.cluster_id = self._read_meta(await self.metadata.join(self._read_meta()))
         await self.metadata.follow_broker_configs(self.dynamic_config)
         if self.config["authorizer.class.name"]:
@@ -229,7 +232,8 @@ class Broker:
             await self.authorizer.start()
         await self.credentials.start(self.metadata.credential_store())
         self.logs = logs = LogManager(
-            self.data_dir, producer_id_expiration_ms=self.config["producer.id.expiration.ms"])
+            log_dirs,
+            producer_id_expiration_ms=self.config["producer.id.expiration.ms"])
         self._logs_open = True
         self.topics = TopicManager(self.config, logs,
                                    leads_every_partition=self.metadata.leads_every_partition())
@@ -237,7 +241,7 @@ class Broker:
         self.topics.read()
         self.replication_quotas = ReplicationQuotas(self.config, self.topics.overrides_of)
         self.dynamic_config.subscribe(REPLICATION_RATE_KEYS, self.replication_quotas.reconfigure)
-        log.info("recovering logs in %s", self.data_dir)
+        log.info("recovering logs in %s", ",".join(logs.log_dirs))
         logs.load(config_for=self.topics.config_for)
         self.topics.open()
         self.producer_ids = ProducerIdManager(
@@ -343,17 +347,28 @@ class Broker:
         return bound[listeners.bind[0].name]
 
     def _read_meta(self, cluster_id: str | None = None) -> str:
-        """Cluster id from ``meta.properties`` (created on first start), Kafka's file name;
-        ``cluster_id``: the control plane's (ZooKeeper's), which wins."""
-        path = os.path.join(self.data_dir, "meta.properties")
-        props: dict[str, str] = {}
-        if os.path.exists(path):
-            from pybroker.config import read_properties
-            props = read_properties(path)
-        cluster_id = (cluster_id or self.config["cluster.id"] or props.get("cluster.id")
+        """Cluster id from ``meta.properties`` (created on first start), Kafka's file name,
+        in every log directory; ``cluster_id``: the control plane's (ZooKeeper's), which
+        wins. Directories naming different clusters stop the start, as Kafka's
+        InconsistentClusterIdException: they hold another cluster's data."""
+        from pybroker.config import read_properties
+
+        found = {path: read_properties(path) for path in
+                 (os.path.join(d, META_FILE) for d in self.config.log_dirs)
+                 if os.path.exists(path)}
+        stored = {props["cluster.id"] for props in found.values() if "cluster.id" in props}
+        if len(stored) > 1:
+            raise ValueError(f"the log directories belong to different clusters: "
+                             f"{', '.join(sorted(stored))}")
+        cluster_id = (cluster_id or self.config["cluster.id"] or next(iter(stored), None)
                       or _new_cluster_id())
-        if props.get("cluster.id") != cluster_id or props.get("node.id") != str(self.broker_id):
-            replace_file(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.broker_id}\n")
+        for log_dir in self.config.log_dirs:
+            path = os.path.join(log_dir, META_FILE)
+            props = found.get(path, {})
+            if props.get("cluster.id") != cluster_id or \
+                    props.get("node.id") != str(self.broker_id):
+                replace_file(path, f"version=1\ncluster.id={cluster_id}\n"
+                                   f"node.id={self.broker_id}\n")
         return cluster_id
 
     async def _every(self, interval_ms: int, fn: Any) -> None:

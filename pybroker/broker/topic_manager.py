@@ -336,7 +336,7 @@ class TopicManager:
         config = self.log_config(topic.overrides)
         for index in range(len(topic.partitions), partitions):
             self._add_partition(topic, index, config)
-        self.logs.sync_data_dir()
+        self.logs.sync_log_dirs()
 
     def _add_partition(self, topic: Topic, index: int, config: LogConfig) -> None:
         # One directory fsync for all the partitions a request creates, not one per
@@ -422,9 +422,9 @@ class TopicManager:
                     await self._add_partitions(topic, config)
                 if created and self._topics.get(topic.name) is topic:
                     self._log_created(topic)
-            # Once, at the end and on a thread: fsyncing the data directory took up to
+            # Once, at the end and on a thread: fsyncing a log directory took up to
             # 65 ms with other writers on the disk.
-            await asyncio.to_thread(self.logs.sync_data_dir)
+            await asyncio.to_thread(self.logs.sync_log_dirs)
         for topic in topics:
             if not self.stopping and self._topics.get(topic.name) is topic and \
                     len(topic.partitions) >= self._growing.get(topic.name, 0):

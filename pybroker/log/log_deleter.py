@@ -1,8 +1,8 @@
 """Deleted partition directories: renamed, made durable and removed, on a thread of its own.
 
 A deleted partition's directory ``<topic>-<partition>`` is renamed
-``<topic>-<partition>.<uuid>-delete`` (Kafka's name), the data directory is fsynced once for
-all the renames queued together, and the renamed directory is removed
+``<topic>-<partition>.<uuid>-delete`` (Kafka's name), each log directory holding one is
+fsynced once for all the renames queued together, and the renamed directory is removed
 ``file.delete.delay.ms`` after the deletion (a timer here, not the retention run). None of
 it runs on the event loop: renaming and fsyncing the data directory per partition there
 held the broker 37 s for one 5,000-partition topic, and the files waited for the next
@@ -47,11 +47,10 @@ def partition_topic(directory: str) -> str:
 class LogDeleter:
     """See module doc."""
 
-    def __init__(self, data_dir: str) -> None:
-        self.data_dir = data_dir
+    def __init__(self) -> None:
         self._cond = threading.Condition()
         self._renames: dict[str, float] = {}        # directory -> when it may be removed
-        self._unsynced: set[str] = set()            # renamed; the data dir not fsynced since
+        self._unsynced: set[str] = set()            # renamed; its log dir not fsynced since
         self._topics: collections.Counter[str] = collections.Counter()  # of both above
         self._removals: list[tuple[float, str]] = []  # heap of (due, renamed directory)
         self._stopping = False
@@ -141,12 +140,13 @@ class LogDeleter:
         self._cond.notify()
 
     def _sync(self) -> None:
-        """fsync the data directory: every rename done before it is durable."""
+        """fsync the log directories renamed in: every rename done before is durable."""
         with self._cond:
             synced = set(self._unsynced)
         if not synced:
             return
-        fsync_dir(self.data_dir)
+        for log_dir in {os.path.dirname(directory) for directory in synced}:
+            fsync_dir(log_dir)
         with self._cond:
             synced &= self._unsynced  # (the other caller's fsync may have counted some)
             self._unsynced -= synced

@@ -1,14 +1,21 @@
-"""All partition logs of a broker, in one data directory (Kafka's ``LogManager``).
+"""All partition logs of a broker, in one or more log directories (Kafka's ``LogManager``).
 
-Layout of ``data_dir``::
+Each directory of ``log.dirs`` is laid out as Kafka's, with its own checkpoint files::
 
     orders-0/                            one directory per partition (log.py)
     orders-1/
-    recovery-point-offset-checkpoint     per partition: offset below which all is fsynced
-    log-start-offset-checkpoint          per partition: first readable offset
-    replication-offset-checkpoint        per partition: high watermark
+    recovery-point-offset-checkpoint     per partition here: offset below which all is fsynced
+    log-start-offset-checkpoint          per partition here: first readable offset
+    replication-offset-checkpoint        per partition here: high watermark
     .kafka_cleanshutdown                 present only between a clean close and the next
                                          start: the logs need no recovery scan
+
+A partition lives in one directory. A new one goes to the directory with the fewest
+partitions (Kafka's rule), ties broken by the fewest bytes, then by the order of
+``log.dirs``. The byte totals are at most ``DIR_BYTES_MAX_AGE_S`` old: summing every log's
+size at each creation would cost seconds for a topic of thousands of partitions. Two
+directories holding the same partition stop the start, as in Kafka. The first directory
+(``data_dir``) also holds the broker's own files, which are not this module's business.
 
 A deleted partition is gone from here at once and its descriptors are closed at once
 (``Log.discard``; a region still being sent keeps its own); its directory is renamed
@@ -16,21 +23,24 @@ A deleted partition is gone from here at once and its descriptors are closed at 
 ``LogDeleter``, off the event loop. Leftovers of a stop before the removal are removed
 after ``load``, in the background.
 
-Thread-safety: not thread-safe; the broker's event loop calls everything. Background
-threads: ``flusher`` fsyncs rolled segments, as Kafka's scheduler does, and the
-``LogDeleter`` renames and removes deleted partition directories.
+Thread-safety: not thread-safe except ``new_log`` and ``sync_log_dirs`` (see them); the
+broker's event loop calls everything else. Background threads: ``flusher`` fsyncs rolled
+segments, as Kafka's scheduler does, and the ``LogDeleter`` renames and removes deleted
+partition directories.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import re
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from pybroker.errors import InvalidTopicError
+from pybroker.errors import InvalidTopicError, KafkaStorageError
 from pybroker.log.checkpoints import (
     HIGH_WATERMARK_FILE,
     LOG_START_OFFSET_FILE,
@@ -49,51 +59,73 @@ log = logging.getLogger("pybroker.log")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 CHECKPOINT_INTERVAL_MS = 60_000  # Kafka's log.flush.offset.checkpoint.interval.ms
+DIR_BYTES_MAX_AGE_S = 1.0
 _PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]{1,249})-(?P<partition>\d+)$")
 _DELETED_DIR = re.compile(r"^.+-\d+\.[0-9a-f]{32}-delete$")
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+Key = tuple[str, int]
+
+
+def log_dir_of(partition_log: Log) -> str:
+    """The log directory holding ``partition_log``."""
+    return os.path.dirname(partition_log.directory)
 
 
 class LogManager:
     """See module doc."""
 
-    def __init__(self, data_dir: str, clock: Callable[[], float] = time.time,
+    def __init__(self, log_dirs: str | Sequence[str], clock: Callable[[], float] = time.time,
                  producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
-        self.data_dir = data_dir
+        """``log_dirs``: one directory or the list of ``log.dirs``, created if missing."""
+        self.log_dirs = [os.path.normpath(d) for d in
+                         ([log_dirs] if isinstance(log_dirs, str) else log_dirs)]
+        self.data_dir = self.log_dirs[0]
         self._clock = clock
         self._producer_id_expiration_ms = producer_id_expiration_ms
-        self._logs: dict[tuple[str, int], Log] = {}
-        self._deleter = LogDeleter(data_dir)
+        self._logs: dict[Key, Log] = {}
+        self._deleter = LogDeleter()
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="pybroker-log-flush")
         self._last_checkpoint_ms = self._now_ms()
-        os.makedirs(data_dir, exist_ok=True)
+        # placement (new_log may run on other threads): partitions per directory, counted
+        # from new_log on, and the byte totals that break ties
+        self._placing = threading.Lock()
+        self._partition_counts: collections.Counter[str] = collections.Counter()
+        self._dir_bytes: dict[str, int] = {}
+        self._dir_bytes_at = -DIR_BYTES_MAX_AGE_S
+        for log_dir in self.log_dirs:
+            os.makedirs(log_dir, exist_ok=True)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
-    def _path(self, name: str) -> str:
-        return os.path.join(self.data_dir, name)
-
     # -- loading -------------------------------------------------------------------------
 
     def load(self, config_for: Callable[[str], LogConfig] | None = None) -> list[Log]:
-        """Open every partition directory, recovering them if the last stop was unclean
-        (no clean-shutdown marker). ``config_for(topic)`` gives each topic's settings
-        (index interval, sizes); the default config otherwise."""
-        marker = self._path(CLEAN_SHUTDOWN_FILE)
+        """Open every partition directory of every log directory, recovering those of a
+        directory whose last stop was unclean (no clean-shutdown marker there).
+        ``config_for(topic)`` gives each topic's settings (index interval, sizes); the
+        default config otherwise."""
+        started = time.monotonic()
+        for log_dir in self.log_dirs:
+            self._load_dir(log_dir, config_for)
+        log.info("loaded %d logs in %.3f s", len(self._logs), time.monotonic() - started)
+        return list(self._logs.values())
+
+    def _load_dir(self, log_dir: str, config_for: Callable[[str], LogConfig] | None) -> None:
+        marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
         clean = os.path.exists(marker)
-        recovery_points = read_offsets(self._path(RECOVERY_POINT_FILE))
-        start_offsets = read_offsets(self._path(LOG_START_OFFSET_FILE))
-        high_watermarks = read_offsets(self._path(HIGH_WATERMARK_FILE))
-        names = sorted(os.listdir(self.data_dir))
+        recovery_points = read_offsets(os.path.join(log_dir, RECOVERY_POINT_FILE))
+        start_offsets = read_offsets(os.path.join(log_dir, LOG_START_OFFSET_FILE))
+        high_watermarks = read_offsets(os.path.join(log_dir, HIGH_WATERMARK_FILE))
+        names = sorted(os.listdir(log_dir))
         if clean or any(_PARTITION_DIR.match(name) for name in names):
-            log.info("loading logs from %s after %s shutdown", self.data_dir,
+            log.info("loading logs from %s after %s shutdown", log_dir,
                      "a clean" if clean else "an unclean")
         else:  # nothing to recover, e.g. a new data dir: not an "unclean shutdown"
-            log.info("loading logs from %s: no partitions yet", self.data_dir)
-        started = time.monotonic()
+            log.info("loading logs from %s: no partitions yet", log_dir)
         for name in names:
-            path = self._path(name)
+            path = os.path.join(log_dir, name)
             if not os.path.isdir(path):
                 continue
             if _DELETED_DIR.match(name):
@@ -104,6 +136,9 @@ class LogManager:
             if match is None:
                 continue
             key = (match["topic"], int(match["partition"]))
+            if key in self._logs:  # which one is right is not ours to guess (nor Kafka's)
+                raise KafkaStorageError(f"partition {name} is in two log directories: "
+                                        f"{log_dir_of(self._logs[key])} and {log_dir}")
             config = config_for(key[0]) if config_for else LogConfig()
             self._logs[key] = Log(path, config, clean=clean,
                                   recovery_point=recovery_points.get(key, 0),
@@ -111,11 +146,10 @@ class LogManager:
                                   high_watermark=high_watermarks.get(key, 0),
                                   clock=self._clock, flusher=self._flusher,
                                   producer_id_expiration_ms=self._producer_id_expiration_ms)
+            self._partition_counts[log_dir] += 1
         if clean:
             os.unlink(marker)
-            fsync_dir(self.data_dir)
-        log.info("loaded %d logs in %.3f s", len(self._logs), time.monotonic() - started)
-        return list(self._logs.values())
+            fsync_dir(log_dir)
 
     # -- partitions ----------------------------------------------------------------------
 
@@ -125,8 +159,8 @@ class LogManager:
     def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None,
                       sync_dir: bool = True) -> Log:
         """The log of ``topic``/``partition``, created empty if new; a given ``config``
-        replaces the settings of an existing log. ``sync_dir=False`` leaves the data
-        directory's fsync to the caller (``sync_data_dir``), for creating many at once."""
+        replaces the settings of an existing log. ``sync_dir=False`` leaves the log
+        directory's fsync to the caller (``sync_log_dirs``), for creating many at once."""
         found = self._logs.get((topic, partition))
         if found is not None:
             if config is not None and config != found.config:
@@ -134,20 +168,45 @@ class LogManager:
             return found
         created = self.new_log(topic, partition, config)
         if sync_dir:
-            fsync_dir(self.data_dir)
+            fsync_dir(log_dir_of(created))
         return self.adopt(topic, partition, created)
 
     def new_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
         """The files of a new log, not yet one of this manager's (``adopt`` makes it so).
         Safe on any thread: it touches only the file system and the log it creates, so
         many logs can be created off the event loop (four file creations each, up to
-        tens of milliseconds on a busy disk)."""
+        tens of milliseconds on a busy disk). Its directory is chosen as the module doc
+        says."""
         if not _TOPIC.match(topic) or topic in (".", "..") or partition < 0:
             raise InvalidTopicError(f"illegal topic or partition {topic!r}/{partition}")
         self.finish_deletions(topic)  # a deleted log's directory may still have this name
-        return Log(self._path(f"{topic}-{partition}"), config or LogConfig(),
-                   clock=self._clock, flusher=self._flusher,
-                   producer_id_expiration_ms=self._producer_id_expiration_ms)
+        with self._placing:
+            log_dir = self._next_log_dir()
+            self._partition_counts[log_dir] += 1
+        try:
+            return Log(os.path.join(log_dir, f"{topic}-{partition}"), config or LogConfig(),
+                       clock=self._clock, flusher=self._flusher,
+                       producer_id_expiration_ms=self._producer_id_expiration_ms)
+        except BaseException:
+            with self._placing:
+                self._partition_counts[log_dir] -= 1
+            raise
+
+    def _next_log_dir(self) -> str:
+        """The directory of the next new partition (holding ``_placing``)."""
+        if len(self.log_dirs) == 1:
+            return self.log_dirs[0]
+        fewest = min(self._partition_counts[d] for d in self.log_dirs)
+        tied = [d for d in self.log_dirs if self._partition_counts[d] == fewest]
+        if len(tied) == 1:
+            return tied[0]
+        now = time.monotonic()
+        if now - self._dir_bytes_at >= DIR_BYTES_MAX_AGE_S:
+            sizes: collections.Counter[str] = collections.Counter()
+            for partition_log in list(self._logs.values()):
+                sizes[log_dir_of(partition_log)] += partition_log.size()
+            self._dir_bytes, self._dir_bytes_at = dict(sizes), now
+        return min(tied, key=lambda d: self._dir_bytes.get(d, 0))  # (first of equals)
 
     def adopt(self, topic: str, partition: int, created: Log) -> Log:
         """Make a log from ``new_log`` this manager's (on the event loop)."""
@@ -155,10 +214,11 @@ class LogManager:
         log.info("created log %s", created.directory)
         return created
 
-    def sync_data_dir(self) -> None:
+    def sync_log_dirs(self) -> None:
         """Make the creation of partition directories durable (after sync_dir=False).
         Safe on any thread (callers run it off the event loop)."""
-        fsync_dir(self.data_dir)
+        for log_dir in self.log_dirs:
+            fsync_dir(log_dir)
 
     def delete(self, topic: str, partition: int) -> bool:
         """Remove a partition: gone from here and its descriptors closed at once, its
@@ -167,6 +227,8 @@ class LogManager:
         if doomed is None:
             return False
         doomed.discard()
+        with self._placing:
+            self._partition_counts[log_dir_of(doomed)] -= 1
         self._deleter.delete(doomed.directory, doomed.config.file_delete_delay_ms)
         return True
 
@@ -180,8 +242,15 @@ class LogManager:
         rename is not yet done or not yet durable)."""
         return self._deleter.pending(topic)
 
-    def logs(self) -> Iterator[tuple[tuple[str, int], Log]]:
+    def logs(self) -> Iterator[tuple[Key, Log]]:
         return iter(list(self._logs.items()))
+
+    def logs_by_dir(self) -> dict[str, list[tuple[Key, Log]]]:
+        """Every log directory (in ``log.dirs`` order) with the logs it holds."""
+        by_dir: dict[str, list[tuple[Key, Log]]] = {d: [] for d in self.log_dirs}
+        for key, partition_log in self._logs.items():
+            by_dir[log_dir_of(partition_log)].append((key, partition_log))
+        return by_dir
 
     # -- periodic work ---------------------------------------------------------------------
 
@@ -223,22 +292,28 @@ class LogManager:
         offsets = self._checkpoint_offsets()
         self._flusher.submit(self._write_checkpoints_logged, offsets)
 
-    def _checkpoint_offsets(self) -> dict[str, dict[tuple[str, int], int]]:
-        logs = self._logs.items()
+    def _checkpoint_offsets(self) -> dict[str, dict[Key, int]]:
+        """Checkpoint file path -> its entries, for every file of every log directory."""
         self._last_checkpoint_ms = self._now_ms()
-        return {RECOVERY_POINT_FILE: {key: lg.recovery_point for key, lg in logs},
-                LOG_START_OFFSET_FILE: {key: lg.log_start_offset for key, lg in logs},
-                HIGH_WATERMARK_FILE: {key: lg.high_watermark for key, lg in logs}}
+        offsets: dict[str, dict[Key, int]] = {}
+        for log_dir, logs in self.logs_by_dir().items():
+            offsets[os.path.join(log_dir, RECOVERY_POINT_FILE)] = {
+                key: lg.recovery_point for key, lg in logs}
+            offsets[os.path.join(log_dir, LOG_START_OFFSET_FILE)] = {
+                key: lg.log_start_offset for key, lg in logs}
+            offsets[os.path.join(log_dir, HIGH_WATERMARK_FILE)] = {
+                key: lg.high_watermark for key, lg in logs}
+        return offsets
 
-    def _write_checkpoints(self, offsets: dict[str, dict[tuple[str, int], int]]) -> None:
-        for name, entries in offsets.items():
-            write_offsets(self._path(name), entries)
+    def _write_checkpoints(self, offsets: dict[str, dict[Key, int]]) -> None:
+        for path, entries in offsets.items():
+            write_offsets(path, entries)
 
-    def _write_checkpoints_logged(self, offsets: dict[str, dict[tuple[str, int], int]]) -> None:
+    def _write_checkpoints_logged(self, offsets: dict[str, dict[Key, int]]) -> None:
         try:
             self._write_checkpoints(offsets)
         except OSError as exc:
-            log.error("writing the offset checkpoints in %s failed: %s", self.data_dir, exc)
+            log.error("writing the offset checkpoints failed: %s", exc)
 
     def close(self, clean: bool = True) -> None:
         """Close every log. ``clean``: flush them, write the checkpoints and the
@@ -253,7 +328,9 @@ class LogManager:
         self._logs.clear()
         self._deleter.close()
         if clean:
-            with open(self._path(CLEAN_SHUTDOWN_FILE), "wb") as f:
-                os.fsync(f.fileno())
-            fsync_dir(self.data_dir)
-        log.info("closed logs in %s (%s)", self.data_dir, "clean" if clean else "unclean")
+            for log_dir in self.log_dirs:
+                with open(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), "wb") as f:
+                    os.fsync(f.fileno())
+                fsync_dir(log_dir)
+        log.info("closed logs in %s (%s)", ",".join(self.log_dirs),
+                 "clean" if clean else "unclean")

@@ -1,9 +1,10 @@
-"""DescribeLogDirs (key 35), v1-v4: this broker's log directory and the replicas in it.
+"""DescribeLogDirs (key 35), v1-v4: this broker's log directories and the replicas in each.
 
-One entry per log directory (pybroker has one, ``log.dirs``), naming the partitions whose
-replica is here with the bytes of their segments and Kafka's ``offset_lag`` (how far the
+One entry per directory of ``log.dirs`` (its absolute path), naming the partitions whose
+replica is there with the bytes of their segments and Kafka's ``offset_lag`` (how far the
 log end is below the high watermark: 0 for a leader, and for a follower that has caught
-up). A request naming topics gets only those of their partitions that have a replica here
+up). Every directory is listed, with no partition if none is asked for or none is there.
+A request naming topics gets only those of their partitions that have a replica here
 (unknown ones are left out, as Kafka does); a null list asks for every partition. v4 adds
 the volume's total and usable bytes (-1 before). There are no future logs: replicas are not
 moved between directories (``is_future_key`` false).
@@ -51,21 +52,19 @@ async def describe_log_dirs(ctx: RequestContext,
         wanted = defaultdict(set)
         for t in request["topics"]:
             wanted[t["topic"]].update(t["partitions"])
-    by_topic: dict[str, list[DescribeLogDirsResponsePartition]] = defaultdict(list)
-    for partition in ctx.broker.topics.partitions():
-        plog = partition.log
-        if plog is None:  # a partition of the cluster with no replica here
-            continue
-        if wanted is not None and partition.index not in wanted.get(partition.topic, ()):
-            continue
-        by_topic[partition.topic].append({
-            "partition_index": partition.index, "partition_size": plog.size(),
-            "offset_lag": max(plog.high_watermark - plog.log_end_offset, 0),
-            "is_future_key": False})
-    log_dir = os.path.abspath(ctx.broker.data_dir)
-    total, usable = _volume_bytes(log_dir)
-    result: DescribeLogDirsResponseResult = {
-        "error_code": ErrorCode.NONE, "log_dir": log_dir,
-        "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
-        "total_bytes": total, "usable_bytes": usable}
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results": [result]}
+    results: list[DescribeLogDirsResponseResult] = []
+    for log_dir, logs in ctx.broker.logs.logs_by_dir().items():
+        by_topic: dict[str, list[DescribeLogDirsResponsePartition]] = defaultdict(list)
+        for (topic, index), plog in sorted(logs, key=lambda item: item[0]):
+            if wanted is not None and index not in wanted.get(topic, ()):
+                continue
+            by_topic[topic].append({
+                "partition_index": index, "partition_size": plog.size(),
+                "offset_lag": max(plog.high_watermark - plog.log_end_offset, 0),
+                "is_future_key": False})
+        total, usable = _volume_bytes(log_dir)
+        results.append({
+            "error_code": ErrorCode.NONE, "log_dir": os.path.abspath(log_dir),
+            "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+            "total_bytes": total, "usable_bytes": usable})
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results": results}
