@@ -234,6 +234,7 @@ class Broker:
         self.logs = logs = LogManager(
             log_dirs,
             producer_id_expiration_ms=self.config["producer.id.expiration.ms"])
+        logs.on_dir_failure = self._log_dir_failed
         self._logs_open = True
         self.topics = TopicManager(self.config, logs,
                                    leads_every_partition=self.metadata.leads_every_partition())
@@ -370,6 +371,20 @@ class Broker:
                 replace_file(path, f"version=1\ncluster.id={cluster_id}\n"
                                    f"node.id={self.broker_id}\n")
         return cluster_id
+
+    def _log_dir_failed(self, log_dir: str, lost: list[tuple[str, int]]) -> None:
+        """A log directory failed (``LogManager.fail_dir``): its partitions go offline and
+        the control plane hears of it; the broker goes on with the other directories.
+        The first one holds the broker's own files (topics, producer ids, ...), which it
+        cannot keep without: then, or with no directory left, the broker stops."""
+        partitions = self.topics.take_offline(lost)
+        if not self.shutting_down:
+            self.metadata.log_dir_failed(partitions)
+        if log_dir == self.logs.data_dir or not self.logs.online_dirs():
+            log.error("log directory %s failed and %s: stopping the broker", log_dir,
+                      "it holds the broker's own files" if log_dir == self.logs.data_dir
+                      else "no log directory is left")
+            self.request_stop()
 
     async def _every(self, interval_ms: int, fn: Any) -> None:
         while True:

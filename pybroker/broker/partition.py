@@ -80,7 +80,7 @@ class FollowerState:
 
 
 class Partition:
-    __slots__ = ("topic", "index", "log", "deleted", "_waiters", "_queue",
+    __slots__ = ("topic", "index", "log", "deleted", "offline", "_waiters", "_queue",
                  "_writer", "_inline_below", "broker_id", "is_leader", "leader_id",
                  "leader_epoch", "replicas", "isr", "zk_version", "followers",
                  "epoch_start_offset", "isr_pending", "isr_listener", "_hw_waiters",
@@ -94,6 +94,8 @@ class Partition:
         self.index = index
         self.log = log  # None: a partition of a topic this broker holds no replica of
         self.deleted = False  # set when its topic is deleted; a waiting fetch drops it
+        # its log directory failed: KAFKA_STORAGE_ERROR to everything until a restart
+        self.offline = False
         self._waiters: list[asyncio.Future[None]] = []
         # appends waiting their turn, and the task writing them (None: none waiting)
         self._queue: collections.deque[_Queued] | None = None

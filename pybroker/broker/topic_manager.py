@@ -66,6 +66,7 @@ from pybroker.errors import (
     InvalidReplicationFactorError,
     InvalidTopicError,
     KafkaError,
+    KafkaStorageError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     TopicAlreadyExistsError,
@@ -118,6 +119,9 @@ def check_partition_limit(partitions: int) -> None:
 
 
 def check_leader(partition: Partition, current_leader_epoch: int = -1) -> None:
+    if partition.offline:
+        raise KafkaStorageError(f"{partition.topic}-{partition.index} is in an offline "
+                                f"log directory")
     if not partition.is_leader:
         raise NotLeaderOrFollowerError(f"This broker is not the leader of {partition.topic}-"
                                        f"{partition.index}")
@@ -207,6 +211,8 @@ class TopicManager:
                 raise NotLeaderOrFollowerError(
                     f"This broker is not the leader of {name}-{index}") from None
             raise
+        if partition.offline:
+            raise KafkaStorageError(f"{name}-{index} is in an offline log directory")
         if not partition.is_leader or partition.log is None:
             raise NotLeaderOrFollowerError(f"This broker is not the leader of {name}-{index}")
         if all_in_sync and len(partition.isr) < partition.config.min_insync_replicas:
@@ -223,6 +229,20 @@ class TopicManager:
         partition = self.partition(name, index)
         check_leader(partition, current_leader_epoch)
         return partition
+
+    def take_offline(self, keys: list[tuple[str, int]]) -> list[Partition]:
+        """The partitions of ``keys`` (their log directory failed) answer
+        KAFKA_STORAGE_ERROR from now on; their waiting fetches answer now."""
+        offline = []
+        for name, index in keys:
+            topic = self._topics.get(name)
+            if topic is None or index >= len(topic.partitions):
+                continue
+            partition = topic.partitions[index]
+            partition.offline = True
+            partition.wake()
+            offline.append(partition)
+        return offline
 
     def partitions(self) -> list[Partition]:
         """The partitions this broker has a log of (in cluster mode: a replica of)."""

@@ -31,6 +31,11 @@ Decisions (each logged at INFO with partition, old -> new leader, leader epoch, 
   live, in the ISR and not the leader, ISR unchanged; unclean, a partition without a live
   leader gets one as on a broker's death, the first live replica with an ISR of itself
   when no ISR member is live, whatever ``unclean.leader.election.enable`` says. Epoch + 1.
+- log directory failure (Kafka's ``/log_dir_event_notification``): the broker is sent
+  LeaderAndIsr for every partition it hosts; every LeaderAndIsr answer's
+  KAFKA_STORAGE_ERROR partitions are that broker's offline replicas (until it registers
+  again), which are neither leaders nor ISR members: each gets a leader elsewhere as if
+  the broker had gone, for those partitions only, and is not a preferred leader;
 
 Writes: ``set_partition_state`` conditional on the state's znode version and on
 ``/controller_epoch``'s version from this controller's election. BadVersionError (a
@@ -123,10 +128,13 @@ class _Sender:
     """One broker's requests: one at a time, in order, each sent again after the timeout
     until answered; :meth:`close` drops whatever is left."""
 
-    def __init__(self, info: BrokerInfo, client: Any, timeout_s: float) -> None:
+    def __init__(self, info: BrokerInfo, client: Any, timeout_s: float,
+                 on_answer: Callable[[int, int, dict], None]) -> None:
+        """``on_answer(broker, api key, answer)`` for each request answered."""
         self.info = info
         self.client = client
         self.timeout_s = timeout_s
+        self._on_answer = on_answer
         self._queue: asyncio.Queue[tuple[int, ControlRequest]] = asyncio.Queue()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -158,6 +166,7 @@ class _Sender:
             if code:
                 log.warning("broker %d answered %s with %s", broker, _NAMES[api_key],
                             _error_name(code))
+            self._on_answer(broker, api_key, answer)
 
 
 def _log_failure(task: asyncio.Task) -> None:
@@ -201,6 +210,8 @@ class Controller:
         self._pending_deletions: list[str] = []
         self._watched_topics: set[str] = set()
         self._watching_isr_changes = False
+        # broker -> its replicas in a failed log directory (until it registers again)
+        self._offline_replicas: dict[int, set[TP]] = {}
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -344,6 +355,8 @@ class Controller:
             self._watching_isr_changes = True
             await asyncio.to_thread(self.store.watch_isr_changes,
                                     self._zk_event(self._isr_changed))
+            await asyncio.to_thread(self.store.watch_log_dir_failures,
+                                    self._zk_event(self._log_dirs_failed))
         await self._take_over()
 
     async def _take_over(self) -> None:
@@ -403,7 +416,7 @@ class Controller:
         except Exception as e:  # a registration without a usable control address
             log.error("no control channel to broker %d (%r): %s", info.broker_id, info.control, e)
             return
-        self._senders[info.broker_id] = _Sender(info, client, self._timeout_s)
+        self._senders[info.broker_id] = _Sender(info, client, self._timeout_s, self._answered)
 
     def _close(self, broker: int) -> None:
         sender = self._senders.pop(broker, None)
@@ -424,6 +437,7 @@ class Controller:
                  sorted(back))
         for broker in gone:
             self._close(broker)
+            self._offline_replicas.pop(broker, None)  # a restart tries its log dirs again
         # first as Kafka's onBrokerFailure (bounced brokers count as dead), then startup
         self._live = {b: info for b, info in brokers.items() if b not in bounced}
         changed = await self._apply(self._needing_failover(), self._decide_failover)
@@ -559,6 +573,59 @@ class Controller:
         if fresh:
             self._send_update_metadata(fresh)
 
+    # log directory failures --------------------------------------------------------------
+
+    async def _log_dirs_failed(self, brokers: list[int]) -> None:
+        """Each broker answers LeaderAndIsr for all it hosts; ``_answered`` takes its
+        offline replicas from the answer. Notifications consumed while not active are
+        handed back, as ISR changes are."""
+        if not self._active:
+            if not self._stopped and self._loop is not None:
+                for broker in brokers:
+                    self._loop.call_later(ISR_HAND_BACK_S, self._hand_back_log_dir, broker)
+            return
+        for broker in brokers:
+            log.info("broker %d reports a failed log directory", broker)
+            self._send_leader_and_isr({broker: self._hosted_by(broker)}, set())
+
+    def _hand_back_log_dir(self, broker: int) -> None:
+        if self._stopped or self._active or self._loop is None:
+            return
+        task = self._loop.create_task(
+            asyncio.to_thread(self.store.notify_log_dir_failure, broker))
+        task.add_done_callback(_log_failure)
+
+    def _answered(self, broker: int, api_key: int, answer: dict) -> None:
+        """A broker's answer (its sender's task): KAFKA_STORAGE_ERROR in a LeaderAndIsr
+        answer names replicas in a failed log directory."""
+        if api_key != LEADER_AND_ISR:
+            return
+        names = {t.topic_id: name for name, t in self._topics.items()}
+        offline = [(names[t["topic_id"]], p["partition_index"])
+                   for t in answer.get("topics", []) if t["topic_id"] in names
+                   for p in t["partition_errors"]
+                   if p["error_code"] == ErrorCode.KAFKA_STORAGE_ERROR]
+        known = self._offline_replicas.get(broker, set())
+        if any(tp not in known for tp in offline):
+            self._post(self._replicas_offline, broker, offline)
+
+    async def _replicas_offline(self, broker: int, partitions: list[TP]) -> None:
+        if not self._active or broker not in self._live:
+            return
+        self._offline_replicas.setdefault(broker, set()).update(partitions)
+        log.info("broker %d: replicas offline (failed log directory): %s", broker,
+                 ", ".join(f"{t}-{p}" for t, p in sorted(partitions)))
+        changed = await self._apply(partitions, self._decide_failover)
+        self._send_leader_and_isr(self._to_replicas(changed), set())
+        self._send_update_metadata(partitions)
+
+    def _serving(self, tp: TP) -> dict[int, BrokerInfo]:
+        """The live brokers whose replica of ``tp`` is not in a failed log directory."""
+        offline = [b for b, tps in self._offline_replicas.items() if tp in tps]
+        if not offline:
+            return self._live
+        return {b: info for b, info in self._live.items() if b not in offline}
+
     def _hand_back(self, partitions: list[tuple[str, int]]) -> None:
         if self._stopped or self._active or self._loop is None:
             return
@@ -653,7 +720,7 @@ class Controller:
 
     async def _decide_failover(self, tp: TP, state: PartitionState, force_unclean: bool = False
                                ) -> tuple[int, list[int]] | None:
-        live = self._live
+        live = self._serving(tp)
         isr_live = [b for b in state.isr if b in live]
         if state.leader in live:
             return (state.leader, isr_live) if isr_live != state.isr else None
@@ -672,12 +739,13 @@ class Controller:
 
     async def _decide_preferred(self, tp: TP, state: PartitionState) -> tuple[int, list[int]] | None:
         preferred = self._replicas(tp)[0]
-        if state.leader != preferred and preferred in self._live and preferred in state.isr:
+        if state.leader != preferred and preferred in self._serving(tp) and \
+                preferred in state.isr:
             return preferred, state.isr
         return None
 
     async def _decide_unclean(self, tp: TP, state: PartitionState) -> tuple[int, list[int]] | None:
-        if state.leader in self._live:
+        if state.leader in self._serving(tp):
             return None
         return await self._decide_failover(tp, state, force_unclean=True)
 
@@ -784,7 +852,7 @@ class Controller:
                 "partition_index": tp[1], "controller_epoch": state.controller_epoch,
                 "leader": state.leader, "leader_epoch": state.leader_epoch, "isr": state.isr,
                 "zk_version": state.zk_version, "replicas": replicas,
-                "offline_replicas": [r for r in replicas if r not in self._live]})
+                "offline_replicas": [r for r in replicas if r not in self._serving(tp)]})
         topic_states: list[UpdateMetadataRequestTopicState] = [
             {"topic_name": name, "topic_id": self._topics[name].topic_id,
              "partition_states": states} for name, states in by_topic.items()]

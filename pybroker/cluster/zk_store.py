@@ -41,6 +41,9 @@ URL-safe base64 of the 16 bytes without padding)::
                                                  a client quota's path under /config)
     /isr_change_notification/isr_change_<seq>   {"version":1,"partitions":[{"topic":t,
                                                  "partition":p}]}
+    /log_dir_event_notification/log_dir_event_<seq>
+                                                {"version":1,"broker":id,"event":1}
+                                                (a log directory of the broker failed)
     /admin/delete_topics/<t>                    (empty)
 
 A broker's epoch is the czxid of its registration. Partition states are written only
@@ -94,9 +97,12 @@ QUOTA_KINDS = ("users", "clients", "ips")  # the /config children that hold clie
 CONFIG_CHANGE_PREFIX = "config_change_"
 ISR_CHANGES = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
+LOG_DIR_EVENTS = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+LOG_DIR_FAILURE = 1  # Kafka's LogDirEventNotificationHandler.LogDirFailureEvent
 DELETE_TOPICS = "/admin/delete_topics"
 PERSISTENT_PARENTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_CHANGES,
-                      DELETE_TOPICS, ISR_CHANGES)
+                      DELETE_TOPICS, ISR_CHANGES, LOG_DIR_EVENTS)
 # Kafka's ZkNodeChangeNotificationListener deletes config change notifications this old.
 CONFIG_CHANGE_EXPIRY_MS = 15 * 60 * 1000
 
@@ -805,25 +811,52 @@ class ClusterStore:
 
     def _isr_changes(self, children: list[str],
                      fn: Callable[[list[tuple[str, int]]], None]) -> None:
-        names = sorted((c for c in children if c.startswith(ISR_CHANGE_PREFIX)), key=_seq)
-        if not names:
-            return
-        got = self._get_many(f"{ISR_CHANGES}/{c}" for c in names)
         changed: list[tuple[str, int]] = []
-        for child in names:
-            entry = got.get(f"{ISR_CHANGES}/{child}")
-            if entry is None:
-                continue
-            try:
-                self._zk.retry(self._zk.delete, f"{ISR_CHANGES}/{child}")
-            except kex.NoNodeError:
-                continue  # consumed by another reader
-            for item in (_loads(entry[0]) or {}).get("partitions", []):
+        for notification in self._consume(ISR_CHANGES, ISR_CHANGE_PREFIX, children):
+            for item in notification.get("partitions", []):
                 key = (str(item["topic"]), int(item["partition"]))
                 if key not in changed:
                     changed.append(key)
         if changed:
             fn(changed)
+
+    def _consume(self, parent: str, prefix: str, children: list[str]) -> list[dict]:
+        """The notifications ``parent/<prefix><seq>`` among ``children``, in sequence
+        order, each deleted here: one a concurrent reader deleted first is left to it."""
+        names = sorted((c for c in children if c.startswith(prefix)), key=_seq)
+        if not names:
+            return []
+        got = self._get_many(f"{parent}/{c}" for c in names)
+        consumed: list[dict] = []
+        for child in names:
+            entry = got.get(f"{parent}/{child}")
+            if entry is None:
+                continue
+            try:
+                self._zk.retry(self._zk.delete, f"{parent}/{child}")
+            except kex.NoNodeError:
+                continue  # consumed by another reader
+            consumed.append(_loads(entry[0]) or {})
+        return consumed
+
+    def notify_log_dir_failure(self, broker_id: int) -> None:
+        self._zk.retry(self._zk.create, f"{LOG_DIR_EVENTS}/{LOG_DIR_EVENT_PREFIX}",
+                       _dumps({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE}),
+                       sequence=True)
+
+    def watch_log_dir_failures(self, fn: Callable[[list[int]], None]) -> None:
+        """``fn(brokers with a failed log directory)`` for every batch of notifications;
+        consumed as ISR change notifications are (exactly once, by the deleter)."""
+        self._watch_children(LOG_DIR_EVENTS, "log dir events",
+                             lambda c: self._log_dir_failures(c, fn))
+
+    def _log_dir_failures(self, children: list[str], fn: Callable[[list[int]], None]) -> None:
+        brokers: list[int] = []
+        for event in self._consume(LOG_DIR_EVENTS, LOG_DIR_EVENT_PREFIX, children):
+            if event.get("event") == LOG_DIR_FAILURE and event.get("broker") not in brokers:
+                brokers.append(int(event["broker"]))
+        if brokers:
+            fn(brokers)
 
     def request_topic_deletion(self, name: str) -> None:
         try:

@@ -58,7 +58,10 @@ Storage errors: an append the file system refuses (an ``OSError`` from the write
 or a flush) becomes KAFKA_STORAGE_ERROR for the producer, is logged once per partition
 per ``STORAGE_ERROR_LOG_INTERVAL_S`` with the count of refusals in between, and makes
 ``failing_writes`` true (Metadata reports it) until that long has passed or a write
-succeeds.
+succeeds. An error that says the disk itself failed (``is_dir_failure``: EIO, EROFS, the
+directory gone, ...) is also handed to ``on_dir_failure``, which takes the whole log
+directory offline (log_manager.py); running out of space or descriptors is not such an
+error: those writes are refused one by one and succeed again once the cause is gone.
 
 Thread-safety: not thread-safe; one event loop drives a Log. The only other thread is
 the optional ``flusher`` (fsync of rolled segments), which touches nothing but the
@@ -68,6 +71,7 @@ segments it was handed and one int.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import mmap
 import os
@@ -126,6 +130,17 @@ _LEFTOVER = (DELETED_SUFFIX, ".tmp", SWAP_SUFFIX, CLEANED_SUFFIX)
 # partition KAFKA_STORAGE_ERROR for this long after the last failure (unless a write
 # succeeds): a full disk refuses every append, and one line a minute says so.
 STORAGE_ERROR_LOG_INTERVAL_S = 60.0
+# errors that say the disk or its directory failed (Kafka's LogDirFailureChannel takes
+# the directory offline on any IOException; a full disk, a file size limit or descriptor
+# exhaustion recover by themselves here)
+DIR_FAILURE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.ENOENT, errno.ENOTDIR,
+                                errno.EACCES, errno.EPERM, errno.ENODEV, errno.ENXIO,
+                                errno.ESTALE})
+
+
+def is_dir_failure(exc: OSError) -> bool:
+    """Whether ``exc`` takes its log directory offline (see ``DIR_FAILURE_ERRNOS``)."""
+    return exc.errno in DIR_FAILURE_ERRNOS
 
 
 
@@ -168,8 +183,11 @@ class Log:
                  clean: bool = True, recovery_point: int = 0, log_start_offset: int = 0,
                  high_watermark: int = 0, clock: Callable[[], float] = time.time,
                  flusher: Executor | None = None,
-                 producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
-        """Open (or create) the log in ``directory``. ``clean``: the broker stopped
+                 producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
+                 on_dir_failure: Callable[[Log, OSError], None] | None = None) -> None:
+        """Open (or create) the log in ``directory``. ``on_dir_failure(log, error)``: an
+        error that fails the log directory (``is_dir_failure``), from an append, a roll,
+        a flush (on the event loop) or a background flush (on the flusher thread). ``clean``: the broker stopped
         cleanly, so indexes are trusted (after a sanity check) and nothing is scanned;
         otherwise every segment from ``recovery_point`` on is validated and its indexes
         rebuilt. The offsets come from the data directory's checkpoint files. Then each
@@ -179,6 +197,7 @@ class Log:
         self.config = config or LogConfig()
         self._clock = clock
         self._flusher = flusher
+        self._on_dir_failure = on_dir_failure
         self._flushed_through = 0   # written by the flusher thread only
         self._pending_deletes: list[tuple[float, LogSegment]] = []
         self._appending: asyncio.Future[None] | None = None  # append_async under way
@@ -640,6 +659,7 @@ class Log:
         ``STORAGE_ERROR_LOG_INTERVAL_S`` with the count of refusals since the last line
         (a full disk refuses every produce of every client). Returns the retriable error
         to answer."""
+        self.io_failed(exc)
         now = self._clock()
         self.write_failed_at = now
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
@@ -653,6 +673,12 @@ class Log:
         else:
             self._write_failures_unlogged += 1
         return KafkaStorageError(f"{self.name}: write failed: {reason}")
+
+    def io_failed(self, exc: OSError) -> None:
+        """An I/O error on this log: reported to ``on_dir_failure`` if it fails the
+        directory. Any thread."""
+        if self._on_dir_failure is not None and is_dir_failure(exc):
+            self._on_dir_failure(self, exc)
 
     def failing_writes(self, now: float | None = None) -> bool:
         """Whether the last write failed less than ``STORAGE_ERROR_LOG_INTERVAL_S`` ago
@@ -730,6 +756,8 @@ class Log:
                 sync_checkpoint(path)
         except (OSError, ValueError) as exc:  # closed meanwhile (retention, truncation)
             log.warning("%s: background flush up to %d failed: %s", self.name, through, exc)
+            if isinstance(exc, OSError):
+                self.io_failed(exc)
             return
         self._flushed_through = max(self._flushed_through, through)
 

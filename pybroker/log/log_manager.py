@@ -17,6 +17,14 @@ size at each creation would cost seconds for a topic of thousands of partitions.
 directories holding the same partition stop the start, as in Kafka. The first directory
 (``data_dir``) also holds the broker's own files, which are not this module's business.
 
+A failed directory (Kafka's LogDirFailureChannel): an I/O error that says the disk failed
+(``log.is_dir_failure``) on an append, roll or flush of one of its logs, or on writing its
+checkpoints, takes the whole directory offline: its logs leave this manager (descriptors
+closed, nothing written), ``on_dir_failure(log_dir, partitions)`` tells the broker, which
+takes those partitions offline, and the directory is used for nothing more (no
+checkpoint, no marker, no new partition) until a restart tries it again. The other
+directories go on being served.
+
 A deleted partition is gone from here at once and its descriptors are closed at once
 (``Log.discard``; a region still being sent keeps its own); its directory is renamed
 ``<topic>-<partition>.<uuid>-delete`` and removed ``file.delete.delay.ms`` later by the
@@ -24,13 +32,15 @@ A deleted partition is gone from here at once and its descriptors are closed at 
 after ``load``, in the background.
 
 Thread-safety: not thread-safe except ``new_log`` and ``sync_log_dirs`` (see them); the
-broker's event loop calls everything else. Background threads: ``flusher`` fsyncs rolled
+broker's event loop calls everything else. A directory failure seen on another thread
+(the flusher's) is handed to the event loop the manager was created on. Background threads: ``flusher`` fsyncs rolled
 segments, as Kafka's scheduler does, and the ``LogDeleter`` renames and removes deleted
 partition directories.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import os
@@ -49,7 +59,7 @@ from pybroker.log.checkpoints import (
     read_offsets,
     write_offsets,
 )
-from pybroker.log.log import Log
+from pybroker.log.log import Log, is_dir_failure
 from pybroker.log.log_config import LogConfig
 from pybroker.log.log_deleter import LogDeleter
 from pybroker.log.producer_state import DEFAULT_EXPIRATION_MS
@@ -93,6 +103,14 @@ class LogManager:
         self._partition_counts: collections.Counter[str] = collections.Counter()
         self._dir_bytes: dict[str, int] = {}
         self._dir_bytes_at = -DIR_BYTES_MAX_AGE_S
+        self.offline_dirs: set[str] = set()
+        # fn(log_dir, partitions it held): a directory failed (on the event loop)
+        self.on_dir_failure: Callable[[str, list[Key]], None] | None = None
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # (tests drive a manager without a loop, on one thread)
+            self._loop = None
+        self._loop_thread = threading.get_ident()
         for log_dir in self.log_dirs:
             os.makedirs(log_dir, exist_ok=True)
 
@@ -145,7 +163,8 @@ class LogManager:
                                   log_start_offset=start_offsets.get(key, 0),
                                   high_watermark=high_watermarks.get(key, 0),
                                   clock=self._clock, flusher=self._flusher,
-                                  producer_id_expiration_ms=self._producer_id_expiration_ms)
+                                  producer_id_expiration_ms=self._producer_id_expiration_ms,
+                                  on_dir_failure=self._log_failed)
             self._partition_counts[log_dir] += 1
         if clean:
             os.unlink(marker)
@@ -186,18 +205,24 @@ class LogManager:
         try:
             return Log(os.path.join(log_dir, f"{topic}-{partition}"), config or LogConfig(),
                        clock=self._clock, flusher=self._flusher,
-                       producer_id_expiration_ms=self._producer_id_expiration_ms)
-        except BaseException:
+                       producer_id_expiration_ms=self._producer_id_expiration_ms,
+                       on_dir_failure=self._log_failed)
+        except BaseException as exc:
             with self._placing:
                 self._partition_counts[log_dir] -= 1
+            if isinstance(exc, OSError):
+                self._dir_failed_on_any_thread(log_dir, exc)
             raise
 
     def _next_log_dir(self) -> str:
         """The directory of the next new partition (holding ``_placing``)."""
-        if len(self.log_dirs) == 1:
-            return self.log_dirs[0]
-        fewest = min(self._partition_counts[d] for d in self.log_dirs)
-        tied = [d for d in self.log_dirs if self._partition_counts[d] == fewest]
+        online = [d for d in self.log_dirs if d not in self.offline_dirs]
+        if not online:
+            raise KafkaStorageError("every log directory is offline")
+        if len(online) == 1:
+            return online[0]
+        fewest = min(self._partition_counts[d] for d in online)
+        tied = [d for d in online if self._partition_counts[d] == fewest]
         if len(tied) == 1:
             return tied[0]
         now = time.monotonic()
@@ -217,8 +242,13 @@ class LogManager:
     def sync_log_dirs(self) -> None:
         """Make the creation of partition directories durable (after sync_dir=False).
         Safe on any thread (callers run it off the event loop)."""
-        for log_dir in self.log_dirs:
-            fsync_dir(log_dir)
+        for log_dir in self.online_dirs():
+            try:
+                fsync_dir(log_dir)
+            except OSError as exc:
+                self._dir_failed_on_any_thread(log_dir, exc)
+                if not is_dir_failure(exc):
+                    raise
 
     def delete(self, topic: str, partition: int) -> bool:
         """Remove a partition: gone from here and its descriptors closed at once, its
@@ -245,12 +275,63 @@ class LogManager:
     def logs(self) -> Iterator[tuple[Key, Log]]:
         return iter(list(self._logs.items()))
 
+    def online_dirs(self) -> list[str]:
+        return [d for d in self.log_dirs if d not in self.offline_dirs]
+
     def logs_by_dir(self) -> dict[str, list[tuple[Key, Log]]]:
-        """Every log directory (in ``log.dirs`` order) with the logs it holds."""
-        by_dir: dict[str, list[tuple[Key, Log]]] = {d: [] for d in self.log_dirs}
+        """Every online log directory (in ``log.dirs`` order) with the logs it holds."""
+        by_dir: dict[str, list[tuple[Key, Log]]] = {d: [] for d in self.online_dirs()}
         for key, partition_log in self._logs.items():
             by_dir[log_dir_of(partition_log)].append((key, partition_log))
         return by_dir
+
+    # -- failed directories ----------------------------------------------------------------
+
+    def _log_failed(self, partition_log: Log, exc: OSError) -> None:
+        """A log's ``on_dir_failure`` (any thread)."""
+        self._dir_failed_on_any_thread(log_dir_of(partition_log), exc)
+
+    def _dir_failed_on_any_thread(self, log_dir: str, exc: OSError) -> None:
+        if not is_dir_failure(exc):
+            return
+        if self._loop is None or threading.get_ident() == self._loop_thread:
+            self.fail_dir(log_dir, exc)
+            return
+        try:
+            self._loop.call_soon_threadsafe(self.fail_dir, log_dir, exc)
+        except RuntimeError:  # the loop is closed: the broker is gone, and so is the dir
+            log.error("log directory %s failed after the broker stopped: %s", log_dir, exc)
+
+    def fail_dir(self, log_dir: str, cause: OSError) -> None:
+        """Take ``log_dir`` offline (see the module doc); once, later calls do nothing."""
+        if log_dir in self.offline_dirs:
+            return
+        self.offline_dirs.add(log_dir)
+        lost = [(key, partition_log) for key, partition_log in self._logs.items()
+                if log_dir_of(partition_log) == log_dir]
+        for key, partition_log in lost:
+            del self._logs[key]
+            partition_log.discard()
+        log.error("log directory %s failed (%s): its %d partitions are offline until a "
+                  "restart; %d of %d directories are online", log_dir, cause, len(lost),
+                  len(self.log_dirs) - len(self.offline_dirs), len(self.log_dirs))
+        if self.on_dir_failure is not None:
+            self.on_dir_failure(log_dir, [key for key, _ in lost])
+
+    def _on_each_log(self, work: Callable[[Log], int | bool | None]) -> int:
+        """``work`` on every log, summed; an I/O error of one log fails its directory
+        (or, a space error, is logged) instead of stopping the others."""
+        done = 0
+        for _, partition_log in self.logs():
+            if log_dir_of(partition_log) in self.offline_dirs:
+                continue  # (failed during this round)
+            try:
+                done += int(work(partition_log) or 0)
+            except OSError as exc:
+                log.warning("%s: %s failed: %s", partition_log.name,
+                            getattr(work, "__name__", "periodic work"), exc)
+                self._log_failed(partition_log, exc)
+        return done
 
     # -- periodic work ---------------------------------------------------------------------
 
@@ -258,27 +339,25 @@ class LogManager:
         """Forget idle producers in every log (``producer.id.expiration.ms``); returns how
         many. The broker calls this every ``producer.id.expiration.check.interval.ms``."""
         now = self._now_ms()
-        return sum(lg.producer_state.expire_idle(now) for _, lg in self.logs())
+        return self._on_each_log(lambda lg: lg.producer_state.expire_idle(now))
 
     def run_retention(self) -> int:
         """Apply retention to every log; returns the number of segments deleted. The
         broker calls this every ``log.retention.check.interval.ms``."""
-        deleted = 0
-        for _, partition_log in self.logs():
-            deleted += partition_log.delete_old_segments()
+        def run(partition_log: Log) -> int:
+            deleted = partition_log.delete_old_segments()
             partition_log.delete_expired_files()
-        return deleted
+            return deleted
+        return self._on_each_log(run)
 
     def flush_due(self) -> None:
         """``flush.ms`` per log, and every minute the offset checkpoints and a snapshot of
         the state machines of each log that grew by ``SNAPSHOT_BEHIND_BYTES`` since its
         last one. The broker calls this every ``log.flush.scheduler.interval.ms``."""
-        for _, partition_log in self.logs():
-            partition_log.flush_if_due()
+        self._on_each_log(Log.flush_if_due)
         now = self._now_ms()
         if now - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS:
-            for _, partition_log in self.logs():
-                partition_log.snapshot_state_if_behind(SNAPSHOT_BEHIND_BYTES)
+            self._on_each_log(lambda lg: lg.snapshot_state_if_behind(SNAPSHOT_BEHIND_BYTES))
             self.checkpoint_soon()
 
     def checkpoint(self) -> None:
@@ -290,45 +369,39 @@ class LogManager:
         fsynced file replacements cost the event loop up to seconds on a busy disk.
         The flusher writes them in order, and ``close`` waits for it before its own."""
         offsets = self._checkpoint_offsets()
-        self._flusher.submit(self._write_checkpoints_logged, offsets)
+        self._flusher.submit(self._write_checkpoints, offsets)
 
-    def _checkpoint_offsets(self) -> dict[str, dict[Key, int]]:
-        """Checkpoint file path -> its entries, for every file of every log directory."""
+    def _checkpoint_offsets(self) -> dict[str, dict[str, dict[Key, int]]]:
+        """Log directory -> checkpoint file name -> its entries, for every online one."""
         self._last_checkpoint_ms = self._now_ms()
-        offsets: dict[str, dict[Key, int]] = {}
-        for log_dir, logs in self.logs_by_dir().items():
-            offsets[os.path.join(log_dir, RECOVERY_POINT_FILE)] = {
-                key: lg.recovery_point for key, lg in logs}
-            offsets[os.path.join(log_dir, LOG_START_OFFSET_FILE)] = {
-                key: lg.log_start_offset for key, lg in logs}
-            offsets[os.path.join(log_dir, HIGH_WATERMARK_FILE)] = {
-                key: lg.high_watermark for key, lg in logs}
-        return offsets
+        return {log_dir: {
+            RECOVERY_POINT_FILE: {key: lg.recovery_point for key, lg in logs},
+            LOG_START_OFFSET_FILE: {key: lg.log_start_offset for key, lg in logs},
+            HIGH_WATERMARK_FILE: {key: lg.high_watermark for key, lg in logs}}
+            for log_dir, logs in self.logs_by_dir().items()}
 
-    def _write_checkpoints(self, offsets: dict[str, dict[Key, int]]) -> None:
-        for path, entries in offsets.items():
-            write_offsets(path, entries)
-
-    def _write_checkpoints_logged(self, offsets: dict[str, dict[Key, int]]) -> None:
-        try:
-            self._write_checkpoints(offsets)
-        except OSError as exc:
-            log.error("writing the offset checkpoints failed: %s", exc)
+    def _write_checkpoints(self, offsets: dict[str, dict[str, dict[Key, int]]]) -> None:
+        """Write each directory's files; a directory that fails them fails (any thread)."""
+        for log_dir, files in offsets.items():
+            try:
+                for name, entries in files.items():
+                    write_offsets(os.path.join(log_dir, name), entries)
+            except OSError as exc:
+                log.error("writing the offset checkpoints in %s failed: %s", log_dir, exc)
+                self._dir_failed_on_any_thread(log_dir, exc)
 
     def close(self, clean: bool = True) -> None:
         """Close every log. ``clean``: flush them, write the checkpoints and the
         clean-shutdown marker, so the next start skips recovery."""
         self._flusher.shutdown(wait=True)
         if clean:
-            for _, partition_log in self.logs():
-                partition_log.flush()
+            self._on_each_log(Log.flush)
         self.checkpoint()
-        for _, partition_log in self.logs():
-            partition_log.close()
+        self._on_each_log(Log.close)
         self._logs.clear()
         self._deleter.close()
         if clean:
-            for log_dir in self.log_dirs:
+            for log_dir in self.online_dirs():
                 with open(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), "wb") as f:
                     os.fsync(f.fileno())
                 fsync_dir(log_dir)

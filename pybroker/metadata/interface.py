@@ -202,6 +202,12 @@ class Metadata(Protocol):
         that is not the active controller (Kafka's OfflinePartitionsCount)."""
         ...
 
+    def log_dir_failed(self, partitions: list[Partition]) -> None:
+        """These partitions of this broker went offline with their log directory (on the
+        loop, once per directory): a cluster member tells the controller, which moves
+        their leadership to other replicas."""
+        ...
+
     def live_brokers(self) -> list[Endpoint]:
         """Sorted by id; empty while this broker knows of none yet (Metadata answers
         with itself then, so clients ask again)."""

@@ -18,7 +18,9 @@ the leader and retry: librdkafka and kafka-python/aiokafka ignore a partition's 
 code in Metadata (only topic-level errors drop leaders), and Java's client treats
 KafkaStorageException as invalid metadata, refreshing it while it keeps the partition.
 DescribeLogDirs was the other way to say it, but it reports a whole directory offline,
-no partition at a time, and confluent-kafka's admin client does not offer it.
+no partition at a time, and confluent-kafka's admin client does not offer it. A partition
+whose log directory failed (``Partition.offline``) is answered the same way until a
+restart, with this broker among its offline replicas.
 
 Topic creation (CreateTopics, auto-creation, the offsets topic): per topic, as Kafka
 answers: an illegal name INVALID_TOPIC_EXCEPTION, an existing one TOPIC_ALREADY_EXISTS,
@@ -204,7 +206,10 @@ class SingleNodeMetadata:
         return True
 
     def offline_partition_count(self) -> int:
-        return 0  # every partition is led here
+        return sum(p.offline for p in self._broker.topics.partitions())
+
+    def log_dir_failed(self, partitions: list[Partition]) -> None:
+        pass  # Metadata answers them KAFKA_STORAGE_ERROR; there is no other leader
 
     def _self(self) -> Endpoint:
         host, port = self._broker.advertised
@@ -540,10 +545,11 @@ def _describe(topic: Topic, broker_id: int) -> TopicAnswer:
         "error_code": ErrorCode.NONE, "name": topic.name, "topic_id": topic.topic_id,
         "is_internal": topic.internal,
         "partitions": [{"error_code": ErrorCode.KAFKA_STORAGE_ERROR
-                        if p.log.write_failed_at >= 0 and p.log.failing_writes()
+                        if p.offline or (p.log.write_failed_at >= 0 and p.log.failing_writes())
                         else ErrorCode.NONE,
                         "partition_index": p.index,
                         "leader_id": broker_id, "leader_epoch": p.leader_epoch,
                         "replica_nodes": replicas, "isr_nodes": replicas,
-                        "offline_replicas": []} for p in topic.partitions],
+                        "offline_replicas": replicas if p.offline else []}
+                       for p in topic.partitions],
     }

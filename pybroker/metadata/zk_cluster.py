@@ -183,6 +183,18 @@ class ZkClusterMetadata:
         controller = self.node.controller
         return controller.offline_partition_count() if controller is not None else 0
 
+    def log_dir_failed(self, partitions: list[Partition]) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self.node.replicas.log_dir_failed(partitions))
+        self._background.add(task)
+        task.add_done_callback(self._log_dir_reported)
+
+    def _log_dir_reported(self, task: asyncio.Task[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("telling the controller of a failed log directory failed: %s",
+                      task.exception())
+
     def live_brokers(self) -> list[Endpoint]:
         return self._cache.live_brokers()
 

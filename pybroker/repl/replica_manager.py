@@ -11,6 +11,11 @@ with Kafka's own requests; :meth:`ReplicaManager.handle` serves them:
   it deletes go to the deletion listeners (the group coordinator drops their offsets).
 - StopReplica: stop fetching; with delete_partition, delete the topic's local logs.
 
+A failed log directory (``log_dir_failed``): its partitions stop being fetched or led here
+and the controller is told with Kafka's log dir event notification; LeaderAndIsr answers
+KAFKA_STORAGE_ERROR for each of them from then on (until a restart), which is how the
+controller learns which replicas are offline.
+
 A request whose controller epoch is below the highest seen is refused with
 STALE_CONTROLLER_EPOCH, and one for another registration of this broker (a broker epoch
 that is not ours) with STALE_BROKER_EPOCH: a zombie controller cannot move leaders.
@@ -199,6 +204,8 @@ class ReplicaManager:
                      endpoints: dict[int, tuple[str, int]]) -> int:
         index = state["partition_index"]
         partition = self.broker.topics.ensure_replica(topic, topic_id, index, configs)
+        if partition.offline:
+            return ErrorCode.KAFKA_STORAGE_ERROR
         epoch = state["leader_epoch"]
         known = partition.leader_id >= 0 or partition.is_leader
         if known and epoch < partition.leader_epoch:
@@ -261,6 +268,16 @@ class ReplicaManager:
             out.extend(partitions)
         return {"error_code": stale, "partition_errors": out}
 
+    async def log_dir_failed(self, partitions: list[Partition]) -> None:
+        """``partitions`` went offline with their log directory: no more fetching or
+        leading them here, and the controller hears of it."""
+        await self.fetchers.remove(partitions)
+        for partition in partitions:
+            if partition.is_leader:
+                partition.become_follower(-1, partition.leader_epoch, [], [], 0)
+                self._tell(partition, False)
+        await asyncio.to_thread(self.store.notify_log_dir_failure, self.broker_id)
+
     def _delete_local(self, name: str) -> None:
         try:
             self.broker.topics.delete(name)
@@ -299,7 +316,7 @@ class ReplicaManager:
     def _shrink_isrs(self) -> None:
         lag_ms = self.config["replica.lag.time.max.ms"]
         for partition in self.broker.topics.partitions():
-            if partition.is_leader and len(partition.isr) > 1:
+            if partition.is_leader and len(partition.isr) > 1 and not partition.offline:
                 partition.shrink_isr(lag_ms)
 
     # queries -------------------------------------------------------------------------

@@ -6,6 +6,7 @@ restart, ``meta.properties`` in every directory."""
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from collections.abc import Callable, Iterator
 
@@ -15,6 +16,7 @@ from pybroker._native.records import encode_batch
 from pybroker.errors import ErrorCode
 from tests.admin.clients import unique
 from tests.broker.wire_client import WireClient, decode_all, fetch_body, produce_body
+from tests.cluster.harness import ContinuousProducer, TailingConsumer
 from tests.conftest import BrokerProcess
 
 with warnings.catch_warnings():
@@ -123,3 +125,108 @@ def test_a_directory_named_twice_stops_the_start(tmp_path):
                            extra_args=["--data-dir", f"{disk},{disk}/"])
     with pytest.raises(RuntimeError, match="named twice"):
         broker.start()
+
+
+METADATA, LIST_OFFSETS = 3, 2
+
+
+def metadata_errors(client: WireClient, topic: str) -> dict[int, int]:
+    answer = client.request(METADATA, 12, {"topics": [{"name": topic}],
+                                          "allow_auto_topic_creation": False})
+    return {p["partition_index"]: p["error_code"] for p in answer["topics"][0]["partitions"]}
+
+
+def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"no {what} in {timeout:.0f} s"
+        time.sleep(0.1)
+
+
+def test_a_failed_dir_takes_only_its_partitions_offline(jbod):
+    """The second directory is replaced by a file under a producer writing to every
+    partition: the next roll there fails (ENOTDIR), the directory goes offline, its
+    partitions answer KAFKA_STORAGE_ERROR to produce, fetch, ListOffsets, Metadata and
+    DescribeLogDirs, and the partitions of the other directories go on being written
+    and read, every acknowledged record there readable."""
+    broker = jbod(3)
+    dirs = broker.log_dirs
+    name = unique("failing")
+    with WireClient(broker.bootstrap) as client:
+        answer = client.request(CREATE_TOPICS, 7, {"topics": [
+            {"name": name, "num_partitions": 6, "replication_factor": -1,
+             "assignments": [], "configs": [{"name": "segment.bytes", "value": "2048"}]}],
+            "timeout_ms": 60000, "validate_only": False})
+        assert answer["topics"][0]["error_code"] == ErrorCode.NONE
+    placed = placement(dirs, name)
+    lost = sorted(p for p, d in placed.items() if d == dirs[1])
+    kept = sorted(p for p, d in placed.items() if d != dirs[1])
+    assert len(lost) == 2
+    reader_partition = next(p for p in kept if placed[p] == dirs[2])
+    producer = ContinuousProducer(broker.bootstrap, name, keys=60, pause_s=0.001,
+                                  **{"enable.idempotence": False, "message.timeout.ms": 5000})
+    consumer = TailingConsumer(broker.bootstrap, name, 6)
+    producer.start()
+    consumer.start()
+    try:
+        wait_for(lambda: {p for p, _, _ in producer.acked} == set(range(6)),
+                 "acknowledgements from every partition")
+        # the disk is gone (moved away at once, so the broker writes nothing more
+        # there), a file in its place
+        os.rename(dirs[1], dirs[1] + ".gone")
+        with open(dirs[1], "w") as f:
+            f.write("not a directory\n")
+        with WireClient(broker.bootstrap) as client:
+            wait_for(lambda: all(metadata_errors(client, name)[p] ==
+                                 ErrorCode.KAFKA_STORAGE_ERROR for p in lost),
+                     "offline partitions in Metadata")
+            acked_then = len(producer.acked)
+            # the other directories go on taking writes
+            wait_for(lambda: {p for p, _, _ in producer.acked[acked_then:]} == set(kept),
+                     "acknowledgements after the failure from every other partition")
+            assert {p: e for p, e in metadata_errors(client, name).items() if p in kept} == \
+                {p: ErrorCode.NONE for p in kept}
+            for p in lost:
+                assert produce(client, name, p, b"x") == ErrorCode.KAFKA_STORAGE_ERROR
+                answer = client.request(FETCH, 12, fetch_body(name, p, 0))
+                assert answer["responses"][0]["partitions"][0]["error_code"] == \
+                    ErrorCode.KAFKA_STORAGE_ERROR
+                answer = client.request(LIST_OFFSETS, 7, {"replica_id": -1, "topics": [
+                    {"name": name, "partitions": [{"partition_index": p, "timestamp": -1}]}]})
+                assert answer["topics"][0]["partitions"][0]["error_code"] == \
+                    ErrorCode.KAFKA_STORAGE_ERROR
+            results = client.request(DESCRIBE_LOG_DIRS, 4, {"topics": None})["results"]
+            assert [(r["log_dir"], r["error_code"]) for r in results] == [
+                (os.path.abspath(dirs[0]), 0),
+                (os.path.abspath(dirs[1]), ErrorCode.KAFKA_STORAGE_ERROR),
+                (os.path.abspath(dirs[2]), 0)]
+            described = {p["partition_index"] for r in results for t in r["topics"]
+                         if t["name"] == name for p in t["partitions"]}
+            assert described == set(kept)
+    finally:
+        producer.stop(flush_timeout=60)
+        consumer_seen = consumer.seen
+        consumer.stop()
+    assert not producer.fatal
+    with WireClient(broker.bootstrap) as client:
+        for p in kept:
+            log_values = fetch_all_values(client, name, p)
+            acked = [str(n).encode() for q, _, n in sorted(producer.acked) if q == p]
+            assert set(acked) <= set(log_values), f"partition {p} lost acknowledged records"
+    # the consumer of the third directory's partition read on through the failure
+    read = [value for q, _, value in consumer_seen if q == reader_partition]
+    acked = [str(n).encode() for q, _, n in sorted(producer.acked) if q == reader_partition]
+    assert read[:len(acked)] == acked[:len(read)] and len(read) > 0
+    assert "log directory" in broker.log_text() and "failed" in broker.log_text()
+
+
+def fetch_all_values(client: WireClient, topic: str, partition: int) -> list[bytes]:
+    values: list[bytes] = []
+    while True:
+        answer = client.request(FETCH, 12, fetch_body(topic, partition, len(values)))
+        data = answer["responses"][0]["partitions"][0]
+        assert data["error_code"] == ErrorCode.NONE
+        batch = [record.value for record in decode_all(data["records"])]
+        if not batch:
+            return values
+        values.extend(batch)

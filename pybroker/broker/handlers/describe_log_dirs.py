@@ -1,7 +1,7 @@
 """DescribeLogDirs (key 35), v1-v4: this broker's log directories and the replicas in each.
 
-One entry per directory of ``log.dirs`` (its absolute path), naming the partitions whose
-replica is there with the bytes of their segments and Kafka's ``offset_lag`` (how far the
+One entry per directory of ``log.dirs`` (its absolute path; KAFKA_STORAGE_ERROR and
+nothing else for one that failed, as Kafka), naming the partitions whose replica is there with the bytes of their segments and Kafka's ``offset_lag`` (how far the
 log end is below the high watermark: 0 for a leader, and for a follower that has caught
 up). Every directory is listed, with no partition if none is asked for or none is there.
 A request naming topics gets only those of their partitions that have a replica here
@@ -53,7 +53,15 @@ async def describe_log_dirs(ctx: RequestContext,
         for t in request["topics"]:
             wanted[t["topic"]].update(t["partitions"])
     results: list[DescribeLogDirsResponseResult] = []
-    for log_dir, logs in ctx.broker.logs.logs_by_dir().items():
+    manager = ctx.broker.logs
+    online = manager.logs_by_dir()
+    for log_dir in manager.log_dirs:
+        if log_dir not in online:
+            results.append({"error_code": ErrorCode.KAFKA_STORAGE_ERROR,
+                            "log_dir": os.path.abspath(log_dir), "topics": [],
+                            "total_bytes": -1, "usable_bytes": -1})
+            continue
+        logs = online[log_dir]
         by_topic: dict[str, list[DescribeLogDirsResponsePartition]] = defaultdict(list)
         for (topic, index), plog in sorted(logs, key=lambda item: item[0]):
             if wanted is not None and index not in wanted.get(topic, ()):

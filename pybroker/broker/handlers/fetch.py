@@ -176,6 +176,11 @@ def _read(wanted: list[tuple[Any, list[Wanted]]], max_bytes: int,
                                   -1, None, b"", leader))
                 errors = True
                 continue
+            if partition.offline:  # its log directory failed while the fetch waited
+                out_parts.append((index, ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, -1, None, b"",
+                                  leader))
+                errors = True
+                continue
             plog = partition.log
             try:
                 hw = plog.high_watermark

@@ -1,0 +1,73 @@
+"""A failed log directory in a cluster (Kafka's LogDirFailureChannel and the controller's
+log dir event): three brokers with two log directories each, an acks=all producer writing
+to every partition while the second directory of a broker leading a partition there is
+replaced by a file.
+That broker tells the controller (``/log_dir_event_notification``), answers LeaderAndIsr
+with KAFKA_STORAGE_ERROR for the replicas there, and those partitions get leaders among
+the other ISR members; the broker keeps its other replicas. Every acknowledged record
+stays readable, and the producer sees no error beyond retriable ones."""
+
+from __future__ import annotations
+
+import os
+
+from tests.cluster.harness import ContinuousProducer, LocalCluster, read_all
+
+TOPIC = "jbod"
+PARTITIONS = 4
+
+
+def _replicas_in(log_dir: str) -> set[int]:
+    return {int(name.rpartition("-")[2]) for name in os.listdir(log_dir)
+            if name.rpartition("-")[0] == TOPIC}
+
+
+def test_a_failed_dir_moves_its_leaders_away_and_keeps_every_acknowledged_record(
+        zk_connect, tmp_path):
+    cluster = LocalCluster(zk_connect, tmp_path, settings={"min.insync.replicas": 2})
+    log_dirs = {}
+    for broker_id, broker in cluster.brokers.items():
+        log_dirs[broker_id] = [broker.data_dir, broker.data_dir + "-second"]
+        broker.extra_args += ["--data-dir", ",".join(log_dirs[broker_id])]
+    with cluster:
+        cluster.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2",
+                                                    "segment.bytes": "4096"})
+        # the second directory of a broker leading a partition there (the first holds
+        # the broker's own files: losing it stops the broker, a deliberate difference)
+        leaders = {p: info.leader for p, info in cluster.describe(TOPIC).items()}
+        victim = next(b for b in sorted(log_dirs)
+                      if any(leaders[p] == b for p in _replicas_in(log_dirs[b][1])))
+        failing = log_dirs[victim][1]
+        lost = _replicas_in(failing)
+        kept = set(range(PARTITIONS)) - lost
+        producer = ContinuousProducer(cluster.bootstrap, TOPIC)
+        producer.start()
+        try:
+            cluster.wait_for(lambda: {p for p, _, _ in producer.acked} ==
+                             set(range(PARTITIONS)), 60, what="every partition written")
+            os.rename(failing, failing + ".gone")
+            with open(failing, "w") as f:
+                f.write("not a directory\n")
+
+            def moved() -> bool:
+                partitions = cluster.describe(TOPIC)
+                return all(partitions[p].leader not in (-1, victim) and
+                           victim not in partitions[p].isr for p in lost)
+            cluster.wait_for(moved, 90, what=f"leaders of {sorted(lost)} moved off {victim}")
+            partitions = cluster.describe(TOPIC)
+            assert all(victim in partitions[p].isr for p in kept), partitions
+            mark = len(producer.acked)
+            cluster.wait_for(lambda: {p for p, _, _ in producer.acked[mark:]} ==
+                             set(range(PARTITIONS)), 60,
+                             what="every partition written after the failure")
+        finally:
+            producer.stop()
+        assert not producer.fatal, producer.fatal
+        assert not producer.failed, producer.failed[:10]
+        acked_ends = {p: max(o for q, o, _ in producer.acked if q == p) + 1
+                      for p in range(PARTITIONS)}
+        final = read_all(cluster.bootstrap, TOPIC, PARTITIONS, at_least=acked_ends)
+        missing = [(p, o, n) for p, o, n in producer.acked
+                   if final[p].get(o) != str(n).encode()]
+        assert not missing, f"{len(missing)} acknowledged records not in the log: {missing[:5]}"
+        assert "failed log directory" in cluster.log_text(cluster.controller_id())
