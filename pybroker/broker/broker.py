@@ -3,7 +3,8 @@
 Components, built here and nowhere else, reached by handlers as typed attributes
 (``ctx.broker.<name>``): ``metadata`` (the control plane, :mod:`pybroker.metadata`: one
 interface, a single node's or a ZooKeeper cluster's, chosen from the settings), ``logs``
-(the LogManager), ``topics`` (the TopicManager), ``producer_ids``, ``group_coordinator``
+(the LogManager), ``log_dir_mover`` (replicas moving between log directories),
+``topics`` (the TopicManager), ``producer_ids``, ``group_coordinator``
 and ``txn_coordinator`` (built by the metadata plane, which wires them to partition
 leadership), ``markers`` (the transaction coordinator's ``MarkerWriter``),
 ``txn_verifier`` (the produce path's question to the coordinator, KIP-890),
@@ -81,6 +82,7 @@ from pybroker.broker.dynamic_config import (
 from pybroker.broker.files import STATS_FILE, read_json, write_json
 from pybroker.broker.http_listener import HttpListener, metrics_handler
 from pybroker.broker.leader_offsets import LeaderHighWatermarks
+from pybroker.broker.log_dir_mover import LogDirMover
 from pybroker.broker.producer_ids import ProducerIdManager
 from pybroker.broker.quotas import REQUEST_PERCENTAGE, ClientQuotas, StepTimer
 from pybroker.broker.refusals import RefusalLog
@@ -145,7 +147,7 @@ class Broker:
                  "shutting_down", "_tasks", "_logs_open",
                  "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
                  "_stats_last", "requests_by_api", "http_listener", "refusals",
-                 "leader_offsets", "quotas", "replication_quotas")
+                 "leader_offsets", "quotas", "replication_quotas", "log_dir_mover")
 
     def __init__(self, config: BrokerConfig) -> None:
         self.dynamic_config = DynamicBrokerConfig(config)
@@ -183,6 +185,7 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._logs_open = False  # what shutdown has to stop: the parts start() got to
         self.cleaner: LogCleaner | None = None
+        self.log_dir_mover: LogDirMover | None = None  # replicas moving between log dirs
         self._coordinator_started = False
         self._stopped = asyncio.Event()
         self._stats_path = config["stats.file"] or os.path.join(self.data_dir, STATS_FILE)
@@ -249,6 +252,7 @@ class Broker:
             self.data_dir, self.config["producer.id.block.size"],
             self.metadata.producer_id_source())
         self._adopt_legacy_producer_state()
+        self.log_dir_mover = LogDirMover(logs)
         self.cleaner = LogCleaner(logs, CleanerConfig.from_settings(self.config.__getitem__),
                                   loop=asyncio.get_running_loop(),
                                   producers=self._last_producer_offsets)
@@ -455,6 +459,8 @@ class Broker:
         self._writer.shutdown(wait=True)
         if self.cleaner is not None:
             self.cleaner.stop()
+        if self.log_dir_mover is not None:
+            await self._quietly("log dir mover", self.log_dir_mover.close)
         if self._logs_open:  # (else a start refused its settings: nothing to write, or where)
             self.write_stats(force=True)  # (while the logs are open: the cleaner's state)
             self.logs.close(clean=True)

@@ -313,6 +313,11 @@ class Partition:
         self._answer_hw_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self.wake()
 
+    @property
+    def appending(self) -> bool:
+        """Whether an append of this partition is queued or being written now."""
+        return self._writer is not None
+
     async def appends_done(self) -> None:
         """Wait until no append of this partition is queued or being written (a role
         change waits before the log is truncated or handed to the fetcher)."""

@@ -25,6 +25,16 @@ takes those partitions offline, and the directory is used for nothing more (no
 checkpoint, no marker, no new partition) until a restart tries it again. The other
 directories go on being served.
 
+A replica moving to another directory (AlterReplicaLogDirs, Kafka's future log) has a
+second, future log ``<topic>-<partition>.<uuid>-future`` in the destination, filled by
+the broker's ``LogDirMover`` and swapped in by ``replace_with_future`` once it holds
+everything: the future log is flushed and closed, the current directory renamed
+``...-delete`` (removed in the background), the future one renamed to the partition's
+name and opened again as its log. A stop in between leaves a future directory: at the
+next load it becomes the partition's log if the partition has no other (the swap was
+under way, and it is complete), else it is removed (the move is abandoned; Kafka resumes
+it).
+
 A deleted partition is gone from here at once and its descriptors are closed at once
 (``Log.discard``; a region still being sent keeps its own); its directory is renamed
 ``<topic>-<partition>.<uuid>-delete`` and removed ``file.delete.delay.ms`` later by the
@@ -47,6 +57,7 @@ import os
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -72,6 +83,8 @@ CHECKPOINT_INTERVAL_MS = 60_000  # Kafka's log.flush.offset.checkpoint.interval.
 DIR_BYTES_MAX_AGE_S = 1.0
 _PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]{1,249})-(?P<partition>\d+)$")
 _DELETED_DIR = re.compile(r"^.+-\d+\.[0-9a-f]{32}-delete$")
+FUTURE_SUFFIX = "-future"
+_FUTURE_DIR = re.compile(r"^(?P<name>.+-\d+)\.[0-9a-f]{32}-future$")
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 Key = tuple[str, int]
@@ -94,6 +107,7 @@ class LogManager:
         self._clock = clock
         self._producer_id_expiration_ms = producer_id_expiration_ms
         self._logs: dict[Key, Log] = {}
+        self._futures: dict[Key, Log] = {}  # replicas moving to another directory
         self._deleter = LogDeleter()
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="pybroker-log-flush")
         self._last_checkpoint_ms = self._now_ms()
@@ -125,12 +139,17 @@ class LogManager:
         ``config_for(topic)`` gives each topic's settings (index interval, sizes); the
         default config otherwise."""
         started = time.monotonic()
+        futures: list[str] = []
         for log_dir in self.log_dirs:
-            self._load_dir(log_dir, config_for)
+            self._load_dir(log_dir, config_for, futures)
+        for path in futures:
+            self._load_future(path, config_for)
         log.info("loaded %d logs in %.3f s", len(self._logs), time.monotonic() - started)
         return list(self._logs.values())
 
-    def _load_dir(self, log_dir: str, config_for: Callable[[str], LogConfig] | None) -> None:
+    def _load_dir(self, log_dir: str, config_for: Callable[[str], LogConfig] | None,
+                  futures: list[str]) -> None:
+        """Load ``log_dir``'s partitions; its future logs go to ``futures``."""
         marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
         clean = os.path.exists(marker)
         recovery_points = read_offsets(os.path.join(log_dir, RECOVERY_POINT_FILE))
@@ -149,6 +168,9 @@ class LogManager:
             if _DELETED_DIR.match(name):
                 log.info("removing partition directory left from a deletion: %s", name)
                 self._deleter.remove(path)
+                continue
+            if _FUTURE_DIR.match(name):
+                futures.append(path)
                 continue
             match = _PARTITION_DIR.match(name)
             if match is None:
@@ -169,6 +191,27 @@ class LogManager:
         if clean:
             os.unlink(marker)
             fsync_dir(log_dir)
+
+    def _load_future(self, path: str, config_for: Callable[[str], LogConfig] | None) -> None:
+        """A future log left by a stop: the partition's log if it has none (the stop came
+        during the swap, after the old one was renamed away), else removed."""
+        name = _FUTURE_DIR.match(os.path.basename(path))["name"]  # type: ignore[index]
+        topic, _, index = name.rpartition("-")
+        key = (topic, int(index))
+        if key in self._logs:
+            log.info("removing %s: the move of %s to another log directory was not "
+                     "finished", path, name)
+            self._deleter.remove(path)
+            return
+        final = os.path.join(os.path.dirname(path), name)
+        log.warning("%s: finishing its move to %s, interrupted by the last stop", name, final)
+        os.rename(path, final)
+        fsync_dir(os.path.dirname(final))
+        self._logs[key] = Log(final, config_for(topic) if config_for else LogConfig(),
+                              clean=False, clock=self._clock, flusher=self._flusher,
+                              producer_id_expiration_ms=self._producer_id_expiration_ms,
+                              on_dir_failure=self._log_failed)
+        self._partition_counts[os.path.dirname(final)] += 1
 
     # -- partitions ----------------------------------------------------------------------
 
@@ -256,11 +299,85 @@ class LogManager:
         doomed = self._logs.pop((topic, partition), None)
         if doomed is None:
             return False
+        self.abandon_future(topic, partition)
         doomed.discard()
         with self._placing:
             self._partition_counts[log_dir_of(doomed)] -= 1
         self._deleter.delete(doomed.directory, doomed.config.file_delete_delay_ms)
         return True
+
+    # -- moves between directories ------------------------------------------------------
+
+    def future(self, topic: str, partition: int) -> Log | None:
+        return self._futures.get((topic, partition))
+
+    def futures(self) -> list[tuple[Key, Log]]:
+        return list(self._futures.items())
+
+    def create_future(self, topic: str, partition: int, log_dir: str) -> Log:
+        """An empty future log of the partition in ``log_dir``, starting at the current
+        log's start (replacing an earlier future of it)."""
+        key = (topic, partition)
+        current = self._logs[key]
+        self.abandon_future(topic, partition)
+        path = os.path.join(log_dir, f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_SUFFIX}")
+        try:
+            future = Log(path, current.config, clock=self._clock, flusher=self._flusher,
+                         producer_id_expiration_ms=self._producer_id_expiration_ms,
+                         on_dir_failure=self._log_failed)
+        except OSError as exc:
+            self._dir_failed_on_any_thread(log_dir, exc)
+            raise
+        if current.log_start_offset > 0:
+            future.truncate_fully_and_start_at(current.log_start_offset)
+        self._futures[key] = future
+        with self._placing:
+            self._partition_counts[log_dir] += 1
+        log.info("%s-%d: moving to %s (future log %s)", topic, partition, log_dir,
+                 os.path.basename(path))
+        return future
+
+    def abandon_future(self, topic: str, partition: int) -> None:
+        """Drop the partition's future log (its directory removed in the background)."""
+        future = self._futures.pop((topic, partition), None)
+        if future is None:
+            return
+        future.discard()
+        with self._placing:
+            self._partition_counts[log_dir_of(future)] -= 1
+        self._deleter.remove(future.directory)
+
+    def replace_with_future(self, topic: str, partition: int) -> Log:
+        """The future log becomes the partition's log (Kafka's replaceCurrentWithFutureLog),
+        as the module doc says; returns it. The caller has made sure it holds everything
+        the current log holds and that nothing appends meanwhile (this does not await)."""
+        key = (topic, partition)
+        current, future = self._logs[key], self._futures.pop(key)
+        future.flush()
+        future.close()
+        doomed = f"{current.directory}.{uuid.uuid4().hex}-delete"
+        os.rename(current.directory, doomed)
+        fsync_dir(log_dir_of(current))
+        final = os.path.join(log_dir_of(future), f"{topic}-{partition}")
+        os.rename(future.directory, final)
+        fsync_dir(log_dir_of(future))
+        moved = Log(final, current.config, log_start_offset=current.log_start_offset,
+                    high_watermark=current.high_watermark, clock=self._clock,
+                    flusher=self._flusher,
+                    producer_id_expiration_ms=self._producer_id_expiration_ms,
+                    on_dir_failure=self._log_failed)
+        epochs = moved.leader_epoch_cache
+        for epoch, start in current.leader_epoch_cache.entries():
+            if epoch > epochs.latest_epoch:  # an epoch begun with no batch in it yet
+                epochs.assign(epoch, start)
+        self._logs[key] = moved
+        current.discard()
+        with self._placing:
+            self._partition_counts[log_dir_of(current)] -= 1
+        self._deleter.remove(doomed)
+        self.checkpoint_soon()
+        log.info("%s-%d: moved to %s", topic, partition, log_dir_of(moved))
+        return moved
 
     def finish_deletions(self, topic: str) -> None:
         """Make the deletion of ``topic``'s partition directories durable now (a topic is
@@ -312,6 +429,11 @@ class LogManager:
         for key, partition_log in lost:
             del self._logs[key]
             partition_log.discard()
+        lost_keys = {key for key, _ in lost}
+        for key, future in list(self._futures.items()):  # moves to or from it end
+            if log_dir_of(future) == log_dir or key in lost_keys:
+                del self._futures[key]
+                future.discard()
         log.error("log directory %s failed (%s): its %d partitions are offline until a "
                   "restart; %d of %d directories are online", log_dir, cause, len(lost),
                   len(self.log_dirs) - len(self.offline_dirs), len(self.log_dirs))
@@ -399,6 +521,8 @@ class LogManager:
         self.checkpoint()
         self._on_each_log(Log.close)
         self._logs.clear()
+        for key, _ in self.futures():  # (the next load removes their directories)
+            self.abandon_future(*key)
         self._deleter.close()
         if clean:
             for log_dir in self.online_dirs():

@@ -45,10 +45,12 @@ def jbod(tmp_path) -> Iterator[Callable[[int], BrokerProcess]]:
             assert broker.stop() == 0, broker.log_text()[-3000:]
 
 
-def create(client: WireClient, name: str, partitions: int) -> None:
+def create(client: WireClient, name: str, partitions: int, **configs: str) -> None:
     answer = client.request(CREATE_TOPICS, 7, {"topics": [
         {"name": name, "num_partitions": partitions, "replication_factor": -1,
-         "assignments": [], "configs": []}], "timeout_ms": 60000, "validate_only": False})
+         "assignments": [], "configs": [{"name": k.replace("_", "."), "value": v}
+                                        for k, v in configs.items()]}],
+        "timeout_ms": 60000, "validate_only": False})
     assert answer["topics"][0]["error_code"] == ErrorCode.NONE
 
 
@@ -230,3 +232,84 @@ def fetch_all_values(client: WireClient, topic: str, partition: int) -> list[byt
         if not batch:
             return values
         values.extend(batch)
+
+
+ALTER_REPLICA_LOG_DIRS = 34
+
+
+def alter_dirs(client: WireClient, version: int, moves: dict[str, dict[str, list[int]]]
+               ) -> dict[tuple[str, int], int]:
+    """AlterReplicaLogDirs: {path: {topic: [partitions]}} -> {(topic, partition): error}."""
+    answer = client.request(ALTER_REPLICA_LOG_DIRS, version, {"dirs": [
+        {"path": path, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+        for path, topics in moves.items()]})
+    return {(r["topic_name"], p["partition_index"]): p["error_code"]
+            for r in answer["results"] for p in r["partitions"]}
+
+
+def test_replicas_move_between_dirs_under_a_running_producer(jbod):
+    """AlterReplicaLogDirs (kafka-python's admin) moves both partitions of a topic to the
+    other directory while an idempotent acks=all producer writes to them: the moves end
+    (no future log left), the producer saw no error, every acknowledged record is at its
+    offset in the moved logs, and a restart finds them in their new directories."""
+    broker = jbod(2)
+    dirs = broker.log_dirs
+    name = unique("moving")
+    with WireClient(broker.bootstrap) as client:
+        create(client, name, 2, segment_bytes="65536")  # a move copies many segments
+    placed = placement(dirs, name)
+    assert sorted(placed.values()) == sorted(dirs)
+    producer = ContinuousProducer(broker.bootstrap, name, keys=40, pause_s=0.0005)
+    producer.start()
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        wait_for(lambda: len(producer.acked) >= 20_000, "20,000 records acknowledged")
+        targets = {p: next(d for d in dirs if d != placed[p]) for p in placed}
+        answer = admin.alter_replica_log_dirs({
+            (name, p, 0): os.path.abspath(d) for p, d in targets.items()})
+        assert {replica.partition: error.errno for replica, error in answer.items()} == \
+            {0: 0, 1: 0}
+
+        def moved() -> bool:
+            (described,) = admin.describe_log_dirs(topic_partitions=[name])
+            where = {(entry["log_dir"], p["partition_index"], p["is_future_key"])
+                     for entry in described["log_dirs"] for t in entry["topics"]
+                     for p in t["partitions"]}
+            return where == {(os.path.abspath(d), p, False) for p, d in targets.items()}
+        wait_for(moved, "both replicas in their new directories", timeout=120)
+        mark = len(producer.acked)
+        wait_for(lambda: len(producer.acked) >= mark + 500, "records acknowledged after")
+    finally:
+        admin.close()
+        producer.stop()
+    assert not producer.failed and not producer.fatal, (producer.failed[:5], producer.fatal)
+    assert placement(dirs, name) == targets
+    leftovers = [n for d in dirs for n in os.listdir(d) if n.endswith(("-future", "-delete"))]
+    assert not leftovers
+    broker.restart()
+    assert placement(dirs, name) == targets
+    with WireClient(broker.bootstrap) as client:
+        for p in (0, 1):
+            values = fetch_all_values(client, name, p)
+            acked = sorted((o, n) for q, o, n in producer.acked if q == p)
+            assert all(values[o] == str(n).encode() for o, n in acked), f"partition {p}"
+
+
+def test_alter_replica_log_dirs_errors(jbod):
+    broker = jbod(2)
+    dirs = broker.log_dirs
+    name = unique("moves")
+    with WireClient(broker.bootstrap) as client:
+        create(client, name, 1)
+        here = placement(dirs, name)[0]
+        for version in (1, 2):
+            assert alter_dirs(client, version, {
+                os.path.abspath(here): {name: [0], "no-such-topic": [0]},
+            }) == {(name, 0): ErrorCode.NONE,  # already there: nothing to do
+                   ("no-such-topic", 0): ErrorCode.REPLICA_NOT_AVAILABLE}
+        answer = client.request(ALTER_REPLICA_LOG_DIRS, 2, {"dirs": [
+            {"path": "/no/such/dir", "topics": [{"name": name, "partitions": [0, 5]}]}]})
+        assert [(p["partition_index"], p["error_code"]) for p in
+                answer["results"][0]["partitions"]] == [(0, ErrorCode.LOG_DIR_NOT_FOUND),
+                                                         (5, ErrorCode.LOG_DIR_NOT_FOUND)]
+    assert placement(dirs, name) == {0: here}

@@ -91,3 +91,38 @@ def test_a_partition_in_two_directories_stops_the_load(tmp_path):
     with pytest.raises(KafkaStorageError, match="two log directories"):
         manager.load()
     manager.close(clean=False)
+
+
+def test_a_future_log_swaps_in_and_a_stop_mid_swap_finishes_it(tmp_path):
+    dirs = dirs_of(tmp_path, 2)
+    manager = LogManager(dirs)
+    manager.load()
+    plog = manager.get_or_create("t", 0, CONFIG)
+    for i in range(30):
+        append(plog, make_batch(tag=i))
+    plog.high_watermark = plog.log_end_offset
+    expected = read_all(plog)
+    future = manager.create_future("t", 0, dirs[1])
+    future.append_as_follower(expected)
+    moved = manager.replace_with_future("t", 0)
+    assert manager.get("t", 0) is moved and log_dir_of(moved) == dirs[1]
+    assert read_all(moved) == expected and moved.high_watermark == plog.log_end_offset
+    assert manager.futures() == []
+    # a future left with no current log (a stop between the two renames) becomes the log;
+    # one left beside a current log (a move not finished) is removed
+    manager.close()
+    os.rename(os.path.join(dirs[1], "t-0"), os.path.join(dirs[1], "t-0." + "a" * 32 + "-future"))
+    unfinished = LogManager(dirs)
+    unfinished.load(lambda topic: CONFIG)
+    assert read_all(unfinished.get("t", 0)) == expected
+    other = unfinished.get_or_create("u", 0, CONFIG)
+    elsewhere = dirs[1] if log_dir_of(other) == dirs[0] else dirs[0]
+    leftover = unfinished.create_future("u", 0, elsewhere)
+    leftover_path = leftover.directory
+    unfinished.close()
+    os.makedirs(leftover_path)  # (close removed it; a stop would have left it)
+    again = LogManager(dirs)
+    again.load(lambda topic: CONFIG)
+    assert sorted(key for key, _ in again.logs()) == [("t", 0), ("u", 0)]
+    again.close()
+    assert not os.path.exists(leftover_path)

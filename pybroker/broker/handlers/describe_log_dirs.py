@@ -1,13 +1,14 @@
 """DescribeLogDirs (key 35), v1-v4: this broker's log directories and the replicas in each.
 
 One entry per directory of ``log.dirs`` (its absolute path; KAFKA_STORAGE_ERROR and
-nothing else for one that failed, as Kafka), naming the partitions whose replica is there with the bytes of their segments and Kafka's ``offset_lag`` (how far the
-log end is below the high watermark: 0 for a leader, and for a follower that has caught
-up). Every directory is listed, with no partition if none is asked for or none is there.
+nothing else for one that failed, as Kafka), naming the partitions whose replica is there
+with the bytes of their segments and Kafka's ``offset_lag`` (how far the log end is below
+the high watermark: 0 for a leader, and for a follower that has caught up). Every directory is listed, with no partition if none is asked for or none is there.
 A request naming topics gets only those of their partitions that have a replica here
 (unknown ones are left out, as Kafka does); a null list asks for every partition. v4 adds
-the volume's total and usable bytes (-1 before). There are no future logs: replicas are not
-moved between directories (``is_future_key`` false).
+the volume's total and usable bytes (-1 before). A replica moving to another directory
+(AlterReplicaLogDirs) is listed there too, with ``is_future_key`` and as its lag how far
+its future log is behind the current one.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections import defaultdict
 from pybroker.broker.handlers import handler
 from pybroker.broker.request import RequestContext
 from pybroker.errors import ErrorCode
+from pybroker.log.log_manager import log_dir_of
 from pybroker.net.protocol.typed import (
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
@@ -55,21 +57,26 @@ async def describe_log_dirs(ctx: RequestContext,
     results: list[DescribeLogDirsResponseResult] = []
     manager = ctx.broker.logs
     online = manager.logs_by_dir()
+    futures = manager.futures()
     for log_dir in manager.log_dirs:
         if log_dir not in online:
             results.append({"error_code": ErrorCode.KAFKA_STORAGE_ERROR,
                             "log_dir": os.path.abspath(log_dir), "topics": [],
                             "total_bytes": -1, "usable_bytes": -1})
             continue
-        logs = online[log_dir]
+        here = [(key, plog, False) for key, plog in online[log_dir]] + [
+            (key, future, True) for key, future in futures if log_dir_of(future) == log_dir]
         by_topic: dict[str, list[DescribeLogDirsResponsePartition]] = defaultdict(list)
-        for (topic, index), plog in sorted(logs, key=lambda item: item[0]):
+        for (topic, index), plog, is_future in sorted(here, key=lambda item: item[0]):
             if wanted is not None and index not in wanted.get(topic, ()):
                 continue
+            # the lag behind the high watermark, or a future log's behind the current log
+            current = manager.get(topic, index) if is_future else None
+            ahead = current.log_end_offset if current is not None else plog.high_watermark
             by_topic[topic].append({
                 "partition_index": index, "partition_size": plog.size(),
-                "offset_lag": max(plog.high_watermark - plog.log_end_offset, 0),
-                "is_future_key": False})
+                "offset_lag": max(ahead - plog.log_end_offset, 0),
+                "is_future_key": is_future})
         total, usable = _volume_bytes(log_dir)
         results.append({
             "error_code": ErrorCode.NONE, "log_dir": os.path.abspath(log_dir),
