@@ -1,11 +1,15 @@
-"""A failed log directory in a cluster (Kafka's LogDirFailureChannel and the controller's
-log dir event): three brokers with two log directories each, an acks=all producer writing
-to every partition while the second directory of a broker leading a partition there is
-replaced by a file.
-That broker tells the controller (``/log_dir_event_notification``), answers LeaderAndIsr
-with KAFKA_STORAGE_ERROR for the replicas there, and those partitions get leaders among
-the other ISR members; the broker keeps its other replicas. Every acknowledged record
-stays readable, and the producer sees no error beyond retriable ones."""
+"""Log directories in a cluster of three brokers with two each, under an acks=all producer
+writing to every partition; every acknowledged record stays readable, and the producer
+sees no error beyond retriable ones.
+
+A failed directory (Kafka's LogDirFailureChannel and the controller's log dir event): the
+second directory of a broker leading a partition there is replaced by a file. That broker
+tells the controller (``/log_dir_event_notification``), answers LeaderAndIsr with
+KAFKA_STORAGE_ERROR for the replicas there, and those partitions get leaders among the
+other ISR members; the broker keeps its other replicas.
+
+AlterReplicaLogDirs: every replica, leader or follower, moves to its broker's other
+directory while it serves."""
 
 from __future__ import annotations
 
@@ -71,3 +75,60 @@ def test_a_failed_dir_moves_its_leaders_away_and_keeps_every_acknowledged_record
                    if final[p].get(o) != str(n).encode()]
         assert not missing, f"{len(missing)} acknowledged records not in the log: {missing[:5]}"
         assert "failed log directory" in cluster.log_text(cluster.controller_id())
+
+
+def test_replicas_move_between_dirs_on_every_broker_under_acks_all(zk_connect, tmp_path):
+    """AlterReplicaLogDirs (kafka-python's admin, one request per broker) moves every
+    replica of a topic to its broker's other directory, leaders and followers, while an
+    acks=all producer writes: the followers keep fetching into whichever log is current,
+    the ISR stays whole, and every acknowledged record stays readable."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.admin import KafkaAdminClient
+
+    cluster = LocalCluster(zk_connect, tmp_path, settings={"min.insync.replicas": 2})
+    log_dirs = {}
+    for broker_id, broker in cluster.brokers.items():
+        log_dirs[broker_id] = [broker.data_dir, broker.data_dir + "-second"]
+        broker.extra_args += ["--data-dir", ",".join(log_dirs[broker_id])]
+    with cluster:
+        cluster.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2",
+                                                    "segment.bytes": "65536"})
+        producer = ContinuousProducer(cluster.bootstrap, TOPIC)
+        producer.start()
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+        try:
+            cluster.wait_for(lambda: len(producer.acked) >= 3000, 60,
+                             what="3000 records acknowledged")
+            targets = {}
+            for broker_id, dirs in log_dirs.items():
+                for p in range(PARTITIONS):
+                    here = next(d for d in dirs if p in _replicas_in(d))
+                    targets[(TOPIC, p, broker_id)] = os.path.abspath(
+                        next(d for d in dirs if d != here))
+            answer = admin.alter_replica_log_dirs(targets)
+            assert {error.errno for error in answer.values()} == {0}, answer
+
+            def moved() -> bool:
+                return all(p in _replicas_in(target) and
+                           not any(n.endswith("-future") for n in os.listdir(target))
+                           for (_, p, _), target in targets.items())
+            cluster.wait_for(moved, 120, what="every replica in its new directory")
+            mark = len(producer.acked)
+            cluster.wait_for(lambda: len(producer.acked) >= mark + 500, 60,
+                             what="records acknowledged after the moves")
+            cluster.wait_for(lambda: all(sorted(info.isr) == sorted(info.replicas)
+                                         for info in cluster.describe(TOPIC).values()),
+                             60, what="every ISR whole")
+        finally:
+            admin.close()
+            producer.stop()
+        assert not producer.fatal and not producer.failed, (producer.fatal, producer.failed[:5])
+        acked_ends = {p: max(o for q, o, _ in producer.acked if q == p) + 1
+                      for p in range(PARTITIONS)}
+        final = read_all(cluster.bootstrap, TOPIC, PARTITIONS, at_least=acked_ends)
+        missing = [(p, o, n) for p, o, n in producer.acked
+                   if final[p].get(o) != str(n).encode()]
+        assert not missing, f"{len(missing)} acknowledged records not in the log: {missing[:5]}"
