@@ -224,8 +224,7 @@ class Broker:
             log.info("settings: %s", ", ".join(
                 f"{k}={'[hidden]' if k in SENSITIVE_KEYS else v}"
                 for k, v in sorted(changed.items())))
-        for log_dir in log_dirs:
-            os.makedirs(log_dir, exist_ok=True)
+        os.makedirs(self.data_dir, exist_ok=True)
         self.cluster_id = self._read_meta(await self.metadata.join(self._read_meta()))
         await self.metadata.follow_broker_configs(self.dynamic_config)
         if self.config["authorizer.class.name"]:
@@ -370,10 +369,17 @@ class Broker:
         for log_dir in self.config.log_dirs:
             path = os.path.join(log_dir, META_FILE)
             props = found.get(path, {})
-            if props.get("cluster.id") != cluster_id or \
-                    props.get("node.id") != str(self.broker_id):
+            if props.get("cluster.id") == cluster_id and \
+                    props.get("node.id") == str(self.broker_id):
+                continue
+            try:
+                os.makedirs(log_dir, exist_ok=True)
                 replace_file(path, f"version=1\ncluster.id={cluster_id}\n"
                                    f"node.id={self.broker_id}\n")
+            except OSError:
+                if log_dir == self.data_dir:
+                    raise
+                # (the LogManager takes it offline and says so)
         return cluster_id
 
     def _log_dir_failed(self, log_dir: str, lost: list[tuple[str, int]]) -> None:

@@ -348,17 +348,19 @@ class TopicManager:
         return data
 
     def _add(self, topic: Topic, partitions: int) -> None:
+        """A topic found at start, with its partitions."""
         self._topics[topic.name] = topic
         self._by_id[topic.topic_id] = topic
-        self._grow(topic, partitions)
+        self._grow(topic, partitions, existing=True)
 
-    def _grow(self, topic: Topic, partitions: int) -> None:
+    def _grow(self, topic: Topic, partitions: int, existing: bool = False) -> None:
         config = self.log_config(topic.overrides)
         for index in range(len(topic.partitions), partitions):
-            self._add_partition(topic, index, config)
+            self._add_partition(topic, index, config, existing)
         self.logs.sync_log_dirs()
 
-    def _add_partition(self, topic: Topic, index: int, config: LogConfig) -> None:
+    def _add_partition(self, topic: Topic, index: int, config: LogConfig,
+                       existing: bool = False) -> None:
         # One directory fsync for all the partitions a request creates, not one per
         # partition: topics.json already holds the partition count, and a log lost
         # before the sync is created again at the next start.
@@ -367,14 +369,23 @@ class TopicManager:
             topic.partitions.append(Partition(topic.name, index, plog, self.broker_id,
                                               is_leader=False, internal=topic.internal))
             return
+        if existing and self.logs.get(topic.name, index) is None and self.logs.offline_dirs:
+            # its log may be in a directory offline since the start: an empty one created
+            # elsewhere would serve as if its records were gone (Kafka refuses likewise)
+            lost = Partition(topic.name, index, None, self.broker_id, internal=topic.internal)
+            lost.offline = True
+            topic.partitions.append(lost)
+            return
         plog = self.logs.get_or_create(topic.name, index, config, sync_dir=False)
         topic.partitions.append(Partition(topic.name, index, plog, self.broker_id,
                                           internal=topic.internal))
 
     def ensure_replica(self, name: str, topic_id: uuid.UUID, index: int,
-                       overrides: dict[str, str]) -> Partition:
+                       overrides: dict[str, str], is_new: bool = True) -> Partition:
         """Cluster mode: the partition ``index`` of topic ``name``, with a log on this
-        broker (created if missing; the topic too, with ZooKeeper's id and configs)."""
+        broker (created if missing; the topic too, with ZooKeeper's id and configs).
+        A replica that is not new (LeaderAndIsr's ``is_new``) and has no log while a log
+        directory is offline may have it there: KAFKA_STORAGE_ERROR, as Kafka."""
         topic = self._topics.get(name)
         if topic is not None and topic.topic_id != topic_id:
             log.warning("topic %s has a new id %s (was %s): deleting the old local logs",
@@ -403,6 +414,9 @@ class TopicManager:
         partition = topic.partitions[index]
         if changed:
             self._save()
+        if partition.log is None and not is_new and self.logs.offline_dirs:
+            raise KafkaStorageError(f"{name}-{index}: no log, and log directories "
+                                    f"{sorted(self.logs.offline_dirs)} are offline")
         if partition.log is None:
             partition.log = self.logs.get_or_create(name, index, self.log_config(
                 topic.overrides), sync_dir=True)

@@ -23,7 +23,8 @@ checkpoints, takes the whole directory offline: its logs leave this manager (des
 closed, nothing written), ``on_dir_failure(log_dir, partitions)`` tells the broker, which
 takes those partitions offline, and the directory is used for nothing more (no
 checkpoint, no marker, no new partition) until a restart tries it again. The other
-directories go on being served.
+directories go on being served. A directory that cannot be created or read at start is
+offline from the start (the first one stops the start instead).
 
 A replica moving to another directory (AlterReplicaLogDirs, Kafka's future log) has a
 second, future log ``<topic>-<partition>.<uuid>-future`` in the destination, filled by
@@ -52,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import os
 import re
@@ -126,7 +128,26 @@ class LogManager:
             self._loop = None
         self._loop_thread = threading.get_ident()
         for log_dir in self.log_dirs:
-            os.makedirs(log_dir, exist_ok=True)
+            self._open_dir(log_dir, functools.partial(os.makedirs, log_dir, exist_ok=True))
+
+    def _open_dir(self, log_dir: str, step: Callable[[], object]) -> bool:
+        """``step`` at start on ``log_dir``; a failure takes it offline from the start,
+        as Kafka starts without such a directory (the first one, which holds the
+        broker's own files, stops the start instead)."""
+        try:
+            step()
+            return True
+        except OSError as exc:
+            if log_dir == self.data_dir:
+                raise
+            log.error("log directory %s is unusable, offline until a restart: %s",
+                      log_dir, exc)
+            self.offline_dirs.add(log_dir)
+            for key, partition_log in list(self._logs.items()):  # (loaded before the error)
+                if log_dir_of(partition_log) == log_dir:
+                    del self._logs[key]
+                    partition_log.discard()
+            return False
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -140,8 +161,9 @@ class LogManager:
         default config otherwise."""
         started = time.monotonic()
         futures: list[str] = []
-        for log_dir in self.log_dirs:
-            self._load_dir(log_dir, config_for, futures)
+        for log_dir in self.online_dirs():
+            self._open_dir(log_dir, functools.partial(self._load_dir, log_dir, config_for,
+                                                      futures))
         for path in futures:
             self._load_future(path, config_for)
         log.info("loaded %d logs in %.3f s", len(self._logs), time.monotonic() - started)

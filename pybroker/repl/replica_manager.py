@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, cast
 
 from pybroker.broker.partition import Partition
 from pybroker.cluster.metadata_cache import MetadataCache
-from pybroker.errors import ErrorCode
+from pybroker.errors import ErrorCode, KafkaStorageError
 from pybroker.net.protocol import codec
 from pybroker.net.protocol.typed import (
     LeaderAndIsrRequest,
@@ -203,7 +203,11 @@ class ReplicaManager:
                      configs: dict[str, str],
                      endpoints: dict[int, tuple[str, int]]) -> int:
         index = state["partition_index"]
-        partition = self.broker.topics.ensure_replica(topic, topic_id, index, configs)
+        try:
+            partition = self.broker.topics.ensure_replica(topic, topic_id, index, configs,
+                                                          state["is_new"])
+        except KafkaStorageError:
+            return ErrorCode.KAFKA_STORAGE_ERROR
         if partition.offline:
             return ErrorCode.KAFKA_STORAGE_ERROR
         epoch = state["leader_epoch"]

@@ -221,6 +221,29 @@ def test_a_failed_dir_takes_only_its_partitions_offline(jbod):
     assert read[:len(acked)] == acked[:len(read)] and len(read) > 0
     assert "log directory" in broker.log_text() and "failed" in broker.log_text()
 
+    def acked_values(partition: int) -> list[bytes]:
+        return [str(n).encode() for q, _, n in sorted(producer.acked) if q == partition]
+
+    # a restart with the directory still a file: offline from the start, the rest served
+    broker.restart()
+    with WireClient(broker.bootstrap) as client:
+        errors = metadata_errors(client, name)
+        assert {p: errors[p] for p in range(6)} == {
+            p: ErrorCode.KAFKA_STORAGE_ERROR if p in lost else ErrorCode.NONE
+            for p in range(6)}
+        for p in kept:
+            assert set(acked_values(p)) <= set(fetch_all_values(client, name, p))
+    assert not [n for d in (dirs[0], dirs[2]) for n in os.listdir(d)
+                if n.rpartition("-")[0] == name and int(n.rpartition("-")[2]) in lost]
+    # the disk back in place: the next start serves its partitions with their records
+    os.unlink(dirs[1])
+    os.rename(dirs[1] + ".gone", dirs[1])
+    broker.restart()
+    with WireClient(broker.bootstrap) as client:
+        assert set(metadata_errors(client, name).values()) == {ErrorCode.NONE}
+        for p in range(6):
+            assert set(acked_values(p)) <= set(fetch_all_values(client, name, p))
+
 
 def fetch_all_values(client: WireClient, topic: str, partition: int) -> list[bytes]:
     values: list[bytes] = []
