@@ -216,8 +216,9 @@ class ClusterClient:
             for result in answer["results"]:
                 for topic in result["topics"]:
                     for p in topic["partitions"]:
-                        sizes[(topic["name"], p["partition_index"], broker_id)] = \
-                            p["partition_size"]
+                        if not p["is_future_key"]:  # (a replica's copy on its way elsewhere)
+                            sizes[(topic["name"], p["partition_index"], broker_id)] = \
+                                p["partition_size"]
         return sizes
 
     def configs(self, topic: str) -> list[ConfigInfo]:

@@ -206,7 +206,7 @@ class SingleNodeMetadata:
         return True
 
     def offline_partition_count(self) -> int:
-        return sum(p.offline for p in self._broker.topics.partitions())
+        return sum(p.offline for t in self._broker.topics.topics() for p in t.partitions)
 
     def log_dir_failed(self, partitions: list[Partition]) -> None:
         pass  # Metadata answers them KAFKA_STORAGE_ERROR; there is no other leader

@@ -15,6 +15,7 @@ import pytest
 from pybroker._native.records import encode_batch
 from pybroker.errors import ErrorCode
 from tests.admin.clients import unique
+from tests.broker.prometheus import metrics_url, scrape
 from tests.broker.wire_client import WireClient, decode_all, fetch_body, produce_body
 from tests.cluster.harness import ContinuousProducer, TailingConsumer
 from tests.conftest import BrokerProcess
@@ -27,13 +28,14 @@ PRODUCE, FETCH, CREATE_TOPICS, DESCRIBE_LOG_DIRS = 0, 1, 19, 35
 
 
 @pytest.fixture
-def jbod(tmp_path) -> Iterator[Callable[[int], BrokerProcess]]:
-    """Starts a broker whose ``log.dirs`` are ``count`` directories (disk0, disk1, ...)."""
+def jbod(tmp_path) -> Iterator[Callable[..., BrokerProcess]]:
+    """Starts a broker whose ``log.dirs`` are ``count`` directories (disk0, disk1, ...),
+    with these settings."""
     started: list[BrokerProcess] = []
 
-    def start(count: int) -> BrokerProcess:
+    def start(count: int, **settings: str) -> BrokerProcess:
         dirs = [str(tmp_path / f"disk{i}") for i in range(count)]
-        broker = BrokerProcess(dirs[0], log_path=str(tmp_path / "broker.log"),
+        broker = BrokerProcess(dirs[0], settings, log_path=str(tmp_path / "broker.log"),
                                extra_args=["--data-dir", ",".join(dirs)])
         broker.log_dirs = dirs  # type: ignore[attr-defined]
         started.append(broker)
@@ -151,7 +153,7 @@ def test_a_failed_dir_takes_only_its_partitions_offline(jbod):
     partitions answer KAFKA_STORAGE_ERROR to produce, fetch, ListOffsets, Metadata and
     DescribeLogDirs, and the partitions of the other directories go on being written
     and read, every acknowledged record there readable."""
-    broker = jbod(3)
+    broker = jbod(3, metrics_listener="127.0.0.1:0")
     dirs = broker.log_dirs
     name = unique("failing")
     with WireClient(broker.bootstrap) as client:
@@ -205,6 +207,9 @@ def test_a_failed_dir_takes_only_its_partitions_offline(jbod):
             described = {p["partition_index"] for r in results for t in r["topics"]
                          if t["name"] == name for p in t["partitions"]}
             assert described == set(kept)
+            offline = scrape(metrics_url(broker))[
+                ("kafka_controller_kafkacontroller_offlinepartitionscount", ())]
+            assert offline >= len(lost)  # (and the offsets topic's partitions there)
     finally:
         producer.stop(flush_timeout=60)
         consumer_seen = consumer.seen
