@@ -408,8 +408,9 @@ class LogManager:
 
     def deletion_pending(self, topic: str) -> bool:
         """Whether a directory of deleted ``topic`` may still reappear after a crash (its
-        rename is not yet done or not yet durable)."""
-        return self._deleter.pending(topic)
+        rename is not yet done or not yet durable), or after a restart that finds an
+        offline log directory back (its logs there could not be deleted)."""
+        return self._deleter.pending(topic) or bool(self.offline_dirs)
 
     def logs(self) -> Iterator[tuple[Key, Log]]:
         return iter(list(self._logs.items()))

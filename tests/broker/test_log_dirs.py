@@ -24,7 +24,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.admin import KafkaAdminClient
 
-PRODUCE, FETCH, CREATE_TOPICS, DESCRIBE_LOG_DIRS = 0, 1, 19, 35
+PRODUCE, FETCH, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_LOG_DIRS = 0, 1, 19, 20, 35
 
 
 @pytest.fixture
@@ -341,3 +341,34 @@ def test_alter_replica_log_dirs_errors(jbod):
                 answer["results"][0]["partitions"]] == [(0, ErrorCode.LOG_DIR_NOT_FOUND),
                                                          (5, ErrorCode.LOG_DIR_NOT_FOUND)]
     assert placement(dirs, name) == {0: here}
+
+
+def test_a_topic_deleted_while_its_dir_is_offline_stays_deleted(jbod):
+    """Its partition on the failed disk cannot be deleted then: when the disk is back,
+    the next start deletes it instead of adopting it as a topic of its own."""
+    broker = jbod(2)
+    dirs = broker.log_dirs
+    name = unique("doomed")
+    with WireClient(broker.bootstrap) as client:
+        create(client, name, 2, segment_bytes="1024")
+        lost = next(p for p, d in placement(dirs, name).items() if d == dirs[1])
+        assert produce(client, name, lost, b"x" * 600) == ErrorCode.NONE
+        os.rename(dirs[1], dirs[1] + ".gone")
+        with open(dirs[1], "w") as f:
+            f.write("not a directory\n")
+        wait_for(lambda: produce(client, name, lost, b"x" * 600) ==
+                 ErrorCode.KAFKA_STORAGE_ERROR, "the directory offline")
+        answer = client.request(DELETE_TOPICS, 6, {"topics": [{"name": name}],
+                                                   "timeout_ms": 30000})
+        assert answer["responses"][0]["error_code"] == ErrorCode.NONE
+    broker.restart()  # still offline
+    with WireClient(broker.bootstrap) as client:  # topics.json is written again
+        create(client, unique("other"), 1)
+    os.unlink(dirs[1])
+    os.rename(dirs[1] + ".gone", dirs[1])
+    broker.restart()
+    with WireClient(broker.bootstrap) as client:
+        answer = client.request(METADATA, 12, {"topics": [{"name": name}],
+                                               "allow_auto_topic_creation": False})
+        assert answer["topics"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    wait_for(lambda: not placement(dirs, name), "the old partition directory removed")
