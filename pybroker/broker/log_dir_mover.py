@@ -35,7 +35,7 @@ from pybroker.log.log_manager import LogManager, log_dir_of
 
 if TYPE_CHECKING:
     from pybroker.broker.partition import Partition
-    from pybroker.log.log import Log
+    from pybroker.log.log import Log, ReadResult
 
 log = logging.getLogger("pybroker.log")
 
@@ -43,6 +43,19 @@ CHUNK_BYTES = 1 << 20  # Kafka's replica.fetch.max.bytes default
 SWAP_MAX_BYTES = 4 << 20  # copied inline at the swap (the loop waits for it), else a round
 
 Key = tuple[str, int]
+
+
+def _first_batch_offset(source: Log) -> int:
+    """Where a copy of ``source`` starts: the base offset of the batch holding its log
+    start (DeleteRecords may have moved the start inside a batch)."""
+    found = source.read(source.log_start_offset, 1)
+    return found.first_offset if found.size else source.log_start_offset
+
+
+def _read_from(source: Log, offset: int) -> ReadResult:
+    """A chunk of ``source`` from ``offset``, where the copy is: at most the base of the
+    batch holding the log start, which is read by asking for the log start."""
+    return source.read(max(offset, source.log_start_offset), CHUNK_BYTES)
 
 
 def _read_regions(regions: list[FileRegion]) -> bytes:
@@ -107,10 +120,10 @@ class LogDirMover:
         source = partition.log
         truncations = source.truncations
         while self._still_moving(partition, source, future):
-            if source.truncations != truncations or \
-                    future.log_end_offset < source.log_start_offset:
+            start = _first_batch_offset(source)
+            if source.truncations != truncations or future.log_end_offset < start:
                 truncations = source.truncations
-                future.truncate_fully_and_start_at(source.log_start_offset)
+                future.truncate_fully_and_start_at(start)
             offset = future.log_end_offset
             if offset >= source.log_end_offset:
                 await partition.appends_done()
@@ -119,7 +132,7 @@ class LogDirMover:
                     return
                 await asyncio.sleep(0)  # (appends came meanwhile: copy them first)
                 continue
-            regions = source.read(offset, CHUNK_BYTES).regions
+            regions = _read_from(source, offset).regions
             if not regions:  # (cannot be: below the log end there is a batch)
                 raise KafkaStorageError(f"{source.name}: nothing to read at {offset}")
             data = await asyncio.to_thread(_read_regions, regions)
@@ -135,7 +148,7 @@ class LogDirMover:
         source = partition.log
         copied = 0
         while future.log_end_offset < source.log_end_offset:
-            result = source.read(future.log_end_offset, CHUNK_BYTES)
+            result = _read_from(source, future.log_end_offset)
             copied += result.size
             if not result.size or copied > SWAP_MAX_BYTES:
                 return False

@@ -337,8 +337,8 @@ class LogManager:
         return list(self._futures.items())
 
     def create_future(self, topic: str, partition: int, log_dir: str) -> Log:
-        """An empty future log of the partition in ``log_dir``, starting at the current
-        log's start (replacing an earlier future of it)."""
+        """An empty future log of the partition in ``log_dir`` (replacing an earlier
+        future of it); its filler sets where it starts."""
         key = (topic, partition)
         current = self._logs[key]
         self.abandon_future(topic, partition)
@@ -350,8 +350,6 @@ class LogManager:
         except OSError as exc:
             self._dir_failed_on_any_thread(log_dir, exc)
             raise
-        if current.log_start_offset > 0:
-            future.truncate_fully_and_start_at(current.log_start_offset)
         self._futures[key] = future
         with self._placing:
             self._partition_counts[log_dir] += 1
