@@ -489,6 +489,7 @@ def _describe(info: TopicInfo, live: dict[int, Endpoint]) -> TopicAnswer:
             "error_code": ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
             "partition_index": index, "leader_id": leader, "leader_epoch": p.leader_epoch,
             "replica_nodes": p.replicas, "isr_nodes": p.isr,
-            "offline_replicas": [r for r in p.replicas if r not in live]})
+            # gone, or (the controller says) in a failed log directory
+            "offline_replicas": [r for r in p.replicas if r not in live or r in p.offline]})
     return {"error_code": ErrorCode.NONE, "name": info.name, "topic_id": info.topic_id,
             "is_internal": info.name in INTERNAL_TOPICS, "partitions": partitions}

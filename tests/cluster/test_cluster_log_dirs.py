@@ -60,6 +60,13 @@ def test_a_failed_dir_moves_its_leaders_away_and_keeps_every_acknowledged_record
             cluster.wait_for(moved, 90, what=f"leaders of {sorted(lost)} moved off {victim}")
             partitions = cluster.describe(TOPIC)
             assert all(victim in partitions[p].isr for p in kept), partitions
+
+            def offline_replicas() -> dict[int, list[int]]:
+                (topic,) = cluster.metadata([TOPIC])["topics"]
+                return {p["partition_index"]: p["offline_replicas"] for p in topic["partitions"]}
+            cluster.wait_for(lambda: offline_replicas() == {
+                p: [victim] if p in lost else [] for p in range(PARTITIONS)}, 30,
+                what=f"broker {victim} an offline replica of {sorted(lost)} in Metadata")
             mark = len(producer.acked)
             cluster.wait_for(lambda: {p for p, _, _ in producer.acked[mark:]} ==
                              set(range(PARTITIONS)), 60,
