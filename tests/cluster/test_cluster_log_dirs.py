@@ -8,6 +8,8 @@ tells the controller (``/log_dir_event_notification``), answers LeaderAndIsr wit
 KAFKA_STORAGE_ERROR for the replicas there, and those partitions get leaders among the
 other ISR members; the broker keeps its other replicas.
 
+Restarts try it again: still broken, its replicas stay offline; back, they rejoin.
+
 AlterReplicaLogDirs: every replica, leader or follower, moves to its broker's other
 directory while it serves."""
 
@@ -21,6 +23,17 @@ TOPIC = "jbod"
 PARTITIONS = 4
 
 
+def _cluster_with_two_dirs(zk_connect: str, root: os.PathLike[str]
+                           ) -> tuple[LocalCluster, dict[int, list[str]]]:
+    """Three brokers (not started) with two log directories each: {broker: its dirs}."""
+    cluster = LocalCluster(zk_connect, root, settings={"min.insync.replicas": 2})
+    log_dirs = {}
+    for broker_id, broker in cluster.brokers.items():
+        log_dirs[broker_id] = [broker.data_dir, broker.data_dir + "-second"]
+        broker.extra_args += ["--data-dir", ",".join(log_dirs[broker_id])]
+    return cluster, log_dirs
+
+
 def _replicas_in(log_dir: str) -> set[int]:
     return {int(name.rpartition("-")[2]) for name in os.listdir(log_dir)
             if name.rpartition("-")[0] == TOPIC}
@@ -28,11 +41,7 @@ def _replicas_in(log_dir: str) -> set[int]:
 
 def test_a_failed_dir_moves_its_leaders_away_and_keeps_every_acknowledged_record(
         zk_connect, tmp_path):
-    cluster = LocalCluster(zk_connect, tmp_path, settings={"min.insync.replicas": 2})
-    log_dirs = {}
-    for broker_id, broker in cluster.brokers.items():
-        log_dirs[broker_id] = [broker.data_dir, broker.data_dir + "-second"]
-        broker.extra_args += ["--data-dir", ",".join(log_dirs[broker_id])]
+    cluster, log_dirs = _cluster_with_two_dirs(zk_connect, tmp_path)
     with cluster:
         cluster.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2",
                                                     "segment.bytes": "4096"})
@@ -44,6 +53,12 @@ def test_a_failed_dir_moves_its_leaders_away_and_keeps_every_acknowledged_record
         failing = log_dirs[victim][1]
         lost = _replicas_in(failing)
         kept = set(range(PARTITIONS)) - lost
+
+        def victim_offline() -> bool:
+            (topic,) = cluster.metadata([TOPIC])["topics"]
+            return {p["partition_index"]: p["offline_replicas"]
+                    for p in topic["partitions"]} == {
+                p: [victim] if p in lost else [] for p in range(PARTITIONS)}
         producer = ContinuousProducer(cluster.bootstrap, TOPIC)
         producer.start()
         try:
@@ -60,13 +75,8 @@ def test_a_failed_dir_moves_its_leaders_away_and_keeps_every_acknowledged_record
             cluster.wait_for(moved, 90, what=f"leaders of {sorted(lost)} moved off {victim}")
             partitions = cluster.describe(TOPIC)
             assert all(victim in partitions[p].isr for p in kept), partitions
-
-            def offline_replicas() -> dict[int, list[int]]:
-                (topic,) = cluster.metadata([TOPIC])["topics"]
-                return {p["partition_index"]: p["offline_replicas"] for p in topic["partitions"]}
-            cluster.wait_for(lambda: offline_replicas() == {
-                p: [victim] if p in lost else [] for p in range(PARTITIONS)}, 30,
-                what=f"broker {victim} an offline replica of {sorted(lost)} in Metadata")
+            cluster.wait_for(victim_offline, 30,
+                             what=f"broker {victim} an offline replica of {sorted(lost)}")
             mark = len(producer.acked)
             cluster.wait_for(lambda: {p for p, _, _ in producer.acked[mark:]} ==
                              set(range(PARTITIONS)), 60,
@@ -83,6 +93,19 @@ def test_a_failed_dir_moves_its_leaders_away_and_keeps_every_acknowledged_record
         assert not missing, f"{len(missing)} acknowledged records not in the log: {missing[:5]}"
         assert "failed log directory" in cluster.log_text(cluster.controller_id())
 
+        # a restart tries the directory again: still a file, its replicas stay offline
+        cluster.restart(victim)
+        cluster.wait_for(victim_offline, 60, what=f"{victim}'s replicas offline after a restart")
+        # the disk back: its replicas catch up and rejoin every ISR
+        os.unlink(failing)
+        os.rename(failing + ".gone", failing)
+        cluster.restart(victim)
+        cluster.wait_for(lambda: all(sorted(info.isr) == sorted(info.replicas)
+                                     for info in cluster.describe(TOPIC).values()), 90,
+                         what="every ISR whole again")
+        cluster.wait_for(lambda: not any(p["offline_replicas"] for p in cluster.metadata(
+            [TOPIC])["topics"][0]["partitions"]), 30, what="no offline replica")
+
 
 def test_replicas_move_between_dirs_on_every_broker_under_acks_all(zk_connect, tmp_path):
     """AlterReplicaLogDirs (kafka-python's admin, one request per broker) moves every
@@ -95,11 +118,7 @@ def test_replicas_move_between_dirs_on_every_broker_under_acks_all(zk_connect, t
         warnings.simplefilter("ignore", DeprecationWarning)
         from kafka.admin import KafkaAdminClient
 
-    cluster = LocalCluster(zk_connect, tmp_path, settings={"min.insync.replicas": 2})
-    log_dirs = {}
-    for broker_id, broker in cluster.brokers.items():
-        log_dirs[broker_id] = [broker.data_dir, broker.data_dir + "-second"]
-        broker.extra_args += ["--data-dir", ",".join(log_dirs[broker_id])]
+    cluster, log_dirs = _cluster_with_two_dirs(zk_connect, tmp_path)
     with cluster:
         cluster.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2",
                                                     "segment.bytes": "65536"})
