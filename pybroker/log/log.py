@@ -185,13 +185,14 @@ class Log:
                  flusher: Executor | None = None,
                  producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
                  on_dir_failure: Callable[[Log, OSError], None] | None = None) -> None:
-        """Open (or create) the log in ``directory``. ``on_dir_failure(log, error)``: an
-        error that fails the log directory (``is_dir_failure``), from an append, a roll,
-        a flush (on the event loop) or a background flush (on the flusher thread). ``clean``: the broker stopped
+        """Open (or create) the log in ``directory``. ``clean``: the broker stopped
         cleanly, so indexes are trusted (after a sanity check) and nothing is scanned;
         otherwise every segment from ``recovery_point`` on is validated and its indexes
         rebuilt. The offsets come from the data directory's checkpoint files. Then each
-        state machine loads its latest snapshot and replays the batches after it."""
+        state machine loads its latest snapshot and replays the batches after it.
+        ``on_dir_failure(log, error)``: an error that fails the log directory
+        (``is_dir_failure``) from an append, a roll or a flush (on the event loop) or a
+        background flush (on the flusher thread)."""
         self.directory = directory
         self.name = os.path.basename(directory)
         self.config = config or LogConfig()

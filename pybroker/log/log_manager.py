@@ -426,7 +426,11 @@ class LogManager:
     # -- failed directories ----------------------------------------------------------------
 
     def _log_failed(self, partition_log: Log, exc: OSError) -> None:
-        """A log's ``on_dir_failure`` (any thread)."""
+        """A log's ``on_dir_failure`` (any thread). A log no longer ours (deleted, its
+        directory renamed under a background flush) says nothing of its directory."""
+        ours = [*self._logs.values(), *self._futures.values()]  # (one copy: other threads)
+        if not any(lg is partition_log for lg in ours):
+            return
         self._dir_failed_on_any_thread(log_dir_of(partition_log), exc)
 
     def _dir_failed_on_any_thread(self, log_dir: str, exc: OSError) -> None:
