@@ -165,7 +165,7 @@ async def _run_broker(config: object) -> int:
              host, port, *broker.advertised, broker.broker_id, broker.data_dir)
     await broker.wait_stopped()
     await broker.shutdown()
-    return 0
+    return broker.exit_code
 
 
 # -------------------------------------------------------------------------- log dump

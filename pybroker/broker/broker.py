@@ -144,7 +144,7 @@ class Broker:
                  "markers", "txn_verifier", "validation_pool", "authorizer",
                  "credentials",
                  "server", "advertised", "listener_endpoints", "inter_broker_listener",
-                 "shutting_down", "_tasks", "_logs_open",
+                 "shutting_down", "exit_code", "_tasks", "_logs_open",
                  "_coordinator_started", "_stopped", "_stats_path", "_writer", "_stats_seq",
                  "_stats_last", "requests_by_api", "http_listener", "refusals",
                  "leader_offsets", "quotas", "replication_quotas", "log_dir_mover")
@@ -176,6 +176,7 @@ class Broker:
         self.inter_broker_listener = PLAINTEXT
         self.advertised: tuple[str, int] = ("127.0.0.1", 0)
         self.shutting_down = False
+        self.exit_code = 0  # the process's, once stopped: 1 when storage failed
         self.requests_by_api: collections.Counter[int] = collections.Counter()
         self.http_listener: HttpListener | None = None
         self.leader_offsets = LeaderHighWatermarks(self)
@@ -394,6 +395,7 @@ class Broker:
             log.error("log directory %s failed and %s: stopping the broker", log_dir,
                       "it holds the broker's own files" if log_dir == self.logs.data_dir
                       else "no log directory is left")
+            self.exit_code = 1  # (as Kafka halts: a supervisor restarts on failure)
             self.request_stop()
 
     async def _every(self, interval_ms: int, fn: Any) -> None:
@@ -468,7 +470,10 @@ class Broker:
         if self.log_dir_mover is not None:
             await self._quietly("log dir mover", self.log_dir_mover.close)
         if self._logs_open:  # (else a start refused its settings: nothing to write, or where)
-            self.write_stats(force=True)  # (while the logs are open: the cleaner's state)
+            try:
+                self.write_stats(force=True)  # (while the logs are open: the cleaner's state)
+            except OSError as exc:  # (the first log directory failed)
+                log.error("writing the stats file failed: %s", exc)
             self.logs.close(clean=True)
         stats = self.stats()
         log.info("served %d requests; sent %d bytes zero-copy and %d from memory (%.2f%% "

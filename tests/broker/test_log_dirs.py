@@ -405,3 +405,34 @@ def test_a_replica_whose_log_starts_inside_a_batch_moves(jbod):
         # (the batch holding offset 4 comes whole, as from Kafka: the client skips 3)
         assert [r.value for r in decode_all(data["records"])] == [
             b"%d-%d" % (i, j) for i in (1, 2, 3) for j in range(3)]
+
+
+def test_losing_the_first_dir_stops_the_broker_with_exit_code_1(jbod):
+    """The first directory holds the broker's own files (topics.json, ...): when it fails
+    the broker stops (exit code 1, as Kafka halts when it has no directory left), closing
+    the others cleanly; with the disk back it starts with every record."""
+    broker = jbod(2)
+    dirs = broker.log_dirs
+    name = unique("first")
+    with WireClient(broker.bootstrap) as client:
+        create(client, name, 2, segment_bytes="1024")
+        placed = placement(dirs, name)
+        first = next(p for p, d in placed.items() if d == dirs[0])
+        other = next(p for p, d in placed.items() if d == dirs[1])
+        assert produce(client, name, other, b"kept") == ErrorCode.NONE
+        assert produce(client, name, first, b"x" * 600) == ErrorCode.NONE
+        os.rename(dirs[0], dirs[0] + ".gone")
+        with open(dirs[0], "w") as f:
+            f.write("not a directory\n")
+        wait_for(lambda: produce(client, name, first, b"x" * 600) != ErrorCode.NONE,
+                 "the first directory failing")
+    wait_for(lambda: not broker.alive(), "the broker stopped")
+    assert broker.stop() == 1
+    assert "holds the broker's own files: stopping the broker" in broker.log_text()
+    assert os.path.exists(os.path.join(dirs[1], ".kafka_cleanshutdown"))
+    os.unlink(dirs[0])
+    os.rename(dirs[0] + ".gone", dirs[0])
+    broker.start()
+    with WireClient(broker.bootstrap) as client:
+        assert fetch_values(client, name, other) == [b"kept"]
+        assert fetch_values(client, name, first)[0] == b"x" * 600
