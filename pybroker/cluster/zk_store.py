@@ -2,7 +2,7 @@
 
 The contract is docs/REPLICATION.md's ``ClusterStore``, with one addition,
 ``watch_topic(name, fn(TopicAssignment | None))`` (the controller's watch for new
-partitions), and one refinement of meaning (not of signature): ``try_become_controller`` increments ``/controller_epoch`` in the same
+partitions and reassignments), and one refinement of meaning (not of signature): ``try_become_controller`` increments ``/controller_epoch`` in the same
 ZooKeeper transaction that creates ``/controller`` (Kafka's
 ``registerControllerAndIncrementControllerEpoch``), and the ``increment_controller_epoch``
 that follows a won election returns that increment instead of making another. A separate
@@ -27,6 +27,9 @@ URL-safe base64 of the 16 bytes without padding)::
     /brokers/topics/<t>                         {"version":3,"topic_id":"...","partitions":
                                                  {"0":[1,2,3]},"adding_replicas":{},
                                                  "removing_replicas":{}}
+                                                (a partition being moved: its whole
+                                                 replica set, and entries in
+                                                 adding_replicas/removing_replicas)
     /brokers/topics/<t>/partitions/<p>/state    {"controller_epoch":e,"leader":id,"version":1,
                                                  "leader_epoch":n,"isr":[...]}
     /config/topics/<t>                          {"version":1,"config":{key: value}}
@@ -45,6 +48,10 @@ URL-safe base64 of the 16 bytes without padding)::
                                                 {"version":1,"broker":id,"event":1}
                                                 (a log directory of the broker failed)
     /admin/delete_topics/<t>                    (empty)
+    /admin/reassign_partitions                  {"version":1,"partitions":[{"topic":t,
+                                                 "partition":p,"replicas":[...]}]}
+                                                (the pre-KIP-455 request; the controller
+                                                 drops each entry once it is done)
 
 A broker's epoch is the czxid of its registration. Partition states are written only
 conditionally: on their znode version, and for the controller also on
@@ -68,7 +75,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import kazoo.exceptions as kex
@@ -101,6 +109,7 @@ LOG_DIR_EVENTS = "/log_dir_event_notification"
 LOG_DIR_EVENT_PREFIX = "log_dir_event_"
 LOG_DIR_FAILURE = 1  # Kafka's LogDirEventNotificationHandler.LogDirFailureEvent
 DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PERSISTENT_PARENTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_CHANGES,
                       DELETE_TOPICS, ISR_CHANGES, LOG_DIR_EVENTS)
 # Kafka's ZkNodeChangeNotificationListener deletes config change notifications this old.
@@ -118,9 +127,16 @@ class BrokerInfo(NamedTuple):
 
 
 class TopicAssignment(NamedTuple):
+    """A topic's replica assignment. During a reassignment (KIP-455) a partition's
+    ``partitions`` entry is the whole replica set RS = ORS + TRS, and ``adding`` (TRS -
+    ORS) and ``removing`` (ORS - TRS) name it; partitions not being moved are absent
+    from both (never changed in place: an update is a new tuple)."""
+
     name: str
     topic_id: uuid.UUID
     partitions: dict[int, list[int]]
+    adding: Mapping[int, list[int]] = MappingProxyType({})
+    removing: Mapping[int, list[int]] = MappingProxyType({})
 
 
 class PartitionState(NamedTuple):
@@ -192,10 +208,13 @@ def _broker_info(broker_id: int, data: bytes, stat: ZnodeStat) -> BrokerInfo:
                       stat.czxid, tuple(endpoints))
 
 
-def _topic_json(topic_id: uuid.UUID, assignment: dict[int, list[int]]) -> bytes:
-    return _dumps({"version": 3, "topic_id": encode_topic_id(topic_id),
-                   "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
-                   "adding_replicas": {}, "removing_replicas": {}})
+def _topic_json(topic: TopicAssignment) -> bytes:
+    def replica_map(assignment: Mapping[int, list[int]]) -> dict[str, list[int]]:
+        return {str(p): list(r) for p, r in sorted(assignment.items()) if r}
+    return _dumps({"version": 3, "topic_id": encode_topic_id(topic.topic_id),
+                   "partitions": replica_map(topic.partitions),
+                   "adding_replicas": replica_map(topic.adding),
+                   "removing_replicas": replica_map(topic.removing)})
 
 
 def _topic_assignment(name: str, data: bytes) -> TopicAssignment | None:
@@ -204,8 +223,25 @@ def _topic_assignment(name: str, data: bytes) -> TopicAssignment | None:
         return None
     topic_id = (decode_topic_id(value["topic_id"]) if value.get("topic_id")
                 else uuid.UUID(int=0))
-    partitions = {int(p): [int(b) for b in r] for p, r in value["partitions"].items()}
-    return TopicAssignment(name, topic_id, dict(sorted(partitions.items())))
+    def replica_map(key: str) -> dict[int, list[int]]:
+        found = {int(p): [int(b) for b in r] for p, r in (value.get(key) or {}).items() if r}
+        return dict(sorted(found.items()))
+    return TopicAssignment(name, topic_id, replica_map("partitions"),
+                           replica_map("adding_replicas"), replica_map("removing_replicas"))
+
+
+def _legacy_targets(data: bytes | None) -> dict[tuple[str, int], list[int]]:
+    """Kafka's ``{"version":1,"partitions":[{"topic","partition","replicas"}]}``; entries
+    that do not parse are left out (with a log line: an operator wrote them)."""
+    value = _loads(data) or {}
+    targets: dict[tuple[str, int], list[int]] = {}
+    for item in value.get("partitions") or ():
+        try:
+            targets[(str(item["topic"]), int(item["partition"]))] = [
+                int(b) for b in item["replicas"]]
+        except (KeyError, TypeError, ValueError):
+            log.warning("%s: ignoring the entry %r", REASSIGN_PARTITIONS, item)
+    return targets
 
 
 def _state_json(leader: int, leader_epoch: int, isr: list[int], controller_epoch: int) -> bytes:
@@ -526,7 +562,8 @@ class ClusterStore:
         self._set_or_create(f"{CONFIG_TOPICS}/{name}",
                             _dumps({"version": 1, "config": dict(configs)}))
         try:
-            self._zk.create(f"{TOPICS}/{name}", _topic_json(topic_id, assignment))
+            self._zk.create(f"{TOPICS}/{name}",
+                            _topic_json(TopicAssignment(name, topic_id, assignment)))
         except kex.NodeExistsError:
             raise TopicAlreadyExistsError(f"Topic '{name}' already exists.") from None
 
@@ -579,11 +616,76 @@ class ClusterStore:
 
     def set_assignment(self, name: str, topic_id: uuid.UUID,
                        assignment: dict[int, list[int]]) -> None:
-        """Replace the assignment (CreatePartitions); UnknownTopicOrPartitionError if gone."""
+        """Replace the assignment (CreatePartitions), keeping the reassignments in
+        progress; UnknownTopicOrPartitionError if gone."""
+        while True:
+            found = self.versioned_topic(name)
+            if found is None:
+                raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+            current, version = found
+            try:
+                self.write_topic(current._replace(topic_id=topic_id, partitions=assignment),
+                                 version)
+                return
+            except BadVersionError:
+                continue  # a reassignment moved on meanwhile: again on what it wrote
+
+    def versioned_topic(self, name: str) -> tuple[TopicAssignment, int] | None:
+        """The topic's assignment and its znode version, for :meth:`write_topic`."""
+        got = self._get(f"{TOPICS}/{name}")
+        if got is None:
+            return None
+        topic = _topic_assignment(name, got[0])
+        return None if topic is None else (topic, got[1].version)
+
+    def write_topic(self, topic: TopicAssignment, expected_version: int,
+                    epoch_zk_version: int | None = None) -> int:
+        """Replace ``/brokers/topics/<t>`` (assignment and reassignments) if its znode is
+        at ``expected_version`` (BadVersionError, also when the topic is gone), and when
+        ``epoch_zk_version`` is given (the controller) if ``/controller_epoch`` is at it
+        (ControllerMovedError), atomically; returns the znode's new version."""
+        return self._conditional("set", f"{TOPICS}/{topic.name}", _topic_json(topic),
+                                 expected_version, epoch_zk_version)
+
+    # the legacy reassignment request ---------------------------------------------------
+
+    def legacy_reassignment(self) -> tuple[dict[tuple[str, int], list[int]], int] | None:
+        """``/admin/reassign_partitions`` (what kafka-reassign-partitions.sh wrote before
+        KIP-455) as {(topic, partition): target replicas}, and its znode version; None
+        when there is none."""
+        got = self._get(REASSIGN_PARTITIONS)
+        if got is None:
+            return None
+        return _legacy_targets(got[0]), got[1].version
+
+    def set_legacy_reassignment(self, targets: dict[tuple[str, int], list[int]],
+                                expected_version: int) -> None:
+        """Replace the legacy request with ``targets`` (deleted when empty), if it is at
+        ``expected_version`` (BadVersionError)."""
         try:
-            self._zk.retry(self._zk.set, f"{TOPICS}/{name}", _topic_json(topic_id, assignment))
-        except kex.NoNodeError:
-            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.") from None
+            if targets:
+                self._zk.retry(self._zk.set, REASSIGN_PARTITIONS, _dumps({
+                    "version": 1, "partitions": [
+                        {"topic": t, "partition": p, "replicas": list(r)}
+                        for (t, p), r in sorted(targets.items())]}),
+                    version=expected_version)
+            else:
+                self._zk.retry(self._zk.delete, REASSIGN_PARTITIONS, version=expected_version)
+        except (kex.BadVersionError, kex.NoNodeError):
+            raise BadVersionError(f"{REASSIGN_PARTITIONS} is not at version "
+                                  f"{expected_version}") from None
+
+    def watch_legacy_reassignment(self, fn: Callable[[dict[tuple[str, int], list[int]]],
+                                                     None]) -> None:
+        """``fn(targets)`` now and whenever ``/admin/reassign_partitions`` is written
+        (empty while there is none)."""
+        def on_data(data: bytes | None, stat: ZnodeStat | None) -> None:
+            try:
+                fn(_legacy_targets(data))
+            except Exception:
+                log.exception("ZooKeeper watch of %s failed; still watching",
+                              REASSIGN_PARTITIONS)
+        DataWatch(self._zk, REASSIGN_PARTITIONS, on_data)
 
     def _entity_configs(self, entity_path: str) -> dict[str, str]:
         """The ``config`` map of ``/config/<entity_path>`` (empty without the znode)."""

@@ -622,3 +622,45 @@ def test_a_conditional_write_through_a_connection_loss_lands_once(tmp_path):
             assert store.partition_state("t", 0) == outcome[0]
         finally:
             store.stop()
+
+
+def test_reassignments_in_the_topic_znode_and_the_legacy_request(store_factory, zk_connect):
+    store, other = store_factory(), store_factory()
+    topic_id = uuid.uuid4()
+    store.create_topic("moving", topic_id, {0: [1, 2], 1: [2, 3]}, {})
+    topic, version = store.versioned_topic("moving")
+    moving = topic._replace(partitions={0: [3, 1, 2], 1: [2, 3]}, adding={0: [3]},
+                            removing={0: [2]})
+    store.write_topic(moving, version)
+    assert raw(zk_connect, "/brokers/topics/moving") == {
+        "version": 3, "topic_id": encode_topic_id(topic_id),
+        "partitions": {"0": [3, 1, 2], "1": [2, 3]}, "adding_replicas": {"0": [3]},
+        "removing_replicas": {"0": [2]}}
+    assert other.topic("moving") == moving
+    with pytest.raises(BadVersionError):  # written on a stale read
+        store.write_topic(topic, version)
+    # new partitions keep the move under way
+    store.set_assignment("moving", topic_id, {0: [3, 1, 2], 1: [2, 3], 2: [1, 2]})
+    assert other.topic("moving") == moving._replace(partitions={0: [3, 1, 2], 1: [2, 3],
+                                                                2: [1, 2]})
+
+    seen = Recorder()
+    other.watch_legacy_reassignment(seen)
+    wait_for(lambda: seen.last == {}, "no legacy request")
+    with bare_client(zk_connect) as client:
+        client.create("/admin/reassign_partitions", json.dumps({"version": 1, "partitions": [
+            {"topic": "moving", "partition": 1, "replicas": [1, 2]},
+            {"topic": "moving", "partition": 2, "replicas": [3]},
+            {"topic": "broken"}]}).encode(), makepath=True)
+    wanted = {("moving", 1): [1, 2], ("moving", 2): [3]}
+    wait_for(lambda: seen.last == wanted, "the legacy request")
+    targets, version = store.legacy_reassignment()
+    assert targets == wanted
+    store.set_legacy_reassignment({("moving", 2): [3]}, version)
+    assert raw(zk_connect, "/admin/reassign_partitions") == {"version": 1, "partitions": [
+        {"topic": "moving", "partition": 2, "replicas": [3]}]}
+    with pytest.raises(BadVersionError):
+        store.set_legacy_reassignment({}, version)
+    store.set_legacy_reassignment({}, version + 1)
+    assert store.legacy_reassignment() is None
+    wait_for(lambda: seen.last == {}, "the legacy request gone")
