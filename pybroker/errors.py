@@ -188,6 +188,8 @@ TopicDeletionDisabledError = _error("TopicDeletionDisabledError",
                                     ErrorCode.TOPIC_DELETION_DISABLED)
 InvalidReplicaAssignmentError = _error("InvalidReplicaAssignmentError",
                                        ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+NoReassignmentInProgressError = _error("NoReassignmentInProgressError",
+                                       ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)
 UnknownTopicIdError = _error("UnknownTopicIdError", ErrorCode.UNKNOWN_TOPIC_ID)
 UnsupportedVersionError = _error("UnsupportedVersionError", ErrorCode.UNSUPPORTED_VERSION)
 OutOfOrderSequenceError = _error("OutOfOrderSequenceError", ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)

@@ -126,6 +126,23 @@ class DeletedTopic(NamedTuple):
     topic_id: uuid.UUID
 
 
+class OngoingReassignment(NamedTuple):
+    """A partition being reassigned (ListPartitionReassignments, KIP-455): ``replicas`` is
+    the whole replica set while it moves, the target's first (Kafka's order), ``adding``
+    and ``removing`` what it gains and loses."""
+
+    topic: str
+    partition: int
+    replicas: list[int]
+    adding: list[int]
+    removing: list[int]
+
+
+# One partition's reassignment as AlterPartitionReassignments asks it: (topic, partition,
+# target replicas, or None to cancel the one in progress).
+ReassignmentTarget = tuple[str, int, "list[int] | None"]
+
+
 class Metadata(Protocol):
     """The control plane of one broker. Not thread-safe: the event loop thread only."""
 
@@ -311,6 +328,23 @@ class Metadata(Protocol):
         answered within ``timeout_s``, or it failed)."""
         ...
 
+    # partition reassignment (KIP-455) ----------------------------------------------------
+
+    async def alter_partition_reassignments(self, targets: list[ReassignmentTarget]
+                                            ) -> list[KafkaError | None]:
+        """Move each partition to its target replicas, or cancel (None) the move in
+        progress, as AlterPartitionReassignments asks; each one's refusal (Kafka's:
+        :func:`check_reassignment`, UNKNOWN_TOPIC_OR_PARTITION, NO_REASSIGNMENT_IN_PROGRESS)
+        or None in its place. Accepted is durable and under way, not finished: the
+        replicas catch up, leadership moves, then the old replicas go."""
+        ...
+
+    async def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None
+                                           ) -> list[OngoingReassignment]:
+        """The reassignments in progress, of the partitions named (None: all); a
+        partition that does not exist or is not moving is left out, as Kafka does."""
+        ...
+
     # dynamic broker configs ------------------------------------------------------------
 
     async def alter_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
@@ -332,6 +366,28 @@ class Metadata(Protocol):
         ``changes`` says: durable when this returns, applied here, and on every broker
         soon after."""
         ...
+
+
+def check_reassignment(replicas: list[int], registered: set[int]) -> None:
+    """Kafka's check of a reassignment's target replicas (its controller's
+    ``validateManualPartitionAssignment``, same messages): none empty, every broker
+    registered, none named twice; raises InvalidReplicaAssignmentError."""
+    from pybroker.errors import InvalidReplicaAssignmentError
+
+    if not replicas:
+        raise InvalidReplicaAssignmentError(
+            "The manual partition assignment includes an empty replica list.")
+    previous = None
+    for broker in sorted(replicas):
+        if broker not in registered:
+            raise InvalidReplicaAssignmentError(
+                f"The manual partition assignment includes broker {broker}, but no such "
+                "broker is registered.")
+        if broker == previous:
+            raise InvalidReplicaAssignmentError(
+                f"The manual partition assignment includes the broker {broker} more than "
+                "once.")
+        previous = broker
 
 
 def missing_topic(name: str | None, topic_id: uuid.UUID, code: int) -> TopicAnswer:

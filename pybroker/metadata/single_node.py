@@ -47,7 +47,10 @@ Deletion: all the topics of a request together (``TopicManager.delete_async``: o
 of ``topics.json``, durable before the answer, the logs closed a slice at a time and their
 files removed off the event loop); the group coordinator then drops the topics' committed
 offsets. CreatePartitions: manual assignments must name one replica per new partition,
-this broker (there is nothing else to place them on).
+this broker (there is nothing else to place them on). AlterPartitionReassignments: a
+move to this broker is done at once (it is where the partition is), one naming any other
+broker is refused as Kafka refuses an unregistered one, a cancellation finds nothing in
+progress (NO_REASSIGNMENT_IN_PROGRESS); ListPartitionReassignments lists nothing.
 
 ElectLeaders: this broker is the preferred replica and the live leader of every
 partition, so every existing one is answered ELECTION_NOT_NEEDED, preferred or unclean.
@@ -88,6 +91,7 @@ from pybroker.errors import (
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     KafkaError,
+    NoReassignmentInProgressError,
     TopicAlreadyExistsError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
@@ -102,9 +106,12 @@ from pybroker.metadata.interface import (
     Endpoint,
     LeadershipListener,
     NewTopic,
+    OngoingReassignment,
     PartitionAssignment,
+    ReassignmentTarget,
     RequestedTopic,
     TopicAnswer,
+    check_reassignment,
     missing_topic,
     no_such_partition,
 )
@@ -433,6 +440,31 @@ class SingleNodeMetadata:
         return {(name, index): ELECTION_NOT_NEEDED if self.partition_exists(name, index)
                 else no_such_partition(name, index, topics.get(name) is not None)
                 for name, index in partitions}
+
+    async def alter_partition_reassignments(self, targets: list[ReassignmentTarget]
+                                            ) -> list[KafkaError | None]:
+        """Every partition is on this broker, which is the only one: a move to it is done
+        as it is asked, any other is refused, and nothing is ever in progress."""
+        return [self._reassignment(*target) for target in targets]
+
+    def _reassignment(self, name: str, index: int, replicas: list[int] | None
+                      ) -> KafkaError | None:
+        topic = self._broker.topics.get(name)
+        if topic is None:
+            return UnknownTopicOrPartitionError(f"Unable to find a topic named {name}.")
+        if not 0 <= index < self._broker.topics.partition_count(topic):
+            return UnknownTopicOrPartitionError(f"Unable to find partition {name}:{index}.")
+        if replicas is None:
+            return NoReassignmentInProgressError()
+        try:
+            check_reassignment(replicas, {self._broker.broker_id})
+        except KafkaError as exc:
+            return exc
+        return None
+
+    async def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None
+                                           ) -> list[OngoingReassignment]:
+        return []
 
     async def topic_configs(self, name: str) -> dict[str, str]:
         topic = self._broker.topics.get(name)

@@ -16,6 +16,10 @@ Topic creation: checked like a single node's, the replication factor against the
 brokers, replicas placed round-robin over them (or as the request assigns them), answered
 once this broker's metadata shows a leader for every partition; one topic at a time.
 
+Partition reassignment (KIP-455): any broker checks an AlterPartitionReassignments and
+writes it into the topic's znode, the controller carries it out
+(``pybroker/cluster/reassignment.py``); ListPartitionReassignments reads the znodes.
+
 Groups, as Kafka: a group's coordinator is the leader of its ``__consumer_offsets``
 partition, which FindCoordinator names from the metadata (any broker answers it). The
 first FindCoordinator of a group creates the topic: ``offsets.topic.num.partitions``
@@ -63,7 +67,7 @@ from pybroker.broker.topic_manager import (
     TopicManager,
     validate_topic_name,
 )
-from pybroker.cluster import admin
+from pybroker.cluster import admin, reassignment
 from pybroker.cluster.metadata_cache import TopicInfo
 from pybroker.cluster.node import ClusterNode
 from pybroker.coordinator import CoordinatorConfig, GroupCoordinator
@@ -85,7 +89,9 @@ from pybroker.metadata.interface import (
     Endpoint,
     LeadershipListener,
     NewTopic,
+    OngoingReassignment,
     PartitionAssignment,
+    ReassignmentTarget,
     RequestedTopic,
     TopicAnswer,
     missing_topic,
@@ -423,6 +429,14 @@ class ZkClusterMetadata:
     async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None,
                             timeout_s: float) -> dict[tuple[str, int], ElectionResult]:
         return await admin.elect_leaders(self.node, election_type, partitions, timeout_s)
+
+    async def alter_partition_reassignments(self, targets: list[ReassignmentTarget]
+                                            ) -> list[KafkaError | None]:
+        return await reassignment.alter(self.node, targets)
+
+    async def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None
+                                           ) -> list[OngoingReassignment]:
+        return await reassignment.ongoing(self.node, partitions)
 
     async def topic_configs(self, name: str) -> dict[str, str]:
         local = self._broker.topics.get(name)
