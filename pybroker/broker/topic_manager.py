@@ -418,10 +418,29 @@ class TopicManager:
             raise KafkaStorageError(f"{name}-{index}: no log, and log directories "
                                     f"{sorted(self.logs.offline_dirs)} are offline")
         if partition.log is None:
+            if self.logs.deletion_pending(name):  # a replica of it dropped here before
+                self.logs.finish_deletions(name)
             partition.log = self.logs.get_or_create(name, index, self.log_config(
                 topic.overrides), sync_dir=True)
             log.info("created the replica of %s-%d", name, index)
         return partition
+
+    def drop_replica(self, name: str, index: int) -> None:
+        """Cluster mode: this broker no longer hosts ``name``-``index`` (a reassignment
+        moved it away): its log is deleted as a deleted topic's are, and the partition
+        becomes a placeholder, as for a replica this broker never had (fetches waiting on
+        the old one are woken and drop it)."""
+        topic = self._topics.get(name)
+        if topic is None or not 0 <= index < len(topic.partitions) or \
+                topic.partitions[index].log is None:
+            return
+        old = topic.partitions[index]
+        old.deleted = True
+        old.wake()
+        topic.partitions[index] = Partition(name, index, None, self.broker_id,
+                                            is_leader=False, internal=topic.internal)
+        self.logs.delete(name, index)
+        log.info("deleted the replica of %s-%d", name, index)
 
     def _declare(self, topics: list[tuple[Topic, int]]) -> None:
         """Record that each topic has that many partitions; the caller saves (one write

@@ -5,9 +5,10 @@ Kafka's classic (ZooKeeper) controller, docs/REPLICATION.md. Every broker runs a
 session ends or another controller's epoch fences it.
 
 Events, one queue, one task, in order (Kafka's ControllerEventManager): election (epoch
-+ 1, read everything, repair, send the whole state to every broker), broker change,
-topic change, topic data change (new partitions), deletion, ISR change notification,
-leader election (ElectLeaders, or the periodic preferred-leader check), resignation.
++ 1, read everything, repair, send the whole state to every broker, resume
+reassignments), broker change, topic change, topic data change (new partitions, moved
+replicas), deletion, ISR change notification, legacy reassignment request, leader
+election (ElectLeaders, or the periodic preferred-leader check), resignation.
 ZooKeeper's watch callbacks run on kazoo's thread: they only queue an event on the loop
 (``call_soon_threadsafe``); every store call runs in a worker thread
 (``asyncio.to_thread``) so ZooKeeper never stalls the broker's loop.
@@ -30,12 +31,21 @@ Decisions (each logged at INFO with partition, old -> new leader, leader epoch, 
   a preferred election of every partition): preferred, the first replica leads when it is
   live, in the ISR and not the leader, ISR unchanged; unclean, a partition without a live
   leader gets one as on a broker's death, the first live replica with an ISR of itself
-  when no ISR member is live, whatever ``unclean.leader.election.enable`` says. Epoch + 1.
+  when no ISR member is live, whatever ``unclean.leader.election.enable`` says. Epoch + 1;
 - log directory failure (Kafka's ``/log_dir_event_notification``): the broker is sent
   LeaderAndIsr for every partition it hosts; every LeaderAndIsr answer's
   KAFKA_STORAGE_ERROR partitions are that broker's offline replicas (until it registers
   again), which are neither leaders nor ISR members: each gets a leader elsewhere as if
   the broker had gone, for those partitions only, and is not a preferred leader;
+- reassignment (KIP-455, Kafka's ``onPartitionReassignment``; the request is written
+  into the topic znode by any broker, ``cluster/reassignment.py``, or taken from the
+  legacy ``/admin/reassign_partitions``): the whole replica set RS = TRS + ORS to every
+  replica with epoch + 1 (the new ones create their logs and fetch as followers); once
+  the ISR holds all of TRS (an ISR change notification, or at election), RS = TRS is
+  written to the znode, a leader from TRS if the leader is not in it, the ISR without
+  the removed replicas (epoch + 1), and StopReplica with delete to the removed ones. A
+  cancellation (ORS written back) is a reassignment to ORS: the replicas it had added
+  are stopped and deleted.
 
 Writes: ``set_partition_state`` conditional on the state's znode version and on
 ``/controller_epoch``'s version from this controller's election. BadVersionError (a
@@ -72,7 +82,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from pybroker.cluster.metadata_cache import DELETED_LEADER
+from pybroker.cluster.reassignment import ReplicaAssignment
 from pybroker.cluster.zk_store import (
+    REASSIGN_PARTITIONS,
     BadVersionError,
     BrokerInfo,
     ControllerMovedError,
@@ -208,6 +220,7 @@ class Controller:
         self._states: dict[TP, PartitionState] = {}
         # what the watches said last, kept while inactive too
         self._pending_deletions: list[str] = []
+        self._legacy_targets: dict[TP, list[int]] = {}  # /admin/reassign_partitions
         self._watched_topics: set[str] = set()
         self._watching_isr_changes = False
         # broker -> its replicas in a failed log directory (until it registers again)
@@ -243,6 +256,8 @@ class Controller:
         await asyncio.to_thread(store.watch_topics, self._zk_event(self._topics_changed))
         await asyncio.to_thread(store.watch_topic_deletions,
                                 self._zk_event(self._deletions_changed))
+        await asyncio.to_thread(store.watch_legacy_reassignment,
+                                self._zk_event(self._legacy_reassignment_changed))
         self._post(self._elect)
         if self.config["auto.leader.rebalance.enable"]:
             self._tasks.append(loop.create_task(self._preferred_ticks()))
@@ -402,11 +417,15 @@ class Controller:
             self._open(info)
         created = await self._initialize(self._all_partitions())
         await self._apply(self._all_partitions(), self._decide_failover)
+        await self._apply(self._outside_replica_set(), self._decide_replica_set)
         for broker in self._live:
             self._send_leader_and_isr({broker: self._hosted_by(broker)}, created, FULL)
         self._send_update_metadata(None)
         if self._pending_deletions:
             await self._delete_topics(list(self._pending_deletions))
+        await self._complete_reassignments(self._all_partitions())
+        if self._legacy_targets:
+            await self._start_legacy_reassignments(self._legacy_targets)
 
     # brokers -----------------------------------------------------------------------------
 
@@ -481,10 +500,15 @@ class Controller:
         if assignment.topic_id != known.topic_id:
             return
         added = {p: r for p, r in assignment.partitions.items() if p not in known.partitions}
+        moved = {p: ReplicaAssignment.of(known, p) for p in assignment.partitions
+                 if p in known.partitions
+                 and ReplicaAssignment.of(known, p) != ReplicaAssignment.of(assignment, p)}
         self._topics[name] = assignment
         if added:
             log.info("topic %s has new partitions %s", name, sorted(added))
             await self._add_partitions({name: assignment})
+        for p, previous in sorted(moved.items()):
+            await self._reassignment_changed((name, p), previous)
 
     async def _add_partitions(self, topics: dict[str, TopicAssignment]) -> None:
         """Start the partitions of ``topics`` that have no state: LeaderAndIsr (is_new) to
@@ -572,6 +596,7 @@ class Controller:
         self._send_leader_and_isr(self._to_replicas(changed), set())
         if fresh:
             self._send_update_metadata(fresh)
+        await self._complete_reassignments(fresh)
 
     # log directory failures --------------------------------------------------------------
 
@@ -787,6 +812,175 @@ class Controller:
         return state is not None and led_as_elected(election_type, state.leader,
                                                     self._replicas(tp), self._live)
 
+    # partition reassignment (KIP-455) ----------------------------------------------------
+
+    def _assignment(self, tp: TP) -> ReplicaAssignment:
+        return ReplicaAssignment.of(self._topics[tp[0]], tp[1])
+
+    def _caught_up(self, tp: TP) -> bool:
+        state = self._states.get(tp)
+        return state is not None and all(r in state.isr for r in self._assignment(tp).target)
+
+    async def _reassignment_changed(self, tp: TP, previous: ReplicaAssignment) -> None:
+        """A partition's replicas changed in its topic's znode (a reassignment asked,
+        replaced or cancelled; the controller's own completions are already in the
+        cache). Replicas of the previous set that the new one lacks go at once (a
+        replaced or cancelled move's additions); then, as Kafka's
+        ``onPartitionReassignment``: a move whose target is not all in the ISR yet gives
+        every replica the whole set with a new leader epoch (the new ones start
+        fetching), otherwise it completes."""
+        if tp not in self._states:
+            return  # no state yet: it starts with its new replicas like a new partition
+        current = self._assignment(tp)
+        unneeded = [r for r in previous.replicas if r not in current.replicas]
+        log.info("partition %s-%d: replicas %s -> %s (adding %s, removing %s)", *tp,
+                 previous.replicas, current.replicas, current.adding, current.removing)
+        if current.reassigning and not self._caught_up(tp):
+            await self._apply([tp], self._decide_replica_set)
+            self._send_leader_and_isr(self._to_replicas([tp]), set())
+            self._stop_replicas(tp, unneeded)
+            self._send_update_metadata([tp])
+        else:
+            await self._complete_reassignment(tp, unneeded)
+
+    async def _complete_reassignments(self, partitions: Iterable[TP]) -> None:
+        """Complete the moves of ``partitions`` whose target replicas are all in the ISR
+        (an ISR change; a new controller resuming what its predecessor left)."""
+        for tp in sorted(partitions):
+            if tp[0] in self._topics and tp[1] in self._topics[tp[0]].partitions and \
+                    self._assignment(tp).reassigning and self._caught_up(tp):
+                await self._complete_reassignment(tp, [])
+
+    async def _complete_reassignment(self, tp: TP, unneeded: list[int]) -> None:
+        """Kafka's steps B2-B8, the znode first: RS = TRS with nothing adding or removing
+        written (on the version that holds this move: a newer request written meanwhile
+        wins, and its watch event follows); then a leader from TRS (when the leader is not
+        in it or not live) and the ISR without the removed replicas, leader epoch + 1, to
+        every replica left; StopReplica with delete to the removed ones; the partition's
+        entry of the legacy request dropped; UpdateMetadata to everyone. Kafka writes the
+        znode last, but there only the controller writes it; here a cancellation written
+        by another broker between the steps would revert to replicas already deleted. A
+        controller that dies after the write leaves the leader or ISR outside the
+        replicas, which its successor repairs (:meth:`_outside_replica_set`)."""
+        moving = self._assignment(tp)
+        done = moving.completed()
+        if moving != done and not await self._write_assignment(tp, moving, done):
+            return
+        removed = list(dict.fromkeys([*unneeded, *moving.removing]))
+        name, index = tp
+        self._topics[name] = done.in_topic(self._topics[name], index)
+        await self._apply([tp], self._decide_replica_set)
+        self._send_leader_and_isr(self._to_replicas([tp]), set())
+        self._stop_replicas(tp, removed)
+        await self._legacy_reassignment_done(tp, done.replicas)
+        self._send_update_metadata([tp])
+        log.info("partition %s-%d: reassignment to %s complete (removed %s)", *tp,
+                 done.replicas, removed)
+
+    async def _decide_replica_set(self, tp: TP, state: PartitionState
+                                  ) -> tuple[int, list[int]]:
+        """Leader and ISR within the partition's replica set (just changed): the leader
+        kept if it is in the set and live, else the first live replica of the set in the
+        ISR (Kafka's reassignment election); the ISR without replicas outside the set.
+        Always a new leader epoch, which tells the replicas their new set."""
+        replicas, live = self._replicas(tp), self._live
+        isr = [b for b in state.isr if b in replicas]
+        leader = state.leader
+        if leader not in replicas or leader not in live:
+            candidates = [r for r in replicas if r in isr and r in live]
+            leader = candidates[0] if candidates else NO_LEADER
+        return leader, isr or state.isr
+
+    def _stop_replicas(self, tp: TP, brokers: list[int]) -> None:
+        """StopReplica with delete: the replica's log goes (a broker not live keeps its
+        copy, as in Kafka's ZooKeeper mode)."""
+        state = self._states.get(tp)
+        epoch = state.leader_epoch if state is not None else EPOCH_DURING_DELETE
+        stop: StopReplicaRequest = {
+            "controller_id": self.broker_id, "controller_epoch": self._epoch,
+            "topic_states": [{"topic_name": tp[0], "partition_states": [
+                {"partition_index": tp[1], "leader_epoch": epoch, "delete_partition": True}]}]}
+        for broker in brokers:
+            self._send(broker, STOP_REPLICA, stop)
+
+    async def _write_assignment(self, tp: TP, expected: ReplicaAssignment,
+                                new: ReplicaAssignment) -> bool:
+        """The partition's entry of its topic znode from ``expected`` to ``new``, behind
+        the controller epoch; False, nothing written, when it is no longer ``expected``
+        (a newer request: its watch event follows)."""
+        name, index = tp
+        for _ in range(BAD_VERSION_RETRIES):
+            found = await asyncio.to_thread(self.store.versioned_topic, name)
+            if found is None or index not in found[0].partitions or \
+                    ReplicaAssignment.of(found[0], index) != expected:
+                return False
+            topic, version = found
+            try:
+                await asyncio.to_thread(self.store.write_topic, new.in_topic(topic, index),
+                                        version, self._epoch_version)
+                return True
+            except BadVersionError:
+                continue
+        log.warning("partition %s-%d: topic znode kept changing; not written", *tp)
+        return False
+
+    def _outside_replica_set(self) -> list[TP]:
+        """Partitions whose leader or ISR names a broker outside their replicas (a
+        controller died between a completed move's znode write and its LeaderAndIsr)."""
+        return [tp for tp, state in self._states.items()
+                if any(b not in self._replicas(tp) for b in [*state.isr, state.leader]
+                       if b != NO_LEADER)]
+
+    async def _legacy_reassignment_changed(self, targets: dict[TP, list[int]]) -> None:
+        self._legacy_targets = dict(targets)
+        if self._active and targets:
+            await self._start_legacy_reassignments(targets)
+
+    async def _start_legacy_reassignments(self, targets: dict[TP, list[int]]) -> None:
+        """``/admin/reassign_partitions``: each entry becomes the topic znode's
+        reassignment (the same path as the API's from there on) unless it is under way
+        already; entries naming no partition or unusable replicas, or already where they
+        ask to be, are dropped from it (Kafka's controller drops them too)."""
+        dropped: list[TP] = []
+        for tp, replicas in sorted(targets.items()):
+            topic = self._topics.get(tp[0])
+            if topic is None or tp[1] not in topic.partitions or not replicas or \
+                    len(set(replicas)) != len(replicas) or \
+                    any(r not in self._live for r in replicas
+                        if r not in self._assignment(tp).origin):
+                log.warning("%s: cannot reassign %s-%d to %s; dropped", REASSIGN_PARTITIONS,
+                            *tp, replicas)
+                dropped.append(tp)
+                continue
+            current = self._assignment(tp)
+            wanted = current.reassign_to(replicas)
+            if not wanted.reassigning and not current.reassigning:
+                dropped.append(tp)  # there already
+            elif wanted != current:
+                await self._write_assignment(tp, current, wanted)
+        for tp in dropped:
+            await self._legacy_reassignment_done(tp, None)
+
+    async def _legacy_reassignment_done(self, tp: TP, replicas: list[int] | None) -> None:
+        """Drop the partition's entry from ``/admin/reassign_partitions`` (if it asks for
+        ``replicas``, or whatever it asks with None); the znode goes with its last entry."""
+        if tp not in self._legacy_targets:
+            return
+        for _ in range(BAD_VERSION_RETRIES):
+            found = await asyncio.to_thread(self.store.legacy_reassignment)
+            if found is None:
+                return
+            targets, version = found
+            if tp not in targets or (replicas is not None and targets[tp] != replicas):
+                return
+            del targets[tp]
+            try:
+                await asyncio.to_thread(self.store.set_legacy_reassignment, targets, version)
+                self._legacy_targets = targets
+                return
+            except BadVersionError:
+                continue
+
     # requests ----------------------------------------------------------------------------
 
     def _hosted_by(self, broker: int) -> list[TP]:
@@ -824,8 +1018,10 @@ class Controller:
                     "partition_index": tp[1], "controller_epoch": state.controller_epoch,
                     "leader": state.leader, "leader_epoch": state.leader_epoch,
                     "isr": state.isr, "partition_epoch": state.zk_version,
-                    "replicas": self._replicas(tp), "adding_replicas": [],
-                    "removing_replicas": [], "is_new": tp in new})
+                    "replicas": self._replicas(tp),
+                    "adding_replicas": list(self._topics[tp[0]].adding.get(tp[1], ())),
+                    "removing_replicas": list(self._topics[tp[0]].removing.get(tp[1], ())),
+                    "is_new": tp in new})
             request: LeaderAndIsrRequest = {
                 "controller_id": self.broker_id, "controller_epoch": self._epoch, "type": kind,
                 "topic_states": [{"topic_name": name, "topic_id": self._topics[name].topic_id,

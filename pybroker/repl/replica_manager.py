@@ -9,7 +9,9 @@ with Kafka's own requests; :meth:`ReplicaManager.handle` serves them:
   leader epoch before fetching). The partition's log is created if this broker has none.
 - UpdateMetadata: the MetadataCache (what Metadata and FindCoordinator answer); the topics
   it deletes go to the deletion listeners (the group coordinator drops their offsets).
-- StopReplica: stop fetching; with delete_partition, delete the topic's local logs.
+- StopReplica: stop fetching; with delete_partition, delete the partition's local log
+  (a topic deleted, a replica moved away by a reassignment); the topic itself goes when
+  UpdateMetadata says it is deleted.
 
 A failed log directory (``log_dir_failed``): its partitions stop being fetched or led here
 and the controller is told with Kafka's log dir event notification; LeaderAndIsr answers
@@ -251,25 +253,20 @@ class ReplicaManager:
         out: list[StopReplicaResponsePartitionError] = []
         for t in body.get("topic_states", []):
             name = t["topic_name"]
-            partitions: list[StopReplicaResponsePartitionError] = []
-            delete = False
             for p in t["partition_states"]:
                 code = stale
                 topic = self.broker.topics.get(name)
-                if not code and topic is not None and p["partition_index"] < len(
-                        topic.partitions):
-                    partition = topic.partitions[p["partition_index"]]
+                index = p["partition_index"]
+                if not code and topic is not None and index < len(topic.partitions):
+                    partition = topic.partitions[index]
                     await self.fetchers.remove([partition])
                     if partition.is_leader:
                         partition.become_follower(-1, partition.leader_epoch, [], [], 0)
                         self._tell(partition, False)
-                    delete = delete or p["delete_partition"]
-                partitions.append({"topic_name": name,
-                                   "partition_index": p["partition_index"],
-                                   "error_code": code})
-            if delete and not stale:
-                self._delete_local(name)
-            out.extend(partitions)
+                    if p["delete_partition"]:
+                        await partition.appends_done()
+                        self.broker.topics.drop_replica(name, index)
+                out.append({"topic_name": name, "partition_index": index, "error_code": code})
         return {"error_code": stale, "partition_errors": out}
 
     async def log_dir_failed(self, partitions: list[Partition]) -> None:
