@@ -4,7 +4,9 @@ An rpk-like front end to the admin APIs over confluent-kafka's ``AdminClient``, 
 works against any Kafka broker (``--bootstrap HOST:PORT``). ``describe`` prints each
 partition's leader, replicas and ISR as Metadata gives them (a single node is all three;
 a cluster member answers its metadata cache, which the controller keeps current) with its
-low and high watermark, and the partition's error: KAFKA_STORAGE_ERROR while pybroker's
+low and high watermark, the replicas being added and removed while a partition is moved
+(as Kafka's ``kafka-topics.sh --describe``; ListPartitionReassignments, through pybroker's
+own client since librdkafka has no call for it), and the partition's error: KAFKA_STORAGE_ERROR while pybroker's
 writes there fail (``pybroker.metadata.single_node``). For a compacted topic it also
 prints the log cleaner's state of each partition (the offset cleaned up to, the dirty
 ratio) on each broker whose data directory is given (``--data-dir``, repeatable): Kafka
@@ -25,6 +27,8 @@ from typing import Any
 
 from pybroker.cli_connect import BrokerClients, add_client_options, report_each
 from pybroker.kafka_admin import error_text
+
+LIST_PARTITION_REASSIGNMENTS = 46
 
 
 def register(subparsers: Any) -> None:
@@ -154,6 +158,7 @@ def describe_main(args: argparse.Namespace) -> int:
     brokers_stats = _read_stats(args.data_dirs) if args.data_dirs else None
     resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in args.names]
     config_futures = admin.describe_configs(resources, request_timeout=args.timeout)
+    reassignments = _reassignments(args, args.names)
     for resource, future in config_futures.items():
         name = resource.name
         topic = metadata.topics.get(name)
@@ -171,14 +176,18 @@ def describe_main(args: argparse.Namespace) -> int:
         print(f"NAME        {name}")
         print(f"PARTITIONS  {len(topic.partitions)}")
         offsets = _watermarks(args, name, sorted(topic.partitions), TopicPartition)
+        moving = {index: change for (t, index), change in reassignments.items() if t == name}
         rows = []
         for index in sorted(topic.partitions):
             p = topic.partitions[index]
             low, high = offsets.get(index, ("-", "-"))
-            rows.append([index, p.leader, _ids(p.replicas), _ids(p.isrs), low, high,
+            adding, removing = moving.get(index, ([], []))
+            rows.append([index, p.leader, _ids(p.replicas), _ids(p.isrs),
+                         *([_ids(adding), _ids(removing)] if moving else []), low, high,
                          "" if p.error is None else p.error.name()])
         print()
-        _table(["PARTITION", "LEADER", "REPLICAS", "ISR", "LOW", "HIGH", "ERROR"], rows)
+        _table(["PARTITION", "LEADER", "REPLICAS", "ISR",
+                *(["ADDING", "REMOVING"] if moving else []), "LOW", "HIGH", "ERROR"], rows)
         if any(row[-1] == "KAFKA_STORAGE_ERROR" for row in rows):
             print("\nKAFKA_STORAGE_ERROR: the broker refused writes to the partition in the "
                   "last minute (disk full or failing: see the broker's log)")
@@ -199,6 +208,30 @@ def describe_main(args: argparse.Namespace) -> int:
             print(f"{entry.name}  {entry.value}  {source}")
         print()
     return status
+
+
+def _reassignments(args: argparse.Namespace, names: list[str]
+                   ) -> dict[tuple[str, int], tuple[list[int], list[int]]]:
+    """The replicas being added and removed of each partition of ``names`` being moved
+    (ListPartitionReassignments). librdkafka has no call for it: pybroker's own client
+    asks, on PLAINTEXT listeners only; nothing is shown where it cannot (a TLS or SASL
+    listener, a broker that does not serve the API)."""
+    from pybroker.client.cluster import Cluster
+
+    if args.command_config:
+        return {}
+    cluster = Cluster(args.bootstrap, "pybroker-topic", timeout=args.timeout)
+    try:
+        cluster.refresh([], auto_create=False, attempts=1)
+        answer = cluster.connection(min(cluster.brokers)).request(
+            LIST_PARTITION_REASSIGNMENTS, 0, {"timeout_ms": int(args.timeout * 1000),
+                                              "topics": None})
+    except (OSError, ValueError):
+        return {}
+    finally:
+        cluster.close()
+    return {(t["name"], p["partition_index"]): (p["adding_replicas"], p["removing_replicas"])
+            for t in answer["topics"] if t["name"] in names for p in t["partitions"]}
 
 
 def _read_stats(paths: list[str]) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pybroker.coordinator.internal_topic import partition_for
 from tests.cluster.harness import ContinuousProducer, LocalCluster, produce_body, read_all
+from tests.cluster.test_cluster_cli import _partition_rows, pybroker
 
 ALTER, LIST, PRODUCE = 45, 46, 0
 NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT = 0, 3, 39
@@ -116,6 +117,8 @@ def test_move_under_acks_all_producer(zk_connect, tmp_path) -> None:
 
 
 def test_cancel_reverts_to_the_original_replicas(zk_connect, tmp_path) -> None:
+    from kafka import KafkaAdminClient, TopicPartition
+
     with LocalCluster(zk_connect, tmp_path, size=3) as cluster:
         cluster.create_topic("cancelled", assignment=[[1, 2]])
         produce_numbers(cluster, "cancelled", 50)
@@ -125,8 +128,20 @@ def test_cancel_reverts_to_the_original_replicas(zk_connect, tmp_path) -> None:
         assert ongoing(cluster, 1) == {("cancelled", 0): ([1, 3, 2], [3], [2])}
         cluster.wait_for(lambda: cluster.describe("cancelled", 1)[0].replicas == [1, 3, 2],
                          30, what="Metadata naming the whole replica set")
-        assert alter(cluster, {("cancelled", 0): None}, broker_id=1) == {
-            ("cancelled", 0): NONE}
+        described = pybroker("topic", "describe", "cancelled", "--bootstrap",
+                             cluster.address(1))
+        assert described.returncode == 0, described.stderr
+        row = _partition_rows(described.stdout)["0"]
+        assert (row["REPLICAS"], row["ADDING"], row["REMOVING"]) == ("1,3,2", "3", "2")
+        # kafka-python's admin client lists and cancels it
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+        try:
+            assert admin.list_partition_reassignments() == {TopicPartition("cancelled", 0): {
+                "replicas": [1, 3, 2], "adding_replicas": [3], "removing_replicas": [2]}}
+            assert admin.alter_partition_reassignments({TopicPartition("cancelled", 0): None}
+                                                       ) == {TopicPartition("cancelled", 0): None}
+        finally:
+            admin.close()
         cluster.wait_for(lambda: moved(cluster, "cancelled", [1, 2], 1), 60,
                          what="cancelled-0 back on brokers 1 and 2")
         assert alter(cluster, {("cancelled", 0): None}) == {
