@@ -417,7 +417,8 @@ class Controller:
             self._open(info)
         created = await self._initialize(self._all_partitions())
         await self._apply(self._all_partitions(), self._decide_failover)
-        await self._apply(self._outside_replica_set(), self._decide_replica_set)
+        await self._apply([*self._outside_replica_set(), *self._moves_to_restart()],
+                          self._decide_replica_set)
         for broker in self._live:
             self._send_leader_and_isr({broker: self._hosted_by(broker)}, created, FULL)
         self._send_update_metadata(None)
@@ -832,6 +833,10 @@ class Controller:
         if tp not in self._states:
             return  # no state yet: it starts with its new replicas like a new partition
         current = self._assignment(tp)
+        legacy = self._legacy_targets.get(tp)
+        if legacy is not None and current.target != legacy:
+            # the latest request wins: an API move or cancellation replaces the legacy one
+            await self._legacy_reassignment_done(tp, None)
         unneeded = [r for r in previous.replicas if r not in current.replicas]
         log.info("partition %s-%d: replicas %s -> %s (adding %s, removing %s)", *tp,
                  previous.replicas, current.replicas, current.adding, current.removing)
@@ -923,6 +928,14 @@ class Controller:
                 continue
         log.warning("partition %s-%d: topic znode kept changing; not written", *tp)
         return False
+
+    def _moves_to_restart(self) -> list[TP]:
+        """Moves not caught up, for a new controller to start again with a new leader
+        epoch (Kafka's ``initializePartitionReassignments``): its predecessor may have
+        died before telling the leader the whole replica set, and a leader learns a new
+        set only with a new epoch."""
+        return [tp for tp in self._states
+                if self._assignment(tp).reassigning and not self._caught_up(tp)]
 
     def _outside_replica_set(self) -> list[TP]:
         """Partitions whose leader or ISR names a broker outside their replicas (a
