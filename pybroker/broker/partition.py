@@ -346,18 +346,20 @@ class Partition:
             state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
         state.last_fetch_ms = now
         state.last_fetch_leader_end = end
-        if offset <= state.position:
-            return
-        state.position = offset
+        advanced = offset > state.position
+        if advanced:
+            state.position = offset
         if replica_id not in self.isr:
             # Caught up to the high watermark and to where this leader's epoch began:
             # a new leader's high watermark can trail what its predecessor committed,
             # and a follower let in below that could be elected without those records
-            # (Kafka's KAFKA-7128 rule).
-            if offset >= max(self.log.high_watermark, self.epoch_start_offset) and \
-                    not self.isr_pending:
+            # (Kafka's KAFKA-7128 rule). Asked at every fetch, moved or not (Kafka's
+            # maybeExpandIsr): a follower caught up while another's ISR change was
+            # being written must be let in at its next fetch, with nothing new to read.
+            if state.position >= max(self.log.high_watermark, self.epoch_start_offset) \
+                    and not self.isr_pending:
                 self._propose_isr(self.isr + [replica_id])
-        else:
+        elif advanced:
             self.maybe_advance_high_watermark()
 
     def isr_lagging(self, max_lag_ms: int, now_ms: int | None = None) -> list[int]:

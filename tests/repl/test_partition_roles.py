@@ -104,6 +104,22 @@ def test_isr_grows_once_the_follower_reaches_the_high_watermark(leader):
     assert lead.partition.isr == [LEADER, F2, F3]
 
 
+def test_a_follower_caught_up_during_another_isr_change_joins_at_its_next_fetch(leader):
+    """Two new replicas catch up together (a reassignment adding both): the second's
+    fetch comes while the first's ISR change is being written, and nothing is produced
+    after: its next fetch, at the same offset, lets it in."""
+    lead = leader([LEADER])
+    end = lead.append(4)
+    lead.partition.follower_fetched(F2, end)
+    lead.partition.follower_fetched(F3, end)  # F2's change pending: not proposed
+    assert lead.proposed == [[LEADER, F2]]
+    lead.accept()
+    lead.partition.follower_fetched(F3, end)
+    assert lead.proposed[-1] == [LEADER, F2, F3]
+    lead.accept()
+    assert lead.partition.isr == [LEADER, F2, F3] and lead.hw == end
+
+
 def test_isr_grows_only_past_where_the_leaders_epoch_began(leader, tmp_path):
     """A new leader's high watermark can trail what its predecessor committed: the
     follower must also reach the log end the leader had when elected (KAFKA-7128)."""
