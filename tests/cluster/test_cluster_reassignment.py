@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from typing import Any
 
 from pybroker.coordinator.internal_topic import partition_for
@@ -18,6 +19,9 @@ from tests.cluster.harness import ContinuousProducer, LocalCluster, produce_body
 from tests.cluster.test_cluster_cli import _partition_rows, pybroker
 
 ALTER, LIST, PRODUCE, DELETE_RECORDS = 45, 46, 0, 21
+KAFKA_REASSIGN = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared",
+                              "reference", "kafka_2.13-4.1.0", "bin",
+                              "kafka-reassign-partitions.sh")
 NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT = 0, 3, 39
 NO_REASSIGNMENT_IN_PROGRESS = 85
 TP = tuple[str, int]
@@ -235,3 +239,48 @@ def test_legacy_znode_refusals_and_consumer_offsets(zk_connect, tmp_path) -> Non
         finally:
             consumer.close()
 
+
+
+def kafka_reassign(cluster: LocalCluster, plan: str, *args: str) -> str:
+    """Apache Kafka 4.1's kafka-reassign-partitions.sh with ``plan`` (its JSON file)."""
+    done = subprocess.run([KAFKA_REASSIGN, "--bootstrap-server", cluster.bootstrap,
+                           "--reassignment-json-file", plan, *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_kafka_reassign_partitions_tool(zk_connect, tmp_path) -> None:
+    """Kafka's own tool drives a move (with its replication throttle) to the end, and
+    cancels one; a session long enough that the paused target stays registered while
+    the tool's JVM starts."""
+    with LocalCluster(zk_connect, tmp_path / "cluster", size=3,
+                      settings={"zookeeper.session.timeout.ms": 30000}) as cluster:
+        cluster.create_topic("tool", assignment=[[1], [1]])
+        produce_numbers(cluster, "tool", 50)
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": "tool", "partition": 0, "replicas": [2, 3]}]}))
+        assert "Successfully started partition reassignment for tool-0" in kafka_reassign(
+            cluster, str(plan), "--execute", "--throttle", "10000000")
+
+        def verified() -> bool:
+            out = kafka_reassign(cluster, str(plan), "--verify")
+            return "Reassignment of partition tool-0 is completed." in out
+        cluster.wait_for(verified, 120, what="the tool seeing the move completed",
+                         interval=1.0)
+        assert moved(cluster, "tool", [2, 3])
+        found = read_all(cluster.bootstrap, "tool", 1, at_least={0: 50})[0]
+        assert found == {offset: str(offset).encode() for offset in range(50)}
+
+        cluster.pause(3)
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": "tool", "partition": 1, "replicas": [3]}]}))
+        kafka_reassign(cluster, str(plan), "--execute")
+        assert ongoing(cluster) == {("tool", 1): ([3, 1], [3], [1])}
+        # (the paused broker could not answer the tool's clearing of its throttle)
+        assert "Successfully cancelled partition reassignment for: tool-1" in kafka_reassign(
+            cluster, str(plan), "--cancel", "--preserve-throttles")
+        cluster.wait_for(lambda: cluster.describe("tool")[1].replicas == [1] and
+                         not ongoing(cluster), 60, what="tool-1 back on broker 1")
+        cluster.resume(3)
