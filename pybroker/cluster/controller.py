@@ -339,7 +339,7 @@ class Controller:
         while True:
             await asyncio.sleep(interval)
             if self._active:
-                self._post(self._elect_leaders, PREFERRED_ELECTION, None)
+                self._post(self._rebalance_leaders)
 
     # election and resignation ------------------------------------------------------------
 
@@ -814,6 +814,14 @@ class Controller:
                                                     self._replicas(tp), self._live)
 
     # partition reassignment (KIP-455) ----------------------------------------------------
+
+    async def _rebalance_leaders(self) -> None:
+        """The periodic preferred election (``auto.leader.rebalance.enable``), of the
+        partitions not being moved, as Kafka's ``checkAndTriggerAutoLeaderRebalance``: a
+        move's first replica is a target one, and leadership goes where the move says
+        once it completes."""
+        await self._elect_leaders(PREFERRED_ELECTION, [
+            tp for tp in self._all_partitions() if not self._assignment(tp).reassigning])
 
     def _assignment(self, tp: TP) -> ReplicaAssignment:
         return ReplicaAssignment.of(self._topics[tp[0]], tp[1])
