@@ -93,13 +93,14 @@ class ReplicaAssignment(NamedTuple):
 
 
 async def alter(node: ClusterNode, targets: list[ReassignmentTarget]) -> list[KafkaError | None]:
-    """AlterPartitionReassignments: each target checked (brokers against the live ones
-    this broker knows) and written into its topic's znode, one write per topic."""
+    """AlterPartitionReassignments: each target checked (brokers against those
+    registered in ZooKeeper now, not this broker's metadata, which a broker just started
+    may not have yet) and written into its topic's znode, one write per topic."""
     results: list[KafkaError | None] = [None] * len(targets)
     by_topic: dict[str, list[int]] = defaultdict(list)
     for i, (name, _, _) in enumerate(targets):
         by_topic[name].append(i)
-    registered = set(node.metadata.brokers)
+    registered = set(await asyncio.to_thread(node.store.brokers))
     for name, indexes in by_topic.items():
         for _ in range(WRITE_RETRIES):
             found = await asyncio.to_thread(node.store.versioned_topic, name)
