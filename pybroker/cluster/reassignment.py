@@ -23,6 +23,7 @@ import asyncio
 from collections import defaultdict
 from typing import TYPE_CHECKING, NamedTuple
 
+from pybroker.broker.topic_manager import validate_topic_name
 from pybroker.cluster.zk_store import BadVersionError, TopicAssignment
 from pybroker.errors import (
     KafkaError,
@@ -103,7 +104,9 @@ async def alter(node: ClusterNode, targets: list[ReassignmentTarget]) -> list[Ka
     registered = set(await asyncio.to_thread(node.store.brokers))
     for name, indexes in by_topic.items():
         for _ in range(WRITE_RETRIES):
-            found = await asyncio.to_thread(node.store.versioned_topic, name)
+            # an illegal name is no topic (and would be a path to another znode)
+            found = await asyncio.to_thread(node.store.versioned_topic, name) \
+                if _legal(name) else None
             if found is None:
                 for i in indexes:
                     results[i] = UnknownTopicOrPartitionError(
@@ -131,6 +134,14 @@ async def alter(node: ClusterNode, targets: list[ReassignmentTarget]) -> list[Ka
     return results
 
 
+def _legal(name: str) -> bool:
+    try:
+        validate_topic_name(name)
+    except KafkaError:
+        return False
+    return True
+
+
 def _reassigned(topic: TopicAssignment, index: int, replicas: list[int] | None,
                 registered: set[int]) -> TopicAssignment:
     if index not in topic.partitions:
@@ -150,7 +161,7 @@ async def ongoing(node: ClusterNode, partitions: list[tuple[str, int]] | None
     store = node.store
     wanted = None if partitions is None else set(partitions)
     names = (await asyncio.to_thread(store.topic_names) if wanted is None
-             else sorted({name for name, _ in wanted}))
+             else sorted({name for name, _ in wanted if _legal(name)}))
     topics = await asyncio.to_thread(store.topics, names)
     found = []
     for name, topic in sorted(topics.items()):

@@ -191,10 +191,16 @@ def test_legacy_znode_refusals_and_consumer_offsets(zk_connect, tmp_path) -> Non
         cluster.create_topic("legacy", assignment=[[1, 2]])
         # Kafka's refusals, from any broker
         assert alter(cluster, {("legacy", 0): [9], ("legacy", 1): [1],
-                               ("absent", 0): [1]}, broker_id=2) == {
+                               ("absent", 0): [1], ("legacy/partitions", 0): [1]},
+                     broker_id=2) == {
             ("legacy", 0): INVALID_REPLICA_ASSIGNMENT,
             ("legacy", 1): UNKNOWN_TOPIC_OR_PARTITION,
-            ("absent", 0): UNKNOWN_TOPIC_OR_PARTITION}
+            ("absent", 0): UNKNOWN_TOPIC_OR_PARTITION,
+            ("legacy/partitions", 0): UNKNOWN_TOPIC_OR_PARTITION}
+        listed = cluster.request(None, LIST, 0, {"timeout_ms": 30000, "topics": [
+            {"name": "legacy/partitions/0", "partition_indexes": [0]},
+            {"name": "legacy", "partition_indexes": [0, 5]}]})
+        assert (listed["error_code"], listed["topics"]) == (NONE, [])
         for bad in ([], [1, 1]):
             assert alter(cluster, {("legacy", 0): bad}) == {
                 ("legacy", 0): INVALID_REPLICA_ASSIGNMENT}
