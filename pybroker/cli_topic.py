@@ -214,13 +214,18 @@ def _reassignments(args: argparse.Namespace, names: list[str]
                    ) -> dict[tuple[str, int], tuple[list[int], list[int]]]:
     """The replicas being added and removed of each partition of ``names`` being moved
     (ListPartitionReassignments). librdkafka has no call for it: pybroker's own client
-    asks, on PLAINTEXT listeners only; nothing is shown where it cannot (a TLS or SASL
-    listener, a broker that does not serve the API)."""
+    asks (with ``--command-config``'s security, as ``txn``'s); nothing is shown where it
+    cannot (a broker that does not serve the API)."""
+    from pybroker.cli_connect import command_config
     from pybroker.client.cluster import Cluster
+    from pybroker.client.security import client_security
 
-    if args.command_config:
+    try:
+        security = client_security(command_config(args.command_config))
+    except (ValueError, OSError):  # librdkafka-only settings: describe without the columns
         return {}
-    cluster = Cluster(args.bootstrap, "pybroker-topic", timeout=args.timeout)
+    cluster = Cluster(args.bootstrap, "pybroker-topic", timeout=args.timeout,
+                      security=security)
     try:
         cluster.refresh([], auto_create=False, attempts=1)
         answer = cluster.connection(min(cluster.brokers)).request(

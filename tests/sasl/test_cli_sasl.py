@@ -37,6 +37,9 @@ def test_commands_over_sasl_ssl(module_sasl_broker: SaslBroker, tmp_path):
     assert created.returncode == 0, created.stderr
     listed = _run(broker.sasl_ssl, str(config), "topic", "list")
     assert b"over-sasl" in listed.stdout, listed.stderr
+    # librdkafka's calls and pybroker's own client's (ListPartitionReassignments)
+    described = _run(broker.sasl_ssl, str(config), "topic", "describe", "over-sasl")
+    assert described.returncode == 0 and b"PARTITION" in described.stdout, described.stderr
     users = _run(broker.sasl_ssl, str(config), "user", "list")
     assert b"alice SCRAM-SHA-512 iterations=4096" in users.stdout, users.stderr
 
