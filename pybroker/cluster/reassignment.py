@@ -104,9 +104,7 @@ async def alter(node: ClusterNode, targets: list[ReassignmentTarget]) -> list[Ka
     registered = set(await asyncio.to_thread(node.store.brokers))
     for name, indexes in by_topic.items():
         for _ in range(WRITE_RETRIES):
-            # an illegal name is no topic (and would be a path to another znode)
-            found = await asyncio.to_thread(node.store.versioned_topic, name) \
-                if _legal(name) else None
+            found = await _reassignable(node, name)
             if found is None:
                 for i in indexes:
                     results[i] = UnknownTopicOrPartitionError(
@@ -132,6 +130,18 @@ async def alter(node: ClusterNode, targets: list[ReassignmentTarget]) -> list[Ka
             for i in indexes:
                 results[i] = KafkaError(f"Topic {name} kept changing; not reassigned")
     return results
+
+
+async def _reassignable(node: ClusterNode, name: str) -> tuple[TopicAssignment, int] | None:
+    """The topic and its znode version, None when there is no such topic to move: an
+    illegal name (it would be a path to another znode), or a topic being deleted (Kafka's
+    controller skips those: the deletion stops every replica)."""
+    if not _legal(name):
+        return None
+    found = await asyncio.to_thread(node.store.versioned_topic, name)
+    if found is None or await asyncio.to_thread(node.store.topic_deletion_requested, name):
+        return None
+    return found
 
 
 def _legal(name: str) -> bool:

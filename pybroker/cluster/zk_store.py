@@ -966,6 +966,9 @@ class ClusterStore:
         except kex.NodeExistsError:
             pass
 
+    def topic_deletion_requested(self, name: str) -> bool:
+        return self._zk.retry(self._zk.exists, f"{DELETE_TOPICS}/{name}") is not None
+
     def watch_topic_deletions(self, fn: Callable[[list[str]], None]) -> None:
         """``fn(topic names pending deletion)`` now and whenever the set changes."""
         self._watch_children(DELETE_TOPICS, "topic deletions", fn)

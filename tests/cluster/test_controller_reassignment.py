@@ -6,10 +6,14 @@ any broker writes them (``ReplicaAssignment`` on the store)."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
+from pybroker.cluster import reassignment
 from pybroker.cluster.reassignment import ReplicaAssignment
 from pybroker.cluster.zk_store import ClusterStore, PartitionState
+from pybroker.errors import ErrorCode
+from pybroker.metadata.interface import OngoingReassignment
 from tests.cluster.test_controller import (
     STOP_REPLICA,
     Scene,
@@ -177,4 +181,26 @@ def test_legacy_request_znode(store_factory: Any) -> None:
             return client.exists("/admin/reassign_partitions") is None
         await until("the request znode deleted", gone)
         assert await assignment(scene.admin, "t", 1) == ReplicaAssignment([1], [], [])
+    scene_test(body, store_factory)
+
+
+def test_requests_are_checked_against_zookeeper(store_factory: Any) -> None:
+    """What a broker answering AlterPartitionReassignments does, with no controller: the
+    target brokers checked against the registrations, a topic being deleted is no topic
+    to move (as Kafka's controller answers), accepted moves written for ListPartition-
+    Reassignments to see."""
+    async def body(scene: Scene) -> None:
+        await scene.start_brokers(1, 2)
+        await scene.create_topic("t", {0: [1], 1: [1]})
+        await scene.create_topic("going", {0: [1]})
+        await asyncio.to_thread(scene.admin.request_topic_deletion, "going")
+        node = SimpleNamespace(store=scene.admin)
+        errors = await reassignment.alter(node, [  # type: ignore[arg-type]
+            ("t", 0, [2]), ("going", 0, [2]), ("t", 1, [3]), ("t", 1, None)])
+        assert [None if e is None else e.code for e in errors] == [
+            None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            ErrorCode.NO_REASSIGNMENT_IN_PROGRESS]
+        assert await reassignment.ongoing(node, None) == [  # type: ignore[arg-type]
+            OngoingReassignment("t", 0, [2, 1], [2], [1])]
+        assert await reassignment.ongoing(node, [("t", 1)]) == []  # type: ignore[arg-type]
     scene_test(body, store_factory)
