@@ -894,9 +894,10 @@ class Controller:
                                   ) -> tuple[int, list[int]]:
         """Leader and ISR within the partition's replica set (just changed): the leader
         kept if it is in the set and live, else the first live replica of the set in the
-        ISR (Kafka's reassignment election); the ISR without replicas outside the set.
+        ISR (Kafka's reassignment election; live: not in a failed log directory either);
+        the ISR without replicas outside the set.
         Always a new leader epoch, which tells the replicas their new set."""
-        replicas, live = self._replicas(tp), self._live
+        replicas, live = self._replicas(tp), self._serving(tp)
         isr = [b for b in state.isr if b in replicas]
         leader = state.leader
         if leader not in replicas or leader not in live:
