@@ -1,6 +1,7 @@
 /* sendfile/splice of file regions to non-blocking sockets. Rules: pb_zerocopy.h. */
 #define _GNU_SOURCE
 #include "pb_zerocopy.h"
+#include "pb_wait.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -140,35 +141,6 @@ ssize_t pb_splice(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset, size
             break;
     }
     return (ssize_t)sent;
-}
-
-static int64_t pb_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t pb_deadline(int slice_ms)
-{
-    return slice_ms > 0 ? pb_now_ms() + slice_ms : INT64_MAX;
-}
-
-/* Whether an unfinished transfer goes on: sleeps until `fd` is ready for `events` (or
- * has failed: the next call reports why). 0: go on; 1: stop and hand the socket back
- * (not ready for patience_ms, or the slice is used up); -errno: poll failed. */
-static int pb_go_on(int fd, short events, int patience_ms, int64_t deadline_ms)
-{
-    struct pollfd pfd = {.fd = fd, .events = events};
-    int n;
-
-    do
-        n = poll(&pfd, 1, patience_ms);
-    while (n < 0 && errno == EINTR);
-    if (n < 0)
-        return -errno;
-    return n == 0 || pb_now_ms() >= deadline_ms;
 }
 
 int pb_send_region_wait(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset,

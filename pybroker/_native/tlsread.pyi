@@ -1,0 +1,7 @@
+import ssl
+
+from typing_extensions import Buffer
+
+AVAILABLE: bool
+
+def recv_wait(sock: ssl.SSLSocket, buf: Buffer, patience_ms: int, slice_ms: int = 0) -> int: ...
