@@ -18,8 +18,9 @@ What each path costs the broker:
   the kernel, but Python's ``ssl`` cannot hand the session keys to the socket and this
   kernel may not have the ``tls`` upper layer protocol (``ktls`` in the result says what
   ``/proc/sys/net/ipv4/tcp_available_ulp`` offers);
-- TLS produce: decryption in ``SSL_read`` into the receive buffers, on the event loop
-  (network threads move raw bytes only, so they do not serve TLS connections).
+- TLS produce: decryption in ``SSL_read`` straight into the frame buffers, by the
+  network threads for large frames (``tlsread.recv_wait``), as plaintext frames are
+  received by them.
 """
 
 from __future__ import annotations

@@ -76,7 +76,8 @@ Listener and principal. A connection knows the listener it was accepted on
 (``listener``: its name picks the endpoints a response names, Kafka's rule) and who the
 client is (``principal``, "User:<name>"; ``User:ANONYMOUS`` unless TLS client
 authentication says otherwise). A connection on an SSL listener is the subclass
-:class:`pybroker.net.tls_connection.TlsConnection`, which replaces the system calls only.
+:class:`pybroker.net.tls_connection.TlsConnection`, which replaces the system calls only
+(a network thread's receive included: ``_thread_receive``).
 
 Threads. Every method runs on the event loop thread. The only work on other threads is
 the transfer function a pool thread runs with the fd, the splice pipe and the view of a
@@ -468,9 +469,13 @@ class Connection:
         with memoryview(frame) as target:
             part = target[pos:end]
         self._receiving = True
-        done = self._in_thread(zerocopy.recv_wait, self.fd, part, THREAD_PATIENCE_MS,
-                               THREAD_SLICE_MS)
+        done = self._in_thread(*self._thread_receive(part))
         done.add_done_callback(functools.partial(self._received_in_thread, part))
+
+    def _thread_receive(self, part: memoryview) -> tuple[Any, ...]:
+        """The blocking transfer a network thread runs to fill ``part``, with its
+        arguments (a TLS connection decrypts instead)."""
+        return (zerocopy.recv_wait, self.fd, part, THREAD_PATIENCE_MS, THREAD_SLICE_MS)
 
     def _received_in_thread(self, part: memoryview, done: asyncio.Future[int]) -> None:
         part.release()

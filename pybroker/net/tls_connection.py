@@ -23,8 +23,21 @@ in user space. They are read with ``preadv`` into a buffer of at most
 lets sendfile encrypt in the kernel) needs the negotiated keys handed to the socket
 (``TCP_ULP`` "tls" and ``SOL_TLS`` crypto info), which Python's ``ssl`` module does
 not expose, and this machine's kernel has no ``tls`` module anyway: ``KTLS_AVAILABLE``
-says False and the copying path is the one that runs. Network threads are not used on
-TLS connections: their native loops move raw bytes on the fd.
+says False and the copying path is the one that runs.
+
+Large frames (produce) are decrypted by the network threads, as plaintext ones are
+received by them: once ``THREAD_MIN_BYTES`` of a frame are missing, a thread runs
+``tlsread.recv_wait`` (``SSL_read`` straight into the frame's buffer, the GIL released
+for the whole transfer): on the loop, a TLS producer's reads and their decryption would
+wait behind everything else the loop does (appends, responses, other connections) and
+hold it up in turn (BENCHMARKS.md, TLS against plaintext). OpenSSL lets one thread
+at a time use a session, so while a thread holds it the loop does not touch it: a
+response waits (``_session_free``), and reading stays off (the base class's rule for a
+threaded receive), so ``pending()`` is not asked either. A response that waits also
+keeps the next hand-off from happening, so answers are not starved by a stream of large
+frames. Where ``tlsread`` cannot reach the session (``AVAILABLE`` False: a CPython whose
+``_ssl`` objects it does not know), the loop decrypts everything, as with
+``num.network.threads=0``.
 
 Failures: a handshake that fails (a plaintext client, a wrong CA, no certificate where
 ``ssl.client.auth=required``, a subject no mapping rule accepts) or is not done within
@@ -36,6 +49,7 @@ Not thread-safe: the event loop thread only.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
@@ -43,10 +57,12 @@ import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pybroker._native import zerocopy
+from pybroker._native import tlsread, zerocopy
 from pybroker.file_region import FileRegion
 from pybroker.net.connection import (
     LOOP_READ_MAX,
+    THREAD_PATIENCE_MS,
+    THREAD_SLICE_MS,
     Connection,
     ConnectionClosed,
     Dispatch,
@@ -70,7 +86,7 @@ _WOULD_BLOCK = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError,
 
 class TlsConnection(Connection):
     __slots__ = ("_tls", "_handshaking", "_handshake_watch", "_handshake_timer",
-                 "_pending_read")
+                 "_pending_read", "_session_waiter")
 
     def __init__(self, sock: ssl.SSLSocket, peer: str, dispatch: Dispatch, limits: Limits,
                  on_close: Callable[[Connection], None], listener: Listener,
@@ -80,6 +96,7 @@ class TlsConnection(Connection):
         self._handshaking = True
         self._handshake_watch = _NONE
         self._pending_read: Any = None
+        self._session_waiter: asyncio.Future[None] | None = None  # a send waits for a thread
         super().__init__(sock, peer, dispatch, limits, on_close, listener)
         self._handshake_timer = self._loop.call_later(tls.handshake_timeout_s,
                                                       self._handshake_timed_out)
@@ -179,12 +196,32 @@ class TlsConnection(Connection):
         return total
 
     def _receive_in_thread(self) -> None:
-        """Not on TLS: a network thread would read the encrypted bytes. The loop reads."""
+        """A network thread decrypts the rest of the frame, unless a response waits for
+        the TLS session: then the loop reads this time and the response goes first."""
+        if tlsread.AVAILABLE and self._session_waiter is None:
+            super()._receive_in_thread()
+
+    def _thread_receive(self, part: memoryview) -> tuple[Any, ...]:
+        return (tlsread.recv_wait, self.sock, part, THREAD_PATIENCE_MS, THREAD_SLICE_MS)
+
+    def _received_in_thread(self, part: memoryview, done: asyncio.Future[int]) -> None:
+        super()._received_in_thread(part, done)
+        if self._session_waiter is not None and not self._session_waiter.done():
+            self._session_waiter.set_result(None)
+
+    async def _session_free(self) -> None:
+        """Wait until no network thread uses the TLS session (OpenSSL's ``SSL`` takes
+        one thread at a time: a send must not run during a thread's decryption)."""
+        waiter = self._session_waiter = self._loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._session_waiter = None
 
     # send ------------------------------------------------------------------------------
 
     def _send_now(self, parts: Sequence[Part]) -> Sequence[Part] | None:
-        if len(parts) != 1 or isinstance(parts[0], FileRegion):
+        if len(parts) != 1 or isinstance(parts[0], FileRegion) or self._receiving:
             return parts
         view = memoryview(parts[0]).cast("B")
         try:
@@ -203,6 +240,9 @@ class TlsConnection(Connection):
         while data:
             if self.closed:
                 raise ConnectionClosed()
+            if self._receiving:
+                await self._session_free()
+                continue
             try:
                 sent = self.sock.send(data)
             except _WOULD_BLOCK:
@@ -238,4 +278,6 @@ class TlsConnection(Connection):
         if self._pending_read is not None:
             self._pending_read.cancel()
             self._pending_read = None
+        if self._session_waiter is not None and not self._session_waiter.done():
+            self._session_waiter.set_result(None)
         super().close()

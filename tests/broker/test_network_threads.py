@@ -255,6 +255,17 @@ def _slow_reader(sock: socket.socket, stop: threading.Event) -> None:
         pass
 
 
+def trickle_large_frame(sock: socket.socket, stop: threading.Event) -> None:
+    """Send the start of an 8 MiB frame, then the rest a slice at a time until ``stop``."""
+    try:
+        sock.sendall(struct.pack(">i", 8 * MIB) + bytes(THREAD_MIN_BYTES))
+        while not stop.is_set():
+            sock.sendall(bytes(1024))
+            time.sleep(0.001)
+    except OSError:
+        pass
+
+
 def test_close_during_threaded_send_keeps_fd_until_thread_returns() -> None:
     threads = NetworkThreads(2)
     memfd = os.memfd_create("region")
@@ -293,17 +304,7 @@ def test_close_during_threaded_receive_keeps_fd_until_thread_returns() -> None:
 
         conn, theirs = _connection(dispatch, threads)
         stop = threading.Event()
-
-        def trickle() -> None:  # a large frame, a slice at a time
-            try:
-                theirs.sendall(struct.pack(">i", 8 * MIB) + bytes(THREAD_MIN_BYTES))
-                while not stop.is_set():
-                    theirs.sendall(bytes(1024))
-                    time.sleep(0.001)
-            except OSError:
-                pass
-
-        writer = threading.Thread(target=trickle)
+        writer = threading.Thread(target=trickle_large_frame, args=(theirs, stop))
         writer.start()
         await _close_while_busy(conn, lambda: conn._receiving)
         stop.set()
