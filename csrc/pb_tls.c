@@ -6,13 +6,14 @@
 #include <openssl/err.h>
 
 int pb_tls_recv_wait(SSL *ssl, int fd, char *buf, size_t count, int patience_ms,
-                     int slice_ms, size_t *moved, char *why, size_t why_len)
+                     int slice_ms, const char *yield, size_t *moved, char *why,
+                     size_t why_len)
 {
     int64_t deadline = pb_deadline(slice_ms);
     size_t got = 0;
     int err = 0;
 
-    while (got < count) {
+    while (got < count && !__atomic_load_n(yield, __ATOMIC_RELAXED)) {
         size_t n = 0;
         int saved_errno;
 

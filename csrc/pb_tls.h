@@ -9,12 +9,14 @@
  * for.
  *
  * The SSL object is the caller's: nobody else may use it during the call (OpenSSL's
- * rule: one thread at a time per SSL).
+ * rule: one thread at a time per SSL). Whoever needs it meanwhile (the event loop, to
+ * send a response) sets `*yield` non-zero: the call returns after the record (or the
+ * poll) in hand, so a response waits for a record, not for the rest of a frame.
  *
- * Returns 0 (*moved set; fewer than `count` on an early stop, on a TLS close_notify or
- * on an end of stream without one), or on failure -errno (socket) or -EPROTO with
- * OpenSSL's reason in `why` (a record that does not decrypt, a protocol error); *moved
- * always holds the bytes received before.
+ * Returns 0 (*moved set; fewer than `count` on an early stop or a yield, on a TLS
+ * close_notify or on an end of stream without one), or on failure -errno (socket) or
+ * -EPROTO with OpenSSL's reason in `why` (a record that does not decrypt, a protocol
+ * error); *moved always holds the bytes received before.
  */
 #ifndef PB_TLS_H
 #define PB_TLS_H
@@ -24,6 +26,7 @@
 #include <openssl/ssl.h>
 
 int pb_tls_recv_wait(SSL *ssl, int fd, char *buf, size_t count, int patience_ms,
-                     int slice_ms, size_t *moved, char *why, size_t why_len);
+                     int slice_ms, const char *yield, size_t *moved, char *why,
+                     size_t why_len);
 
 #endif

@@ -4,4 +4,5 @@ from typing_extensions import Buffer
 
 AVAILABLE: bool
 
-def recv_wait(sock: ssl.SSLSocket, buf: Buffer, patience_ms: int, slice_ms: int = 0) -> int: ...
+def recv_wait(sock: ssl.SSLSocket, buf: Buffer, patience_ms: int, slice_ms: int,
+              yield_flag: bytearray) -> int: ...

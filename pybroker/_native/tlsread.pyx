@@ -2,12 +2,14 @@
 # distutils: libraries = ssl crypto
 """Decrypt a TLS connection's large frames in a network thread, without the GIL.
 
-``recv_wait(sock, buf, patience_ms, slice_ms)`` is ``zerocopy.recv_wait`` through the TLS
-session of the non-blocking ``ssl.SSLSocket`` ``sock``: ``SSL_read`` straight into
-``buf`` (a view of the frame's buffer), ``poll`` while OpenSSL wants more of the socket,
-the same early stops, and the GIL released for the whole call rather than once per TLS
-record (64 per MiB), so the thread does not queue behind a busy event loop for each.
-Only the caller may use the session meanwhile (OpenSSL: one thread at a time per SSL).
+``recv_wait(sock, buf, patience_ms, slice_ms, yield_flag)`` is ``zerocopy.recv_wait``
+through the TLS session of the non-blocking ``ssl.SSLSocket`` ``sock``: ``SSL_read``
+straight into ``buf`` (a view of the frame's buffer), ``poll`` while OpenSSL wants more
+of the socket, the same early stops, and the GIL released for the whole call rather
+than once per TLS record (64 per MiB), so the thread does not queue behind a busy event
+loop for each. Only the caller may use the session meanwhile (OpenSSL: one thread at a
+time per SSL); whoever needs it sets ``yield_flag[0]`` and has it back after the record
+in hand.
 
 Reaching the session. Python's ``ssl`` gives no access to OpenSSL's ``SSL *``; it is the
 second field of CPython's ``_ssl._SSLSocket`` (``PySSLSocket`` in Modules/_ssl.c, after
@@ -32,7 +34,8 @@ cdef extern from "pb_tls.h" nogil:
         pass
     int SSL_get_fd(const SSL *s)
     int pb_tls_recv_wait(SSL *session, int fd, char *buf, size_t count, int patience_ms,
-                         int slice_ms, size_t *moved, char *why, size_t why_len)
+                         int slice_ms, const char *yield_flag, size_t *moved, char *why,
+                         size_t why_len)
 
 
 cdef extern from *:
@@ -61,12 +64,13 @@ cdef SSL *_session(object sslobj, int fd) except NULL:
     return session
 
 
-def recv_wait(object sock, object buf, int patience_ms, int slice_ms=0):
+def recv_wait(object sock, object buf, int patience_ms, int slice_ms, bytearray yield_flag):
     """Receive plaintext into all of the writable buffer ``buf`` from the TLS socket
     ``sock``; returns the bytes received, fewer than ``len(buf)`` when the peer ended the
-    stream, sent nothing for ``patience_ms`` or the call used up ``slice_ms`` (0 when
-    ``sock`` was shut down first). A record that does not decrypt raises
-    ``ssl.SSLError``, a socket failure ``OSError``."""
+    stream, sent nothing for ``patience_ms``, the call used up ``slice_ms`` (if > 0) or
+    another thread set ``yield_flag[0]`` to want the session (0 when ``sock`` was shut
+    down first). A record that does not decrypt raises ``ssl.SSLError``, a socket
+    failure ``OSError``."""
     cdef object sslobj = sock._sslobj  # this reference keeps the session alive
     cdef int fd = sock.fileno()
     cdef SSL *session
@@ -74,15 +78,20 @@ def recv_wait(object sock, object buf, int patience_ms, int slice_ms=0):
     cdef size_t moved = 0
     cdef int err
     cdef char why[256]
+    cdef const char *wanted
     if sslobj is None:  # shut down by close() before this thread started
         return 0
+    if len(yield_flag) < 1:
+        raise ValueError("yield_flag must hold a byte")
     session = _session(sslobj, fd)
+    wanted = yield_flag  # the caller keeps it (and its size) for the call
     why[0] = 0
     PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
     try:
         with nogil:
             err = pb_tls_recv_wait(session, fd, <char *>view.buf, <size_t>view.len,
-                                   patience_ms, slice_ms, &moved, why, sizeof(why))
+                                   patience_ms, slice_ms, wanted, &moved, why,
+                                   sizeof(why))
     finally:
         PyBuffer_Release(&view)
     if err == -errno.EPROTO:

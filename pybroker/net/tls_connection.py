@@ -32,10 +32,11 @@ for the whole transfer): on the loop, a TLS producer's reads and their decryptio
 wait behind everything else the loop does (appends, responses, other connections) and
 hold it up in turn (BENCHMARKS.md, TLS against plaintext). OpenSSL lets one thread
 at a time use a session, so while a thread holds it the loop does not touch it: a
-response waits (``_session_free``), and reading stays off (the base class's rule for a
-threaded receive), so ``pending()`` is not asked either. A response that waits also
-keeps the next hand-off from happening, so answers are not starved by a stream of large
-frames. Where ``tlsread`` cannot reach the session (``AVAILABLE`` False: a CPython whose
+response asks the thread to stop after the record in hand and waits for it
+(``_session_free``), and reading stays off (the base class's rule for a threaded
+receive), so ``pending()`` is not asked either. The rest of the frame goes to a thread
+again once the response is out, so a pipelining producer's answers do not wait for the
+next frame. Where ``tlsread`` cannot reach the session (``AVAILABLE`` False: a CPython whose
 ``_ssl`` objects it does not know), the loop decrypts everything, as with
 ``num.network.threads=0``.
 
@@ -61,6 +62,7 @@ from pybroker._native import tlsread, zerocopy
 from pybroker.file_region import FileRegion
 from pybroker.net.connection import (
     LOOP_READ_MAX,
+    THREAD_MIN_BYTES,
     THREAD_PATIENCE_MS,
     THREAD_SLICE_MS,
     Connection,
@@ -86,7 +88,7 @@ _WOULD_BLOCK = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError,
 
 class TlsConnection(Connection):
     __slots__ = ("_tls", "_handshaking", "_handshake_watch", "_handshake_timer",
-                 "_pending_read", "_session_waiter")
+                 "_pending_read", "_session_waiter", "_session_wanted")
 
     def __init__(self, sock: ssl.SSLSocket, peer: str, dispatch: Dispatch, limits: Limits,
                  on_close: Callable[[Connection], None], listener: Listener,
@@ -97,6 +99,7 @@ class TlsConnection(Connection):
         self._handshake_watch = _NONE
         self._pending_read: Any = None
         self._session_waiter: asyncio.Future[None] | None = None  # a send waits for a thread
+        self._session_wanted = bytearray(1)  # set: the thread stops after its record
         super().__init__(sock, peer, dispatch, limits, on_close, listener)
         self._handshake_timer = self._loop.call_later(tls.handshake_timeout_s,
                                                       self._handshake_timed_out)
@@ -181,9 +184,15 @@ class TlsConnection(Connection):
     def _receive_large(self) -> int:
         """Up to ``LOOP_READ_MAX`` of a large frame per readiness, as on a plain socket:
         one ``SSL_read`` gives one TLS record (16 KiB at most), and returning to the loop
-        after each would be 64 loop iterations (and memory checks) per MiB."""
+        after each would be 64 loop iterations (and memory checks) per MiB. One record
+        only when a network thread can take the rest (the base class hands it over
+        right after)."""
+        assert self._large is not None
+        threaded = self._threads_decrypt() and \
+            len(self._large) - self._large_pos > THREAD_MIN_BYTES
+        budget = 1 if threaded else LOOP_READ_MAX
         total = 0
-        while self._large is not None and total < LOOP_READ_MAX:
+        while self._large is not None and total < budget:
             try:
                 n = super()._receive_large()
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
@@ -198,11 +207,18 @@ class TlsConnection(Connection):
     def _receive_in_thread(self) -> None:
         """A network thread decrypts the rest of the frame, unless a response waits for
         the TLS session: then the loop reads this time and the response goes first."""
-        if tlsread.AVAILABLE and self._session_waiter is None:
+        if self._threads_decrypt():
             super()._receive_in_thread()
 
+    def _threads_decrypt(self) -> bool:
+        """Whether a network thread may take this connection's large frame now."""
+        return tlsread.AVAILABLE and self._limits.threads is not None and \
+            self._session_waiter is None
+
     def _thread_receive(self, part: memoryview) -> tuple[Any, ...]:
-        return (tlsread.recv_wait, self.sock, part, THREAD_PATIENCE_MS, THREAD_SLICE_MS)
+        self._session_wanted[0] = 0
+        return (tlsread.recv_wait, self.sock, part, THREAD_PATIENCE_MS, THREAD_SLICE_MS,
+                self._session_wanted)
 
     def _received_in_thread(self, part: memoryview, done: asyncio.Future[int]) -> None:
         super()._received_in_thread(part, done)
@@ -211,7 +227,10 @@ class TlsConnection(Connection):
 
     async def _session_free(self) -> None:
         """Wait until no network thread uses the TLS session (OpenSSL's ``SSL`` takes
-        one thread at a time: a send must not run during a thread's decryption)."""
+        one thread at a time: a send must not run during a thread's decryption). The
+        thread is asked to stop after the record in hand; the rest of its frame is
+        received after the send."""
+        self._session_wanted[0] = 1
         waiter = self._session_waiter = self._loop.create_future()
         try:
             await waiter
