@@ -23,7 +23,8 @@ MYPY = ["pybroker", "pyspark_pybroker", "tools/gen_protocol.py", "bench/__main__
 # Native modules whose stubs match the build. zerocopy and columns are left out until their
 # stubs mark SplicePipe / RecordColumns @disjoint_base (and zerocopy's declares __all__);
 # appender is a Python module over cffi whose .pyi mypy reads in its place.
-STUBTEST = ["records", "crc32c", "index", "partitioner", "reqheader", "wire", "framebuffer"]
+STUBTEST = ["records", "crc32c", "index", "partitioner", "reqheader", "wire", "framebuffer",
+            "tlsread"]
 # Cython's own additions to every extension, and the stub-only `Column` alias.
 STUBTEST_ALLOW = [
     r".*\.__reduce_cython__", r".*\.__setstate_cython__", r".*\.__pyx_capi__",
