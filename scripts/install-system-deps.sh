@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential    # gcc for the native core
   liburing-dev       # io_uring appends (cffi binding); a pwritev fallback is chosen at run time
+  libssl-dev         # TLS frames decrypted in network threads (pybroker/_native/tlsread)
   kcat               # a real Kafka client used by the tests
   librdkafka-dev     # bench/transactions_producer.c, the transactions benchmark's producer
   zookeeper          # cluster mode coordinates through ZooKeeper

@@ -33,6 +33,7 @@ cdef extern from "pb_tls.h" nogil:
     ctypedef struct SSL:
         pass
     int SSL_get_fd(const SSL *s)
+    unsigned long OpenSSL_version_num()
     int pb_tls_recv_wait(SSL *session, int fd, char *buf, size_t count, int patience_ms,
                          int slice_ms, const char *yield_flag, size_t *moved, char *why,
                          size_t why_len)
@@ -48,7 +49,10 @@ cdef extern from *:
         SSL *ssl "ssl"
 
 
-AVAILABLE = (3, 7) <= sys.version_info[:2] <= (3, 13)
+# The session is only ours to use when Python's ``_ssl`` runs on the very OpenSSL this
+# module links (a Python built against another OpenSSL has another ``SSL`` layout).
+AVAILABLE = ((3, 7) <= sys.version_info[:2] <= (3, 13)
+             and ssl.OPENSSL_VERSION_NUMBER == OpenSSL_version_num())
 
 __all__ = ["AVAILABLE", "recv_wait"]
 
