@@ -46,6 +46,7 @@ import sys
 import time
 from typing import Any, NamedTuple
 
+from pybroker.cli import CommandError
 from pybroker.cli_connect import BrokerClients, add_client_options
 from pybroker.cli_group import _table
 
@@ -76,6 +77,29 @@ def register(subparsers: Any) -> None:
         "1 unhealthy (or no broker reachable: stderr says which).")
     add_client_options(p)
     p.set_defaults(func=health_main)
+
+    p = sub.add_parser(
+        "rebalance", help="spread replicas and leaders evenly over the live brokers",
+        description="Plan a reassignment that spreads the replicas and preferred leaders "
+        "of every partition (or of the topics given) evenly over the live brokers, "
+        "replicas of a partition on distinct racks (broker.rack) where possible, moving "
+        "as few replicas as possible. Shows the plan; --execute runs it.")
+    p.add_argument("--topic", "-t", action="append", default=[], metavar="TOPIC",
+                   help="only this topic's partitions (repeatable; default: every topic)")
+    add_reassign_options(p)
+    add_client_options(p)
+    p.set_defaults(func=rebalance_main)
+
+    p = sub.add_parser(
+        "drain", help="move every replica off a broker (before removing it)",
+        description="Plan a reassignment that moves every replica off BROKER onto the "
+        "other live brokers (the least loaded, racks considered) and nothing else. Shows "
+        "the plan; --execute runs it. Once it is done the broker holds no partition and "
+        "can be stopped.")
+    p.add_argument("broker", type=int, metavar="BROKER", help="the broker id to empty")
+    add_reassign_options(p)
+    add_client_options(p)
+    p.set_defaults(func=drain_main)
 
     p = sub.add_parser(
         "local", help="start a local multi-broker cluster (development only)",
@@ -174,6 +198,164 @@ def health_main(args: argparse.Namespace) -> int:
     for label, value in rows:
         print(f"{label:<{width}}  {value}")
     return 1 if health.reasons else 0
+
+
+# ------------------------------------------------------------------- rebalance, drain
+
+
+def add_reassign_options(parser: argparse.ArgumentParser, execute: bool = True) -> None:
+    """``--execute`` (unless the command always runs), ``--throttle`` and ``--no-wait``."""
+    if execute:
+        parser.add_argument("--execute", action="store_true",
+                            help="start the reassignment (default: only show the plan)")
+    parser.add_argument("--throttle", type=_positive_int, metavar="BYTES_PER_S",
+                        help="limit the replication of the moves to this rate on every "
+                        "broker involved (Kafka's leader/follower.replication.throttled."
+                        "rate and .replicas), removed when the moves are done")
+    parser.add_argument("--no-wait", action="store_true",
+                        help="return once the reassignment is started (progress: pybroker "
+                        "partition reassignments; a throttle stays until pybroker "
+                        "partition reassignments --clear-throttles)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a positive number of bytes per second, not {text!r}")
+    return value
+
+
+def rebalance_main(args: argparse.Namespace) -> int:
+    from pybroker import reassignment
+    from pybroker.cli_txn import _cluster
+    from pybroker.cluster.rebalance_plan import rebalance
+
+    with _cluster(args, "pybroker-rebalance") as cluster:
+        layout = reassignment.read_layout(cluster, args.topic or None)
+        _refuse_dead_holders(layout, ignore=None)
+        plan = rebalance(layout.assignment, layout.brokers)
+        return _show_and_run(args, cluster, layout, plan)
+
+
+def drain_main(args: argparse.Namespace) -> int:
+    from pybroker import reassignment
+    from pybroker.cli_txn import _cluster
+    from pybroker.cluster.rebalance_plan import PlanError, drain
+
+    with _cluster(args, "pybroker-rebalance") as cluster:
+        layout = reassignment.read_layout(cluster)
+        _refuse_dead_holders(layout, ignore=args.broker)
+        try:
+            plan = drain(layout.assignment, layout.brokers, args.broker)
+        except PlanError as exc:
+            raise CommandError(f"cannot drain broker {args.broker}: {exc}") from None
+        return _show_and_run(args, cluster, layout, plan)
+
+
+def _refuse_dead_holders(layout: Any, ignore: int | None) -> None:
+    """A plan spreads over the live brokers only: one that holds replicas but is down
+    (restarting, say) would be emptied by it. The operator says so with ``drain``."""
+    dead = sorted({b for replicas in layout.assignment.values() for b in replicas
+                   if b not in layout.brokers and b != ignore})
+    if dead:
+        listed = ", ".join(map(str, dead))
+        raise CommandError(f"broker{'s' if len(dead) > 1 else ''} {listed} hold"
+                           f"{'' if len(dead) > 1 else 's'} replicas but "
+                           f"{'are' if len(dead) > 1 else 'is'} not live: start "
+                           f"{'them' if len(dead) > 1 else 'it'}, or move everything off "
+                           f"with pybroker cluster drain {dead[0]}")
+
+
+def print_plan(plan: Any, racks: dict[int, str | None]) -> None:
+    """Each partition that changes (current -> target replicas), then the replica and
+    preferred leader count of each broker before and after."""
+    changes = plan.changes
+    print(f"Partitions to reassign: {len(changes)} of {len(plan.current)}; replicas to "
+          f"move: {plan.moves}")
+    if changes:
+        print()
+        _table(["TOPIC", "PARTITION", "CURRENT", "TARGET"],
+               [[t, p, _ids(plan.current[(t, p)]), _ids(target)]
+                for (t, p), target in changes.items()])
+    before, after = plan.replica_counts(plan.current), plan.replica_counts(plan.target)
+    led_before, led_after = plan.leader_counts(plan.current), plan.leader_counts(plan.target)
+    print()
+    _table(["BROKER", "RACK", "REPLICAS", "LEADERS"],
+           [[b, racks.get(b) or "-", f"{before.get(b, 0)} -> {after.get(b, 0)}",
+             f"{led_before.get(b, 0)} -> {led_after.get(b, 0)}"]
+            for b in sorted(set(before) | set(after) | set(racks))])
+
+
+def _ids(replicas: list[int]) -> str:
+    return ",".join(map(str, replicas))
+
+
+def _show_and_run(args: argparse.Namespace, cluster: Any, layout: Any, plan: Any) -> int:
+    print_plan(plan, layout.brokers)
+    if not plan.changes:
+        print("\nNothing to move.")
+        return 0
+    if not args.execute:
+        print("\n(a plan only: --execute starts it)")
+        return 0
+    print()
+    return run_reassignment(args, cluster, plan.current, plan.changes)
+
+
+def run_reassignment(args: argparse.Namespace, cluster: Any,
+                     current: dict[tuple[str, int], list[int]],
+                     targets: dict[tuple[str, int], list[int]]) -> int:
+    """Start the reassignment of ``targets`` (partition -> target replicas), throttled
+    with ``--throttle``, and unless ``--no-wait`` report progress until it is done, then
+    remove the throttles and check every partition reached its target."""
+    from pybroker import reassignment
+
+    busy = reassignment.ongoing(cluster)
+    if busy:
+        raise CommandError(f"{len(busy)} reassignments in progress: wait for them "
+                           "(pybroker partition reassignments) or cancel them (--cancel)")
+    throttles = None
+    if args.throttle:
+        throttles = reassignment.throttles(current, targets, args.throttle)
+        reassignment.apply_throttles(cluster, throttles)
+        print(f"Throttle: {args.throttle} B/s on brokers {_ids(throttles.brokers)}")
+    refused = reassignment.alter(cluster, targets, args.timeout)
+    for (topic, index), error in sorted(refused.items()):
+        print(f"{topic}-{index}: {error}", file=sys.stderr)
+    started = sorted(set(targets) - set(refused))
+    print(f"Started {len(started)} reassignments")
+    if started and args.no_wait:
+        print("Not waiting: pybroker partition reassignments shows them"
+              + ("; pybroker partition reassignments --clear-throttles removes the "
+                 "throttles once they are done" if throttles else ""))
+        return 1 if refused else 0
+
+    def progress(done: int, remaining: int) -> None:
+        print(f"Reassigning: {done} of {len(started)} done, {remaining} remaining",
+              flush=True)
+
+    try:
+        reassignment.wait(cluster, started, progress)
+    except KeyboardInterrupt:
+        print("\nStopped waiting; the reassignments go on (pybroker partition "
+              "reassignments shows them)", file=sys.stderr)
+        return 1
+    if throttles is not None:
+        reassignment.clear_throttles(cluster, throttles.brokers, throttles.topics)
+        print("Throttles removed")
+    reached = reassignment.read_layout(cluster, sorted({t for t, _ in started})).assignment
+    status = 1 if refused else 0
+    for partition in started:
+        if reached.get(partition) != targets[partition]:
+            status = 1
+            print(f"{partition[0]}-{partition[1]}: replicas "
+                  f"{_ids(reached.get(partition, []))}, not the target "
+                  f"{_ids(targets[partition])}", file=sys.stderr)
+    print("Done" if status == 0 else "Done, with errors")
+    return status
 
 
 # ------------------------------------------------------------------------------ local

@@ -128,6 +128,11 @@ class Cluster:
                 self._any = None
         raise ConnectionError(f"no broker reachable: {last}") from last
 
+    def request(self, api_key: int, api_version: int, body: dict) -> dict:
+        """A request any broker may answer (Metadata, topic configs), on the control
+        connection."""
+        return self._control_request(api_key, api_version, body)
+
     def connection(self, broker_id: int) -> BrokerConnection:
         conn = self._connections.get(broker_id)
         if conn is None:

@@ -25,7 +25,9 @@ CLIENT_COMMANDS = [
     ("topic", "list"), ("topic", "describe", "t"), ("topic", "create", "t"),
     ("group", "list"), ("group", "describe", "g"), ("txn", "list"),
     ("produce", "t"), ("consume", "t"), ("cluster", "info"), ("cluster", "health"),
-    ("quota", "describe"), ("partition", "elect", "--type", "preferred", "--all")]
+    ("quota", "describe"), ("partition", "elect", "--type", "preferred", "--all"),
+    ("cluster", "rebalance"), ("cluster", "drain", "1"),
+    ("partition", "move", "t", "0", "--replicas", "1"), ("partition", "reassignments")]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
