@@ -1,10 +1,14 @@
-"""``pybroker cluster info|health|local``: a cluster's brokers and health, and a local
-multi-broker cluster for development.
+"""``pybroker cluster info|health|rebalance|drain|local``: a cluster's brokers and health,
+growing and shrinking it, and a local multi-broker cluster for development.
 
     pybroker cluster info [-b HOST:PORT]     cluster id, controller, brokers (host, port,
                                              rack), topic and partition counts
     pybroker cluster health [-b HOST:PORT]   rpk's ``cluster health``: healthy or not, and
                                              why; exit status 1 when unhealthy
+    pybroker cluster rebalance [--topic T ...] [--execute] [--throttle BYTES_PER_S]
+                     [--no-wait]             spread replicas and leaders over the brokers
+    pybroker cluster drain BROKER [--execute] [--throttle BYTES_PER_S] [--no-wait]
+                                             move every replica off a broker
     pybroker cluster local [--brokers 3] [--data-dir DIR] [--base-port 9092]
                      [--zookeeper HOST:PORT[/chroot]] [--set KEY=VALUE ...]
 
@@ -17,6 +21,17 @@ not among the live brokers (the protocol does not list registered brokers that h
 replica); a partition is *leaderless* when its leader is -1 or not live, and
 *under-replicated* when its ISR is smaller than its replica set (Kafka's
 ``--under-replicated-partitions``). Healthy means a controller and none of those.
+
+``rebalance`` and ``drain`` read the live brokers (with ``broker.rack``) and every
+partition's replicas from Metadata, show the plan of ``pybroker.cluster.rebalance_plan``
+(each partition that changes, current -> target replicas; each broker's replica and
+preferred leader counts before -> after) and with ``--execute`` run it through
+``pybroker.reassignment`` (``run_reassignment``, which ``partition move`` shares):
+throttles set if asked, AlterPartitionReassignments, ListPartitionReassignments polled
+for progress until none is moving (unless ``--no-wait``), throttles removed, and every
+partition checked against its target. A broker that holds replicas but is not live makes
+``rebalance`` refuse: planning over the live brokers would empty it, which is ``drain``'s
+job, asked for by name.
 
 ``local`` starts a ZooKeeper of its own (Debian's package, through
 ``pybroker.cluster.zookeeper_server``; data in ``DIR/zookeeper``) unless ``--zookeeper``
