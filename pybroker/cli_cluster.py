@@ -26,7 +26,7 @@ replica); a partition is *leaderless* when its leader is -1 or not live, and
 partition's replicas from Metadata, show the plan of ``pybroker.cluster.rebalance_plan``
 (each partition that changes, current -> target replicas; each broker's replica and
 preferred leader counts before -> after) and with ``--execute`` run it through
-``pybroker.reassignment`` (``run_reassignment``, which ``partition move`` shares):
+``pybroker.reassignment_admin`` (``run_reassignment``, which ``partition move`` shares):
 throttles set if asked, AlterPartitionReassignments, ListPartitionReassignments polled
 for progress until none is moving (unless ``--no-wait``), throttles removed, and every
 partition checked against its target. A broker that holds replicas but is not live makes
@@ -244,24 +244,24 @@ def _positive_int(text: str) -> int:
 
 
 def rebalance_main(args: argparse.Namespace) -> int:
-    from pybroker import reassignment
+    from pybroker import reassignment_admin
     from pybroker.cli_txn import _cluster
     from pybroker.cluster.rebalance_plan import rebalance
 
     with _cluster(args, "pybroker-rebalance") as cluster:
-        layout = reassignment.read_layout(cluster, args.topic or None)
+        layout = reassignment_admin.read_layout(cluster, args.topic or None)
         _refuse_dead_holders(layout, ignore=None)
         plan = rebalance(layout.assignment, layout.brokers)
         return _show_and_run(args, cluster, layout, plan)
 
 
 def drain_main(args: argparse.Namespace) -> int:
-    from pybroker import reassignment
+    from pybroker import reassignment_admin
     from pybroker.cli_txn import _cluster
     from pybroker.cluster.rebalance_plan import PlanError, drain
 
     with _cluster(args, "pybroker-rebalance") as cluster:
-        layout = reassignment.read_layout(cluster)
+        layout = reassignment_admin.read_layout(cluster)
         _refuse_dead_holders(layout, ignore=args.broker)
         try:
             plan = drain(layout.assignment, layout.brokers, args.broker)
@@ -326,18 +326,18 @@ def run_reassignment(args: argparse.Namespace, cluster: Any,
     """Start the reassignment of ``targets`` (partition -> target replicas), throttled
     with ``--throttle``, and unless ``--no-wait`` report progress until it is done, then
     remove the throttles and check every partition reached its target."""
-    from pybroker import reassignment
+    from pybroker import reassignment_admin
 
-    busy = reassignment.ongoing(cluster)
+    busy = reassignment_admin.ongoing(cluster)
     if busy:
         raise CommandError(f"{len(busy)} reassignments in progress: wait for them "
                            "(pybroker partition reassignments) or cancel them (--cancel)")
     throttles = None
     if args.throttle:
-        throttles = reassignment.throttles(current, targets, args.throttle)
-        reassignment.apply_throttles(cluster, throttles)
+        throttles = reassignment_admin.throttles(current, targets, args.throttle)
+        reassignment_admin.apply_throttles(cluster, throttles)
         print(f"Throttle: {args.throttle} B/s on brokers {_ids(throttles.brokers)}")
-    refused = reassignment.alter(cluster, targets, args.timeout)
+    refused = reassignment_admin.alter(cluster, targets, args.timeout)
     for (topic, index), error in sorted(refused.items()):
         print(f"{topic}-{index}: {error}", file=sys.stderr)
     started = sorted(set(targets) - set(refused))
@@ -353,15 +353,15 @@ def run_reassignment(args: argparse.Namespace, cluster: Any,
               flush=True)
 
     try:
-        reassignment.wait(cluster, started, progress)
+        reassignment_admin.wait(cluster, started, progress)
     except KeyboardInterrupt:
         print("\nStopped waiting; the reassignments go on (pybroker partition "
               "reassignments shows them)", file=sys.stderr)
         return 1
     if throttles is not None:
-        reassignment.clear_throttles(cluster, throttles.brokers, throttles.topics)
+        reassignment_admin.clear_throttles(cluster, throttles.brokers, throttles.topics)
         print("Throttles removed")
-    reached = reassignment.read_layout(cluster, sorted({t for t, _ in started})).assignment
+    reached = reassignment_admin.read_layout(cluster, sorted({t for t, _ in started})).assignment
     status = 1 if refused else 0
     for partition in started:
         if reached.get(partition) != targets[partition]:

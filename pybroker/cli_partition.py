@@ -26,7 +26,7 @@ every replication throttle the commands set (every live broker's rates, every to
 throttled replicas) once nothing is moving: after a ``--no-wait`` run, as Kafka's
 ``--verify`` does. librdkafka has no AlterPartitionReassignments or
 ListPartitionReassignments: these go through pybroker's own client
-(``pybroker.reassignment``), to PLAINTEXT listeners.
+(``pybroker.reassignment_admin``), to PLAINTEXT listeners.
 
 Each subcommand is added by its ``_add_<name>(sub)``, called from ``register``, which
 gives every one the client options (``cli_connect``): ``--bootstrap``, ``--timeout``,
@@ -154,11 +154,11 @@ def _broker_ids(text: str) -> list[int]:
 
 
 def move_main(args: argparse.Namespace) -> int:
-    from pybroker import reassignment
+    from pybroker import reassignment_admin
     from pybroker.cli_txn import _cluster
 
     with _cluster(args, "pybroker-reassign") as cluster:
-        layout = reassignment.read_layout(cluster, [args.topic])
+        layout = reassignment_admin.read_layout(cluster, [args.topic])
         partition = (args.topic, args.partition)
         if partition not in layout.assignment:
             raise CommandError(f"topic {args.topic} has no partition {args.partition}")
@@ -176,19 +176,19 @@ def move_main(args: argparse.Namespace) -> int:
 
 
 def reassignments_main(args: argparse.Namespace) -> int:
-    from pybroker import reassignment
+    from pybroker import reassignment_admin
     from pybroker.cli_txn import _cluster
 
     with _cluster(args, "pybroker-reassign") as cluster:
-        listed = reassignment.ongoing(cluster)
+        listed = reassignment_admin.ongoing(cluster)
         if args.topic:
             listed = {p: o for p, o in listed.items() if p[0] in args.topic}
         if args.clear_throttles:
             if listed:
                 raise CommandError(f"{len(listed)} reassignments in progress: the "
                                    "throttles stay until they are done")
-            layout = reassignment.read_layout(cluster, args.topic or None)
-            reassignment.clear_throttles(cluster, layout.brokers,
+            layout = reassignment_admin.read_layout(cluster, args.topic or None)
+            reassignment_admin.clear_throttles(cluster, layout.brokers,
                                          {t for t, _ in layout.assignment})
             print("Throttles removed")
             return 0
@@ -200,7 +200,7 @@ def reassignments_main(args: argparse.Namespace) -> int:
                 for (t, p), o in sorted(listed.items())])
         if not args.cancel:
             return 0
-        refused = reassignment.alter(cluster, {p: None for p in listed}, args.timeout)
+        refused = reassignment_admin.alter(cluster, {p: None for p in listed}, args.timeout)
         for (topic, index), error in sorted(refused.items()):
             print(f"{topic}-{index}: {error}", file=sys.stderr)
         print(f"Cancelled {len(listed) - len(refused)} reassignments")
