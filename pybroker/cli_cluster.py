@@ -342,7 +342,11 @@ def run_reassignment(args: argparse.Namespace, cluster: Any,
         print(f"{topic}-{index}: {error}", file=sys.stderr)
     started = sorted(set(targets) - set(refused))
     print(f"Started {len(started)} reassignments")
-    if started and args.no_wait:
+    if not started:
+        if throttles is not None:
+            reassignment_admin.clear_throttles(cluster, throttles.brokers, throttles.topics)
+        return 1
+    if args.no_wait:
         print("Not waiting: pybroker partition reassignments shows them"
               + ("; pybroker partition reassignments --clear-throttles removes the "
                  "throttles once they are done" if throttles else ""))
