@@ -144,9 +144,7 @@ class _Layout:
 
     def spread(self, replicas: Iterable[int]) -> int:
         """Distinct racks among ``replicas`` (0 without racks)."""
-        if not self.rack_aware:
-            return 0
-        return len({self.rack_of[b] for b in replicas if b in self.rack_of})
+        return len(self.racks_used(replicas)) if self.rack_aware else 0
 
     def wanted_spread(self, replicas: list[int]) -> int:
         return min(len(replicas), self.rack_total)
