@@ -22,7 +22,8 @@ replica); a partition is *leaderless* when its leader is -1 or not live, and
 *under-replicated* when its ISR is smaller than its replica set (Kafka's
 ``--under-replicated-partitions``). Healthy means a controller and none of those.
 
-``rebalance`` and ``drain`` read the live brokers (with ``broker.rack``) and every
+``rebalance`` and ``drain`` read the live brokers (with the rack each reports, Kafka's
+``broker.rack``; pybroker's brokers report none yet) and every
 partition's replicas from Metadata, show the plan of ``pybroker.cluster.rebalance_plan``
 (each partition that changes, current -> target replicas; each broker's replica and
 preferred leader counts before -> after) and with ``--execute`` run it through
