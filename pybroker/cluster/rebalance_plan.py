@@ -129,16 +129,21 @@ class _Layout:
         self.leaders = {b: 0 for b in self.brokers}
         # partitions of one replica, on each broker: leaders no reorder can change
         self.sole = {b: 0 for b in self.brokers}
-        self.holding: dict[int, set[Partition]] = {b: set() for b in self.brokers}
+        # the partitions each broker holds, and leads: dicts as ordered sets, so that
+        # walking them is in an order the input decides (a plan shown and the plan run
+        # by --execute are the same), not in hash order
+        self.holding: dict[int, dict[Partition, None]] = {b: {} for b in self.brokers}
+        self.leading: dict[int, dict[Partition, None]] = {b: {} for b in self.brokers}
         for partition, replicas in self.replicas.items():
             if len(replicas) == 1 and replicas[0] in self.sole:
                 self.sole[replicas[0]] += 1
             for broker in replicas:
                 if broker in self.count:
                     self.count[broker] += 1
-                    self.holding[broker].add(partition)
+                    self.holding[broker][partition] = None
             if replicas and replicas[0] in self.leaders:
                 self.leaders[replicas[0]] += 1
+                self.leading[replicas[0]][partition] = None
 
     # -- racks ---------------------------------------------------------------------------
 
@@ -160,13 +165,15 @@ class _Layout:
         replicas[index] = new
         if old in self.count:
             self.count[old] -= 1
-            self.holding[old].discard(partition)
+            del self.holding[old][partition]
             if index == 0:
                 self.leaders[old] -= 1
+                del self.leading[old][partition]
         self.count[new] += 1
-        self.holding[new].add(partition)
+        self.holding[new][partition] = None
         if index == 0:
             self.leaders[new] += 1
+            self.leading[new][partition] = None
         if len(replicas) == 1:
             self.sole[new] += 1
             if old in self.sole:
@@ -178,7 +185,9 @@ class _Layout:
         replicas = self.replicas[partition]
         index = replicas.index(broker)
         self.leaders[replicas[0]] -= 1
+        del self.leading[replicas[0]][partition]
         self.leaders[broker] += 1
+        self.leading[broker][partition] = None
         replicas[0], replicas[index] = broker, replicas[0]
 
     # -- steps ---------------------------------------------------------------------------
@@ -227,13 +236,29 @@ class _Layout:
                         if self.count[high] - self.count[low] >= 2),
                        key=lambda pair: (-self.count[pair[0]], self.count[pair[1]], pair))
         for high, low in pairs:
-            partition = min((p for p in self.holding[high] - self.holding[low]
-                             if self._keeps_spread(self.replicas[p], high, low)),
-                            key=lambda p: self._move_cost(p, high, low), default=None)
+            partition = self._replica_to_move(high, low)
             if partition is not None:
                 self.replace(partition, high, low)
                 return True
         return False
+
+    def _replica_to_move(self, high: int, low: int) -> Partition | None:
+        """The first of ``high``'s partitions that may move to ``low`` at the lowest
+        ``_move_cost``, or None."""
+        best: tuple[int, Partition] | None = None
+        # nothing beats a follower unless the partitions of one replica need evening
+        good_enough = 0 if self.sole[high] - self.sole[low] >= 2 else 1
+        holding = self.holding[low]
+        for partition in self.holding[high]:
+            if partition in holding \
+                    or not self._keeps_spread(self.replicas[partition], high, low):
+                continue
+            cost = self._move_cost(partition, high, low)
+            if best is None or cost < best[0]:
+                best = (cost, partition)
+                if cost <= good_enough:
+                    break
+        return None if best is None else best[1]
 
     def _move_along_a_chain(self) -> bool:
         """Where racks block every direct move (the emptiest broker's rack is already in
@@ -250,7 +275,9 @@ class _Layout:
                         self.replace(partition, old, new)
                     return True
                 on_chain = {p for p, _, _ in self._chain(came_from, start, broker)}
-                for partition in sorted(self.holding[broker] - on_chain):
+                for partition in self.holding[broker]:
+                    if partition in on_chain:
+                        continue
                     replicas = self.replicas[partition]
                     for other in self.brokers:
                         if other != start and other not in came_from \
@@ -271,8 +298,8 @@ class _Layout:
             end = previous
         return moves[::-1]
 
-    def _move_cost(self, partition: Partition, high: int, low: int) -> tuple[int, Partition]:
-        """Which of ``high``'s replicas to move to ``low`` first. A partition of one
+    def _move_cost(self, partition: Partition, high: int, low: int) -> int:
+        """Which of ``high``'s replicas to move to ``low`` first (lowest). A partition of one
         replica is led wherever it is, so these are spread like the replicas: one of them
         while ``high`` holds at least two more than ``low``. Then a follower, so that the
         leader counts stay as they are; then the leader of a partition with other
@@ -280,8 +307,8 @@ class _Layout:
         one replica last."""
         replicas = self.replicas[partition]
         if len(replicas) == 1:
-            return (0 if self.sole[high] - self.sole[low] >= 2 else 3, partition)
-        return (1 if replicas[0] != high else 2, partition)
+            return 0 if self.sole[high] - self.sole[low] >= 2 else 3
+        return 1 if replicas[0] != high else 2
 
     def _keeps_spread(self, replicas: list[int], old: int, new: int) -> bool:
         """Whether ``new`` may take ``old``'s place without the partition losing a rack:
@@ -307,21 +334,20 @@ class _Layout:
     def _leadership_chain(self, start: int) -> list[tuple[Partition, int]]:
         """The shortest chain of hand-overs from ``start`` to a broker leading at least two
         partitions fewer: (partition, its new preferred leader) in order; empty if none."""
-        led: dict[int, list[Partition]] = {b: [] for b in self.brokers}
-        for partition, replicas in self.replicas.items():
-            if replicas and replicas[0] in led:
-                led[replicas[0]].append(partition)
         came_from: dict[int, tuple[int, Partition]] = {}
         queue = deque([start])
-        while queue:
+        others = len(self.brokers) - 1
+        while queue and len(came_from) < others:
             broker = queue.popleft()
-            if self.leaders[broker] <= self.leaders[start] - 2:
-                return [(partition, new) for partition, _, new
-                        in self._chain(came_from, start, broker)]
-            for partition in led[broker]:
+            for partition in self.leading[broker]:
                 for follower in self.replicas[partition][1:]:
-                    if follower != start and follower not in came_from \
-                            and follower in self.leaders:
-                        came_from[follower] = (broker, partition)
-                        queue.append(follower)
+                    if follower == start or follower in came_from:
+                        continue
+                    came_from[follower] = (broker, partition)
+                    if self.leaders[follower] <= self.leaders[start] - 2:
+                        return [(p, new) for p, _, new
+                                in self._chain(came_from, start, follower)]
+                    queue.append(follower)
+                if len(came_from) == others:
+                    break  # every broker reached, none leading few enough
         return []

@@ -201,3 +201,26 @@ def test_brokers_missing_a_rack_turn_racks_off():
 def test_a_replication_factor_above_the_brokers_left_is_refused():
     with pytest.raises(PlanError, match="t-0 has 3 replicas, more than the 2 brokers"):
         drain({("t", 0): [1, 2, 3]}, {1: None, 2: None, 3: None}, 3)
+
+
+def test_the_plan_does_not_depend_on_hash_order():
+    """``rebalance`` shows a plan and ``rebalance --execute`` makes it again in another
+    process: string hashing differs between processes, the plan must not."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    script = ("from pybroker.cluster.placement import assign\n"
+              "from pybroker.cluster.rebalance_plan import rebalance\n"
+              "layout = assign(range(1, 4), 300, 3, start_index=0)\n"
+              "assignment = {(f't{p % 7}', p): r for p, r in layout.items()}\n"
+              "racks = {b: f'r{b % 2}' for b in range(1, 6)}\n"
+              "print(sorted(rebalance(assignment, racks).target.items()))\n")
+    plans = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            check=True, cwd=ROOT,
+                            env=dict(os.environ, PYTHONHASHSEED=str(seed),
+                                     PYTHONPATH=ROOT)).stdout
+             for seed in (1, 2, 3)}
+    assert len(plans) == 1
