@@ -26,7 +26,7 @@ every replication throttle the commands set (every live broker's rates, every to
 throttled replicas) once nothing is moving: after a ``--no-wait`` run, as Kafka's
 ``--verify`` does. librdkafka has no AlterPartitionReassignments or
 ListPartitionReassignments: these go through pybroker's own client
-(``pybroker.reassignment_admin``), to PLAINTEXT listeners.
+(``pybroker.reassignment_admin``), SASL and TLS as ``txn``'s (``--command-config``).
 
 Each subcommand is added by its ``_add_<name>(sub)``, called from ``register``, which
 gives every one the client options (``cli_connect``): ``--bootstrap``, ``--timeout``,
