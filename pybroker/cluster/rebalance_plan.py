@@ -134,6 +134,9 @@ class _Layout:
         # by --execute are the same), not in hash order
         self.holding: dict[int, dict[Partition, None]] = {b: {} for b in self.brokers}
         self.leading: dict[int, dict[Partition, None]] = {b: {} for b in self.brokers}
+        # (high, low) pairs no replica can move between; one stays so until a move
+        # touches a partition of either broker
+        self.blocked: set[tuple[int, int]] = set()
         for partition, replicas in self.replicas.items():
             if len(replicas) == 1 and replicas[0] in self.sole:
                 self.sole[replicas[0]] += 1
@@ -163,6 +166,8 @@ class _Layout:
         replicas = self.replicas[partition]
         index = replicas.index(old)
         replicas[index] = new
+        touched = {old, *replicas}
+        self.blocked = {pair for pair in self.blocked if not touched.intersection(pair)}
         if old in self.count:
             self.count[old] -= 1
             del self.holding[old][partition]
@@ -236,10 +241,13 @@ class _Layout:
                         if self.count[high] - self.count[low] >= 2),
                        key=lambda pair: (-self.count[pair[0]], self.count[pair[1]], pair))
         for high, low in pairs:
+            if (high, low) in self.blocked:
+                continue
             partition = self._replica_to_move(high, low)
             if partition is not None:
                 self.replace(partition, high, low)
                 return True
+            self.blocked.add((high, low))
         return False
 
     def _replica_to_move(self, high: int, low: int) -> Partition | None:
