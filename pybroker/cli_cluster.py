@@ -19,8 +19,10 @@ Metadata answer: the live brokers, the controller, and each partition's leader, 
 and in-sync replicas. A broker is *down* when a partition names it as a replica but it is
 not among the live brokers (the protocol does not list registered brokers that hold no
 replica); a partition is *leaderless* when its leader is -1 or not live, and
-*under-replicated* when its ISR is smaller than its replica set (Kafka's
-``--under-replicated-partitions``). Healthy means a controller and none of those.
+*under-replicated* when its ISR is smaller than its replica set less the replicas a
+reassignment is still adding (ListPartitionReassignments; Kafka's
+``--under-replicated-partitions`` counts the same way). Healthy means a controller and
+none of those.
 
 ``rebalance`` and ``drain`` read the live brokers (with the rack each reports, Kafka's
 ``broker.rack``; pybroker's brokers report none yet) and every
@@ -63,7 +65,7 @@ import time
 from typing import Any, NamedTuple
 
 from pybroker.cli import CommandError
-from pybroker.cli_connect import BrokerClients, add_client_options
+from pybroker.cli_connect import BrokerClients, add_client_options, protocol_cluster
 from pybroker.cli_group import _table
 
 READY = re.compile(r"ready: listening on (\S+):(\d+)")
@@ -177,8 +179,11 @@ class ClusterHealth(NamedTuple):
         return [reason for reason, present in found if present]
 
 
-def cluster_health(metadata: Any) -> ClusterHealth:
-    """The health of the cluster a confluent-kafka ``ClusterMetadata`` describes."""
+def cluster_health(metadata: Any,
+                   adding: dict[tuple[str, int], list[int]] | None = None) -> ClusterHealth:
+    """The health of the cluster a confluent-kafka ``ClusterMetadata`` describes, where
+    ``adding`` names the replicas that moves in progress are still adding."""
+    adding = adding or {}
     live = set(metadata.brokers)
     replicas: set[int] = set()
     leaderless, under_replicated = [], []
@@ -189,14 +194,28 @@ def cluster_health(metadata: Any) -> ClusterHealth:
             replicas.update(partition.replicas)
             if partition.leader not in live:
                 leaderless.append(f"{name}/{index}")
-            if len(partition.isrs) < len(partition.replicas):
+            settled = len(partition.replicas) - len(adding.get((name, index), ()))
+            if len(partition.isrs) < settled:
                 under_replicated.append(f"{name}/{index}")
     return ClusterHealth(metadata.controller_id, sorted(live), sorted(replicas - live),
                          leaderless, under_replicated)
 
 
+def _adding_replicas(args: argparse.Namespace) -> dict[tuple[str, int], list[int]]:
+    """The replicas each partition's reassignment is still adding; none from a broker
+    that does not serve ListPartitionReassignments."""
+    from pybroker import reassignment_admin
+
+    try:
+        with protocol_cluster(args, "pybroker-health") as cluster:
+            moving = reassignment_admin.ongoing(cluster)
+    except CommandError:  # the request refused or unknown: count as Metadata says
+        return {}
+    return {partition: move.adding for partition, move in moving.items()}
+
+
 def health_main(args: argparse.Namespace) -> int:
-    health = cluster_health(BrokerClients(args).metadata())
+    health = cluster_health(BrokerClients(args).metadata(), _adding_replicas(args))
 
     def listed(items: list[Any]) -> str:
         return "[" + " ".join(map(str, items)) + "]"
@@ -246,10 +265,9 @@ def _positive_int(text: str) -> int:
 
 def rebalance_main(args: argparse.Namespace) -> int:
     from pybroker import reassignment_admin
-    from pybroker.cli_txn import _cluster
     from pybroker.cluster.rebalance_plan import rebalance
 
-    with _cluster(args, "pybroker-rebalance") as cluster:
+    with protocol_cluster(args, "pybroker-rebalance") as cluster:
         layout = reassignment_admin.read_layout(cluster, args.topic or None)
         _refuse_dead_holders(layout, ignore=None)
         plan = rebalance(layout.assignment, layout.brokers)
@@ -258,10 +276,9 @@ def rebalance_main(args: argparse.Namespace) -> int:
 
 def drain_main(args: argparse.Namespace) -> int:
     from pybroker import reassignment_admin
-    from pybroker.cli_txn import _cluster
     from pybroker.cluster.rebalance_plan import PlanError, drain
 
-    with _cluster(args, "pybroker-rebalance") as cluster:
+    with protocol_cluster(args, "pybroker-rebalance") as cluster:
         layout = reassignment_admin.read_layout(cluster)
         _refuse_dead_holders(layout, ignore=args.broker)
         try:

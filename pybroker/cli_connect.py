@@ -20,9 +20,11 @@ refused``, exit status 1. librdkafka serves ``error_cb`` only from ``poll``, nev
 blocking call such as ``list_topics``, so the metadata request runs in a thread while this
 one polls. Once a broker has answered, a lost connection is not fatal by itself (librdkafka
 reconnects; ``consume --follow`` outlives a broker restart): requests end on their own
-timeouts. (``txn`` speaks through pybroker's own client, ``pybroker.client.Cluster``, its
-security from the same ``--command-config`` (:mod:`pybroker.client.security`): its first
-Metadata request is tried once at each bootstrap server, and fails the same way.)
+timeouts. (Commands whose requests librdkafka does not offer — ``txn``, ``quota``,
+``partition move``, ``cluster rebalance|drain`` — speak through pybroker's own client,
+``pybroker.client.Cluster``, opened by ``protocol_cluster`` with its security from the
+same ``--command-config`` (:mod:`pybroker.client.security`): its first Metadata request
+is tried once at each bootstrap server, and fails the same way.)
 
 What still escapes a command as an exception from the client (a ``KafkaException``, a
 timeout, a socket error) is turned into one line by ``failure_text``, which ``cli.main``
@@ -39,10 +41,14 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from pybroker.cli import CommandError
+from pybroker.client.cluster import Cluster
+from pybroker.client.security import client_security
+from pybroker.errors import KafkaError
 from pybroker.kafka_admin import error_text
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -240,3 +246,39 @@ def report_each(futures: Mapping[Any, Any], timeout: float, done: Callable[[Any]
             print(f"{name(item)}: {error_text(exc)}", file=sys.stderr)
             status = 1
     return status
+
+
+@contextmanager
+def protocol_cluster(args: argparse.Namespace, client_id: str) -> Iterator[Cluster]:
+    """A client for one command, each request bounded by ``--timeout``. Its first request
+    is tried once at each bootstrap server: none answering ends the command at once. A
+    broker that refused or dropped a request (one that does not know an API closes the
+    connection) ends it too; each with one line on stderr and status 1."""
+    try:
+        security = client_security(command_config(args.command_config))
+    except (ValueError, OSError) as exc:  # a setting it cannot follow, a store unreadable
+        raise CommandError(f"{args.command_config}: {exc}") from None
+    cluster = Cluster(args.bootstrap, client_id, timeout=args.timeout, security=security)
+    try:
+        try:
+            cluster.refresh(attempts=1)
+        except OSError as exc:
+            raise unreachable(args.bootstrap, socket_failure(exc, args.timeout)) from None
+        yield cluster
+    except KafkaError as exc:
+        raise CommandError(f"{exc}: {exc.code.name}") from None
+    except TimeoutError:
+        raise CommandError(f"no answer from the broker within {args.timeout:g} s") from None
+    except OSError as exc:
+        raise CommandError(f"{exc} (does the broker support the request?)") from None
+    finally:
+        cluster.close()
+
+
+def socket_failure(exc: OSError, timeout: float) -> str:
+    """``connection refused``, ``no answer within 10 s``: why no broker answered."""
+    cause = exc.__cause__ or exc.__context__ or exc
+    if isinstance(cause, TimeoutError):
+        return f"no answer within {timeout:g} s"
+    text = getattr(cause, "strerror", None) or str(cause)
+    return text[:1].lower() + text[1:]

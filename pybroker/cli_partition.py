@@ -41,7 +41,7 @@ from typing import Any
 
 from pybroker.cli import CommandError
 from pybroker.cli_cluster import _ids, add_reassign_options, run_reassignment
-from pybroker.cli_connect import BrokerClients, add_client_options
+from pybroker.cli_connect import BrokerClients, add_client_options, protocol_cluster
 from pybroker.cli_group import _table
 from pybroker.kafka_admin import error_name, error_text
 
@@ -155,9 +155,8 @@ def _broker_ids(text: str) -> list[int]:
 
 def move_main(args: argparse.Namespace) -> int:
     from pybroker import reassignment_admin
-    from pybroker.cli_txn import _cluster
 
-    with _cluster(args, "pybroker-reassign") as cluster:
+    with protocol_cluster(args, "pybroker-reassign") as cluster:
         layout = reassignment_admin.read_layout(cluster, [args.topic])
         partition = (args.topic, args.partition)
         if partition not in layout.assignment:
@@ -177,9 +176,8 @@ def move_main(args: argparse.Namespace) -> int:
 
 def reassignments_main(args: argparse.Namespace) -> int:
     from pybroker import reassignment_admin
-    from pybroker.cli_txn import _cluster
 
-    with _cluster(args, "pybroker-reassign") as cluster:
+    with protocol_cluster(args, "pybroker-reassign") as cluster:
         listed = reassignment_admin.ongoing(cluster)
         if args.topic:
             listed = {p: o for p, o in listed.items() if p[0] in args.topic}

@@ -27,8 +27,7 @@ import sys
 from typing import Any
 
 from pybroker.cli import CommandError
-from pybroker.cli_connect import add_client_options
-from pybroker.cli_txn import _cluster
+from pybroker.cli_connect import add_client_options, protocol_cluster
 from pybroker.client.cluster import Cluster
 from pybroker.errors import ErrorCode
 
@@ -135,12 +134,12 @@ def set_main(args: argparse.Namespace) -> int:
             raise CommandError(f"--config {item!r}: expected KEY=NUMBER")
     if not ops:
         raise CommandError("nothing to set: give --config KEY=VALUE")
-    with _cluster(args, "pybroker-quota") as cluster:
+    with protocol_cluster(args, "pybroker-quota") as cluster:
         return _alter(cluster, entity, ops)
 
 
 def describe_main(args: argparse.Namespace) -> int:
-    with _cluster(args, "pybroker-quota") as cluster:
+    with protocol_cluster(args, "pybroker-quota") as cluster:
         found = _describe(cluster, _entity(args), args.strict)
     for entity, values in sorted(found, key=lambda e: _entity_text(e[0])):
         configs = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
@@ -152,7 +151,7 @@ def delete_main(args: argparse.Namespace) -> int:
     entity = _entity(args)
     if not entity:
         raise CommandError("name an entity: --user, --client-id or --ip (or a --*-default)")
-    with _cluster(args, "pybroker-quota") as cluster:
+    with protocol_cluster(args, "pybroker-quota") as cluster:
         keys = _configs(args)
         if not keys:
             found = _describe(cluster, entity, strict=True)

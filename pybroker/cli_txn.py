@@ -46,15 +46,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from pybroker.cli import CommandError
-from pybroker.cli_connect import add_client_options, command_config, unreachable
+from pybroker.cli_connect import add_client_options, protocol_cluster
 from pybroker.cli_group import _table
 from pybroker.client.cluster import Cluster
-from pybroker.client.security import client_security
 from pybroker.errors import ErrorCode, KafkaError
 
 DESCRIBE_PRODUCERS, LIST_TRANSACTIONS, WRITE_TXN_MARKERS = 61, 66, 27
@@ -108,42 +104,6 @@ def register(subparsers: Any) -> None:
         add_client_options(parser)
 
 
-@contextmanager
-def _cluster(args: argparse.Namespace, client_id: str = "pybroker-txn") -> Iterator[Cluster]:
-    """A client for one command, each request bounded by ``--timeout``. Its first request
-    is tried once at each bootstrap server: none answering ends the command at once. A
-    broker that refused or dropped a request (one that does not know an API closes the
-    connection) ends it too; each with one line on stderr and status 1."""
-    try:
-        security = client_security(command_config(args.command_config))
-    except (ValueError, OSError) as exc:  # a setting it cannot follow, a store unreadable
-        raise CommandError(f"{args.command_config}: {exc}") from None
-    cluster = Cluster(args.bootstrap, client_id, timeout=args.timeout, security=security)
-    try:
-        try:
-            cluster.refresh(attempts=1)
-        except OSError as exc:
-            raise unreachable(args.bootstrap, _socket_failure(exc, args.timeout)) from None
-        yield cluster
-    except KafkaError as exc:
-        raise CommandError(f"{exc}: {exc.code.name}") from None
-    except TimeoutError:
-        raise CommandError(f"no answer from the broker within {args.timeout:g} s") from None
-    except OSError as exc:
-        raise CommandError(f"{exc} (does the broker support the request?)") from None
-    finally:
-        cluster.close()
-
-
-def _socket_failure(exc: OSError, timeout: float) -> str:
-    """``connection refused``, ``no answer within 10 s``: why no broker answered."""
-    cause = exc.__cause__ or exc.__context__ or exc
-    if isinstance(cause, TimeoutError):
-        return f"no answer within {timeout:g} s"
-    text = getattr(cause, "strerror", None) or str(cause)
-    return text[:1].lower() + text[1:]
-
-
 def _error(what: str, code: int) -> None:
     print(f"error: {what}: {ErrorCode(code).name}", file=sys.stderr)
 
@@ -166,7 +126,7 @@ def _list_transactions(cluster: Cluster, states: list[str], producer_ids: list[i
 
 
 def list_main(args: argparse.Namespace) -> int:
-    with _cluster(args) as cluster:
+    with protocol_cluster(args, "pybroker-txn") as cluster:
         found, status = _list_transactions(cluster, args.state, [])
     _table(["TRANSACTIONAL-ID", "COORDINATOR", "PRODUCER-ID", "STATE"],
            [[t["transactional_id"], broker_id, t["producer_id"], t["transaction_state"]]
@@ -177,7 +137,7 @@ def list_main(args: argparse.Namespace) -> int:
 def describe_main(args: argparse.Namespace) -> int:
     rows, status = [], 0
     now = int(time.time() * 1000)
-    with _cluster(args) as cluster:
+    with protocol_cluster(args, "pybroker-txn") as cluster:
         for transactional_id in args.ids:
             state = cluster.describe_transaction(transactional_id)
             if state["error_code"] != ErrorCode.NONE:
@@ -208,7 +168,7 @@ def abort_main(args: argparse.Namespace) -> int:
     if args.id is not None and by_partition:
         raise SystemExit("abort: give a transactional id or --topic/--partition, not both")
     if args.id is not None:
-        with _cluster(args) as cluster:
+        with protocol_cluster(args, "pybroker-txn") as cluster:
             return _abort_transactional_id(cluster, args.id)
     if args.topic is None or args.partition is None:
         raise SystemExit("abort: give a transactional id, or --topic and --partition")
@@ -217,7 +177,7 @@ def abort_main(args: argparse.Namespace) -> int:
     if (args.start_offset is None and given < 3) or (args.start_offset is not None and given):
         raise SystemExit("abort: give --start-offset, or all of --producer-id, "
                          "--producer-epoch and --coordinator-epoch")
-    with _cluster(args) as cluster:
+    with protocol_cluster(args, "pybroker-txn") as cluster:
         if args.start_offset is None:
             producer = {"producer_id": args.producer_id, "producer_epoch": args.producer_epoch,
                         "coordinator_epoch": args.coordinator_epoch}
@@ -295,7 +255,7 @@ def find_hanging_main(args: argparse.Namespace) -> int:
     max_age_ms = args.max_transaction_timeout * 60_000
     now = int(time.time() * 1000)
     status = 0
-    with _cluster(args) as cluster:
+    with protocol_cluster(args, "pybroker-txn") as cluster:
         topics = args.topic or sorted(t for t in cluster.topics if not t.startswith("__"))
         # (topic, partition, producer) of every transaction open longer than any may be
         candidates = []

@@ -8,7 +8,7 @@ confluent-kafka producer.
 - A broker is drained with ``cluster drain --execute`` and stopped.
 - A move held back by a 1000 B/s throttle (5 MB to copy) is listed by ``partition
   reassignments``, whose ``--clear-throttles`` waits for it, and cancelled midway by
-  ``--cancel``.
+  ``--cancel``; ``cluster health`` meanwhile counts the replica being added as no lag.
 - A move started by ``partition move --no-wait`` goes on after its new replica's broker
   is killed and restarted, and completes once its throttle is lifted.
 
@@ -161,6 +161,8 @@ def test_a_move_held_back_by_its_throttle_is_listed_and_cancelled(zk_connect, tm
         row = next(line.split() for line in printed.splitlines() if line.startswith(TOPIC))
         assert row[1] == "0" and sorted(row[2].split(",")) == ["1", "2", "3", "4"]
         assert row[3:] == ["4", "1"], printed  # adding, removing
+        health = pybroker("cluster", "health", "-b", cluster.bootstrap)
+        assert health.returncode == 0, health.stdout  # a replica being added is no lag
 
         code, printed = partition_command("reassignments", "--clear-throttles")
         assert code == 1
