@@ -8,7 +8,8 @@ Events, one queue, one task, in order (Kafka's ControllerEventManager): election
 + 1, read everything, repair, send the whole state to every broker, resume
 reassignments), broker change, topic change, topic data change (new partitions, moved
 replicas), deletion, ISR change notification, legacy reassignment request, leader
-election (ElectLeaders, or the periodic preferred-leader check), resignation.
+election (ElectLeaders, or the periodic preferred-leader check), controlled shutdown,
+resignation.
 ZooKeeper's watch callbacks run on kazoo's thread: they only queue an event on the loop
 (``call_soon_threadsafe``); every store call runs in a worker thread
 (``asyncio.to_thread``) so ZooKeeper never stalls the broker's loop.
@@ -46,6 +47,15 @@ Decisions (each logged at INFO with partition, old -> new leader, leader epoch, 
   the removed replicas (epoch + 1), and StopReplica with delete to the removed ones. A
   cancellation (ORS written back) is a reassignment to ORS: the replicas it had added
   are stopped and deleted.
+- controlled shutdown (:meth:`Controller.controlled_shutdown`: ControlledShutdown from a
+  stopping broker, Kafka's ``KafkaController.doControlledShutdown``): the broker is
+  shutting down until it is gone, and no election picks it as leader meanwhile (Kafka's
+  ``shuttingDownBrokerIds``). Of its partitions with more than one replica, those it leads
+  get the first replica in assignment order that is live, in the ISR and not shutting
+  down (ControlledShutdownLeaderSelector), those it follows lose it from their ISR (and it
+  gets StopReplica without delete for them); the shutting-down brokers leave both ISRs,
+  leader epoch + 1. A partition no other ISR member can lead stays with it: the answer
+  names those (``remaining_partitions``), and the broker asks again.
 
 Writes: ``set_partition_state`` conditional on the state's znode version and on
 ``/controller_epoch``'s version from this controller's election. BadVersionError (a
@@ -218,6 +228,7 @@ class Controller:
         self._senders: dict[int, _Sender] = {}
         self._topics: dict[str, TopicAssignment] = {}
         self._states: dict[TP, PartitionState] = {}
+        self._shutting_down: set[int] = set()  # live brokers in controlled shutdown
         # what the watches said last, kept while inactive too
         self._pending_deletions: list[str] = []
         self._legacy_targets: dict[TP, list[int]] = {}  # /admin/reassign_partitions
@@ -284,6 +295,18 @@ class Controller:
         wanted = None if partitions is None else list(dict.fromkeys(partitions))
         result: dict[TP, ElectionResult] | None = await self._call(
             self._elect_leaders, election_type, wanted)
+        return result
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int
+                                  ) -> tuple[int, list[TP]] | None:
+        """A stopping broker's ControlledShutdown (the module docstring says what moves):
+        (error code, the partitions it still leads). STALE_BROKER_EPOCH when
+        ``broker_epoch`` (-1: unknown) is older than its live registration's,
+        BROKER_NOT_AVAILABLE when it is not live; None when this controller is not active."""
+        if self._stopped or self._loop is None:
+            return None
+        result: tuple[int, list[TP]] | None = await self._call(
+            self._controlled_shutdown, broker_id, broker_epoch)
         return result
 
     # events ------------------------------------------------------------------------------
@@ -401,6 +424,7 @@ class Controller:
         self._live = {}
         self._topics = {}
         self._states = {}
+        self._shutting_down = set()
 
     async def _on_elected(self) -> None:
         store = self.store
@@ -458,6 +482,7 @@ class Controller:
         for broker in gone:
             self._close(broker)
             self._offline_replicas.pop(broker, None)  # a restart tries its log dirs again
+            self._shutting_down.discard(broker)
         # first as Kafka's onBrokerFailure (bounced brokers count as dead), then startup
         self._live = {b: info for b, info in brokers.items() if b not in bounced}
         changed = await self._apply(self._needing_failover(), self._decide_failover)
@@ -560,12 +585,8 @@ class Controller:
                     for r in replicas:
                         per_broker[r].append(p)
                 for broker, partitions in per_broker.items():
-                    stop: StopReplicaRequest = {
-                        "controller_id": self.broker_id, "controller_epoch": self._epoch,
-                        "topic_states": [{"topic_name": name, "partition_states": [
-                            {"partition_index": p, "leader_epoch": EPOCH_DURING_DELETE,
-                             "delete_partition": True} for p in sorted(partitions)]}]}
-                    self._send(broker, STOP_REPLICA, stop)
+                    self._send_stop_replica(broker, [(name, p) for p in partitions],
+                                            delete=True, leader_epoch=EPOCH_DURING_DELETE)
             await asyncio.to_thread(self.store.delete_topic, name)
             log.info("topic %s deleted", name)
             if topic is not None:
@@ -673,7 +694,7 @@ class Controller:
         created: set[TP] = set()
 
         async def create(tp: TP) -> None:
-            live = [r for r in self._replicas(tp) if r in self._live]
+            live = [r for r in self._replicas(tp) if self._may_lead(tp, r)]
             if not live:
                 log.warning("partition %s-%d: no live replica of %s, no leader yet", *tp,
                             self._replicas(tp))
@@ -751,10 +772,10 @@ class Controller:
         if state.leader in live:
             return (state.leader, isr_live) if isr_live != state.isr else None
         replicas = self._replicas(tp)
-        clean = [r for r in replicas if r in live and r in state.isr]
+        clean = [r for r in replicas if self._may_lead(tp, r) and r in state.isr]
         if clean:
             return clean[0], isr_live
-        live_replicas = [r for r in replicas if r in live]
+        live_replicas = [r for r in replicas if self._may_lead(tp, r)]
         if live_replicas and (force_unclean or await self._unclean_allowed(tp[0])):
             log.warning("partition %s-%d: unclean election of %d, no ISR member of %s is live",
                         *tp, live_replicas[0], state.isr)
@@ -765,7 +786,7 @@ class Controller:
 
     async def _decide_preferred(self, tp: TP, state: PartitionState) -> tuple[int, list[int]] | None:
         preferred = self._replicas(tp)[0]
-        if state.leader != preferred and preferred in self._serving(tp) and \
+        if state.leader != preferred and self._may_lead(tp, preferred) and \
                 preferred in state.isr:
             return preferred, state.isr
         return None
@@ -774,6 +795,58 @@ class Controller:
         if state.leader in self._serving(tp):
             return None
         return await self._decide_failover(tp, state, force_unclean=True)
+
+    async def _decide_controlled_shutdown(self, tp: TP, state: PartitionState
+                                          ) -> tuple[int, list[int]] | None:
+        """Kafka's ControlledShutdownLeaderSelector: the shutting-down brokers leave the
+        ISR, and one that leads hands over to the first replica able to lead and in the
+        ISR; None when there is none (it keeps leading) or nothing to change."""
+        isr = [b for b in state.isr if b not in self._shutting_down]
+        if state.leader in self._shutting_down:
+            leader = next((r for r in self._replicas(tp)
+                           if self._may_lead(tp, r) and r in state.isr), None)
+            return None if leader is None else (leader, isr)
+        if state.leader not in self._serving(tp) or not isr or isr == state.isr:
+            return None  # offline (its ISR is kept), or nothing to remove
+        return state.leader, isr
+
+    def _may_lead(self, tp: TP, broker: int) -> bool:
+        """Whether ``broker`` may be elected leader of ``tp``: serving it (live, its
+        replica not in a failed log directory) and not shutting down."""
+        return broker in self._serving(tp) and broker not in self._shutting_down
+
+    async def _controlled_shutdown(self, broker_id: int, broker_epoch: int
+                                   ) -> tuple[int, list[TP]] | None:
+        if not self._active:
+            return None
+        info = self._live.get(broker_id)
+        if info is None:
+            log.warning("controlled shutdown of broker %d refused: not live", broker_id)
+            return ErrorCode.BROKER_NOT_AVAILABLE, []
+        # newer than ours: the registration is being written (this cache trails ZooKeeper)
+        if -1 < broker_epoch < info.epoch:
+            log.warning("controlled shutdown of broker %d refused: broker epoch %d, live "
+                        "registration's %d", broker_id, broker_epoch, info.epoch)
+            return ErrorCode.STALE_BROKER_EPOCH, []
+        self._shutting_down.add(broker_id)
+        replicated = [tp for tp in self._hosted_by(broker_id) if len(self._replicas(tp)) > 1]
+        led = {tp for tp in replicated if self._states[tp].leader == broker_id}
+        followed = [tp for tp in replicated
+                    if tp not in led and broker_id in self._states[tp].isr]
+        changed = await self._apply(sorted(led) + followed, self._decide_controlled_shutdown)
+        targets = self._to_replicas(changed)
+        # it leaves the partitions it followed: the others are told, it is stopped
+        stopped = [tp for tp in followed if tp in changed]
+        targets[broker_id] = [tp for tp in targets.get(broker_id, []) if tp not in stopped]
+        self._send_leader_and_isr(targets, set())
+        self._send_stop_replica(broker_id, stopped)
+        if changed:
+            self._send_update_metadata(sorted(changed))
+        remaining = sorted(tp for tp in led if self._states[tp].leader == broker_id)
+        log.info("controlled shutdown of broker %d: %d leaderships moved, left %d ISRs, "
+                 "still leads %s", broker_id, len(led) - len(remaining), len(stopped),
+                 [f"{t}-{p}" for t, p in remaining])
+        return ErrorCode.NONE, remaining
 
     async def _unclean_allowed(self, topic: str) -> bool:
         configs = await asyncio.to_thread(self.store.topic_configs, topic)
@@ -894,28 +967,23 @@ class Controller:
                                   ) -> tuple[int, list[int]]:
         """Leader and ISR within the partition's replica set (just changed): the leader
         kept if it is in the set and live, else the first live replica of the set in the
-        ISR (Kafka's reassignment election; live: not in a failed log directory either);
+        ISR (Kafka's reassignment election; live: not in a failed log directory either,
+        nor shutting down);
         the ISR without replicas outside the set.
         Always a new leader epoch, which tells the replicas their new set."""
-        replicas, live = self._replicas(tp), self._serving(tp)
+        replicas = self._replicas(tp)
         isr = [b for b in state.isr if b in replicas]
         leader = state.leader
-        if leader not in replicas or leader not in live:
-            candidates = [r for r in replicas if r in isr and r in live]
+        if leader not in replicas or not self._may_lead(tp, leader):
+            candidates = [r for r in replicas if r in isr and self._may_lead(tp, r)]
             leader = candidates[0] if candidates else NO_LEADER
         return leader, isr or state.isr
 
     def _stop_replicas(self, tp: TP, brokers: list[int]) -> None:
         """StopReplica with delete: the replica's log goes (a broker not live keeps its
         copy, as in Kafka's ZooKeeper mode)."""
-        state = self._states.get(tp)
-        epoch = state.leader_epoch if state is not None else EPOCH_DURING_DELETE
-        stop: StopReplicaRequest = {
-            "controller_id": self.broker_id, "controller_epoch": self._epoch,
-            "topic_states": [{"topic_name": tp[0], "partition_states": [
-                {"partition_index": tp[1], "leader_epoch": epoch, "delete_partition": True}]}]}
         for broker in brokers:
-            self._send(broker, STOP_REPLICA, stop)
+            self._send_stop_replica(broker, [tp], delete=True)
 
     async def _write_assignment(self, tp: TP, expected: ReplicaAssignment,
                                 new: ReplicaAssignment) -> bool:
@@ -1024,6 +1092,28 @@ class Controller:
         request = body.copy()  # one body may go to several brokers
         request["broker_epoch"] = sender.info.epoch
         sender.put(api_key, request)
+
+    def _send_stop_replica(self, broker: int, partitions: list[TP], delete: bool = False,
+                           leader_epoch: int | None = None) -> None:
+        """``broker`` stops fetching ``partitions`` (with ``delete``, deletes them too),
+        each at its leader epoch, or ``leader_epoch`` (a deleted topic's -2)."""
+        by_topic: dict[str, list[int]] = collections.defaultdict(list)
+        for topic, index in sorted(partitions):
+            by_topic[topic].append(index)
+        if not by_topic:
+            return
+        request: StopReplicaRequest = {
+            "controller_id": self.broker_id, "controller_epoch": self._epoch,
+            "topic_states": [{"topic_name": name, "partition_states": [
+                {"partition_index": p, "delete_partition": delete,
+                 "leader_epoch": self._leader_epoch((name, p)) if leader_epoch is None
+                 else leader_epoch} for p in indexes]}
+                for name, indexes in by_topic.items()]}
+        self._send(broker, STOP_REPLICA, request)
+
+    def _leader_epoch(self, tp: TP) -> int:
+        state = self._states.get(tp)
+        return EPOCH_DURING_DELETE if state is None else state.leader_epoch
 
     def _send_leader_and_isr(self, targets: dict[int, list[TP]], new: set[TP],
                              kind: int = INCREMENTAL) -> None:
