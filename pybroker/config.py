@@ -196,6 +196,11 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     # this broker's registration in ZooKeeper
     "control.listener": (str, None),
     "controller.socket.timeout.ms": (int, 30_000),
+    # a stopping broker hands its leaderships to other in-sync replicas first, as Kafka's
+    # KafkaServer.controlledShutdown (pybroker.cluster.controlled_shutdown)
+    "controlled.shutdown.enable": (parse_bool, True),
+    "controlled.shutdown.max.retries": (int, 3),
+    "controlled.shutdown.retry.backoff.ms": (int, 5000),
     "replica.lag.time.max.ms": (int, 30_000),
     "replica.fetch.max.bytes": (int, 1 * _MIB),
     "replica.fetch.response.max.bytes": (int, 10 * _MIB),

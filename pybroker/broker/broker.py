@@ -28,11 +28,13 @@ its own snapshots), open the topics (and once, after an upgrade, adopt the broke
 ``producer-state.json`` of earlier versions), start the group coordinator and the
 validation pool, bind the listener, start the control plane (a cluster member registers
 now that its port answers) and log ``ready``. Shutdown
-(SIGTERM/SIGINT): stop accepting, answer the coordinator's parked long polls and wake
-long-polling fetches (so parked long polls answer now), answer the requests already
-received (at most ``SHUTDOWN_DRAIN_SECONDS``), stop the control plane (a follower stops
-appending), the coordinator and the validation pool, close the LogManager cleanly (each
-log snapshots its producer state; the manager writes the clean-shutdown marker).
+(SIGTERM/SIGINT): hand leadership over to other replicas while still serving (the
+control plane's controlled shutdown), stop accepting, answer the coordinator's parked
+long polls and wake long-polling fetches (so parked long polls answer now), answer the
+requests already received (at most ``SHUTDOWN_DRAIN_SECONDS``), stop the control plane
+(a follower stops appending), the coordinator and the validation pool, close the
+LogManager cleanly (each log snapshots its producer state; the manager writes the
+clean-shutdown marker).
 
 Dispatch of one frame: header -> handler by API key -> decode -> handle -> encode. A
 request the broker cannot parse (garbage, unknown API key, a version outside what is
@@ -434,9 +436,13 @@ class Broker:
             log.exception("stopping the %s failed", what)
 
     async def shutdown(self) -> None:
-        """Stop accepting, answer in-flight requests, flush and close storage cleanly."""
-        self.shutting_down = True
+        """Hand leadership over, stop accepting, answer in-flight requests, flush and
+        close storage cleanly."""
         started = time.monotonic()
+        # while every listener still serves: clients of the partitions moved are told
+        # NOT_LEADER_OR_FOLLOWER and go to the new leaders before this one stops
+        await self._quietly("controlled shutdown", self.metadata.controlled_shutdown)
+        self.shutting_down = True
         for task in self._tasks:
             task.cancel()
         if self.http_listener is not None:

@@ -18,7 +18,8 @@ controller carries it out (Kafka's AdminZkClient does the same).
   in ZooKeeper is asked again, until the request's timeout). The answer waits until this
   broker's metadata shows the leaders elected (as Kafka's ZooKeeper mode, whose
   DelayedElectLeader waits for its metadata cache), REQUEST_TIMED_OUT for those it does
-  not show in time.
+  not show in time. ``ask_controller`` is that hand-over for any request the controller
+  serves (ControlledShutdown too, ``cluster.controlled_shutdown``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import asyncio
 import logging
 import uuid
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from pybroker.broker.topic_manager import check_partition_limit
 from pybroker.errors import (
@@ -161,41 +163,56 @@ async def _elect_at_controller(node: ClusterNode, election_type: int,
     """The active controller's election; None when there is none to ask, or the one
     asked is no longer it or did not answer in ``timeout_s``; its error code as a
     KafkaError when it failed."""
-    from pybroker.cluster.channel import ControlClient
-
-    local = node.controller
-    if local is not None and local.is_active:
-        return await local.elect_leaders(election_type, partitions)
-    controller_id = await asyncio.to_thread(node.store.controller_id)
-    if controller_id is None or controller_id == node.broker.broker_id:
-        return None  # none yet, or ours is still taking over
-    info = (await asyncio.to_thread(node.store.brokers)).get(controller_id)
-    if info is None or timeout_s <= 0:
-        return None
     request: ElectLeadersRequest = {
-        "election_type": election_type, "timeout_ms": int(timeout_s * 1000),
+        "election_type": election_type, "timeout_ms": int(max(timeout_s, 0) * 1000),
         "topic_partitions": None if partitions is None else [
             {"topic": topic, "partitions": indexes}
             for topic, indexes in _by_topic(partitions).items()]}
-    try:
-        client = ControlClient(controller_id, info.control)
-    except Exception as exc:  # a registration without a usable control address
-        log.warning("no control channel to controller %d (%r): %s", controller_id,
-                    info.control, exc)
-        return None
-    try:
-        answer = await client.request(ELECT_LEADERS, ELECT_LEADERS_VERSION, dict(request),
-                                      timeout_s)
-    except (TimeoutError, ConnectionError):
-        return None
-    finally:
-        client.close()
-    if answer["error_code"] == ErrorCode.NOT_CONTROLLER:  # it moved meanwhile
+    answer = await ask_controller(node, ELECT_LEADERS, ELECT_LEADERS_VERSION, dict(request),
+                                  serve_elect_leaders, timeout_s)
+    if answer is None:
         return None
     if answer["error_code"] != ErrorCode.NONE:  # its failure (logged there)
         raise KafkaError("The controller failed the election", answer["error_code"])
     return {(t["topic"], p["partition_id"]): ElectionResult(p["error_code"], p["error_message"])
             for t in answer["replica_election_results"] for p in t["partition_result"]}
+
+
+async def ask_controller(node: ClusterNode, api_key: int, api_version: int, request: dict,
+                         serve: Callable[[Controller | None, Any], Awaitable[Any]],
+                         timeout_s: float) -> dict | None:
+    """The active controller's answer to ``request``: ``serve`` (what the control channel
+    serves it with at the controller) on this broker's own controller when it is the
+    active one, else the request over the control channel to the controller ZooKeeper
+    names. None when there is none to ask, the one asked is no longer it
+    (NOT_CONTROLLER) or it did not answer in ``timeout_s``."""
+    from pybroker.cluster.channel import ControlClient
+
+    local = node.controller
+    if local is not None and local.is_active:
+        answer = dict(await serve(local, request))
+    else:
+        controller_id = await asyncio.to_thread(node.store.controller_id)
+        if controller_id is None or controller_id == node.broker.broker_id:
+            return None  # none yet, or ours is still taking over
+        info = (await asyncio.to_thread(node.store.brokers)).get(controller_id)
+        if info is None or timeout_s <= 0:
+            return None
+        try:
+            client = ControlClient(controller_id, info.control)
+        except Exception as exc:  # a registration without a usable control address
+            log.warning("no control channel to controller %d (%r): %s", controller_id,
+                        info.control, exc)
+            return None
+        try:
+            answer = await client.request(api_key, api_version, request, timeout_s)
+        except (TimeoutError, ConnectionError):
+            return None
+        finally:
+            client.close()
+    if answer["error_code"] == ErrorCode.NOT_CONTROLLER:  # it moved meanwhile
+        return None
+    return answer
 
 
 async def serve_elect_leaders(controller: Controller | None, request: ElectLeadersRequest

@@ -5,13 +5,14 @@ size prefix (zmq frames messages itself):
 
     request   := request header (v2: api_key, api_version, correlation_id, client_id,
                  tagged fields) + body        LeaderAndIsr v5, UpdateMetadata v7, StopReplica v3
-                                              (the controller's), ElectLeaders v2 (a broker's
-                                              to the controller, ``cluster.admin``)
+                                              (the controller's), ElectLeaders v2 and
+                                              ControlledShutdown v3 (a broker's to the
+                                              controller, ``cluster.admin.ask_controller``)
     response  := response header (correlation_id [+ tagged fields]) + body
 
 Sockets: each broker binds one ROUTER (:class:`ControlServer`); the controller connects
 one DEALER per broker (:class:`ControlClient`), and a broker handing an election to the
-controller one for that request. A DEALER sends bare messages and the ROUTER sees them
+controller (or asking for its controlled shutdown) one for that request. A DEALER sends bare messages and the ROUTER sees them
 prefixed with the peer's routing id, which the answer goes back to.
 
 Order: a server answers one peer's requests in the order they came (LeaderAndIsr before

@@ -6,7 +6,10 @@ answers): connect to ZooKeeper and agree on the cluster id (before the logs load
 ``/brokers/ids`` (the znode's creation id is this registration's broker epoch), and enter
 the controller election. Stop: leave the election, stop the fetchers, close the channel,
 close the ZooKeeper session, which removes the registration at once (the controller
-moves leadership away; a SIGKILLed broker's goes when its session times out).
+moves leadership away; a SIGKILLed broker's goes when its session times out). Before
+that, while the broker still serves, its controlled shutdown has handed its leaderships
+to other in-sync replicas (``cluster.controlled_shutdown``), so the session's end takes
+nothing offline that another replica could lead.
 
 A session ZooKeeper expired (a broker paused or cut off longer than
 zookeeper.session.timeout.ms) loses the registration with it: when kazoo reconnects
@@ -18,15 +21,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from pybroker.broker.quotas import entity_from_path, entity_path, stored_text, stored_values
 from pybroker.cluster import admin
+from pybroker.cluster.controlled_shutdown import (
+    CONTROLLED_SHUTDOWN,
+    controlled_shutdown,
+    serve_controlled_shutdown,
+)
 from pybroker.cluster.metadata_cache import MetadataCache
 from pybroker.cluster.zk_store import QUOTA_KINDS
 from pybroker.config import parse_address
 from pybroker.net.listeners import listeners_from
-from pybroker.net.protocol.typed import ElectLeadersRequest
 
 if TYPE_CHECKING:
     from pybroker.broker.broker import Broker
@@ -36,6 +44,12 @@ if TYPE_CHECKING:
     from pybroker.cluster.controller import Controller
 
 log = logging.getLogger("pybroker.cluster")
+
+# The requests other brokers hand to this broker's controller over the control channel.
+CONTROLLER_REQUESTS: dict[int, Callable[[Controller | None, Any], Awaitable[Any]]] = {
+    admin.ELECT_LEADERS: admin.serve_elect_leaders,
+    CONTROLLED_SHUTDOWN: serve_controlled_shutdown,
+}
 
 
 class ClusterNode:
@@ -96,11 +110,19 @@ class ClusterNode:
 
     async def _serve_control(self, api_key: int, api_version: int, body: dict) -> dict:
         """The control channel's requests: the controller's, for this broker's replicas,
-        and the ElectLeaders other brokers hand to the controller here."""
-        if api_key == admin.ELECT_LEADERS:
-            return dict(await admin.serve_elect_leaders(
-                self.controller, cast(ElectLeadersRequest, body)))
+        and those other brokers hand to the controller here (``CONTROLLER_REQUESTS``)."""
+        serve = CONTROLLER_REQUESTS.get(api_key)
+        if serve is not None:
+            return dict(await serve(self.controller, body))
         return await self.replicas.handle(api_key, api_version, body)
+
+    async def controlled_shutdown(self) -> None:
+        """The first step of this broker's shutdown, while it still serves: no ISR
+        shrinks from now on (its followers stop fetching because it stops), and with
+        ``controlled.shutdown.enable`` its leaderships go to other in-sync replicas."""
+        self.replicas.begin_shutdown()
+        if self.control is not None and self.config["controlled.shutdown.enable"]:
+            await controlled_shutdown(self)
 
     def producer_id_block(self, size: int) -> int:
         """The first id of a new block of producer ids (blocking: a worker thread's)."""

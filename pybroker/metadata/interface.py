@@ -201,6 +201,12 @@ class Metadata(Protocol):
         """Once the listener is bound (``broker.advertised`` is final)."""
         ...
 
+    async def controlled_shutdown(self) -> None:
+        """The first step of shutdown, while the listeners still serve: leadership this
+        broker can give up goes to other replicas (a cluster's controlled shutdown), so
+        clients move to them before it stops."""
+        ...
+
     async def stop(self) -> None:
         """At shutdown, after in-flight requests are answered, before the logs close."""
         ...

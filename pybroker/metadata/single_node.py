@@ -200,6 +200,9 @@ class SingleNodeMetadata:
     async def start(self) -> None:
         pass
 
+    async def controlled_shutdown(self) -> None:
+        pass  # the only replica of everything: nobody to hand leadership to
+
     async def stop(self) -> None:
         pass
 

@@ -172,6 +172,9 @@ class ZkClusterMetadata:
     async def start(self) -> None:
         await self.node.start()
 
+    async def controlled_shutdown(self) -> None:
+        await self.node.controlled_shutdown()
+
     async def stop(self) -> None:
         await self.node.stop()  # the fetchers stop appending before the logs close
 

@@ -27,7 +27,10 @@ ZooKeeper is conditional on the partition state's version, so a leader the contr
 has replaced fails to write, keeps its old ISR (and so its high watermark cannot pass
 what that ISR has), and waits for the controller. Every written change is announced with
 an ISR change notification, which the controller turns into UpdateMetadata for all.
-Followers lagging more than replica.lag.time.max.ms are checked for every half of it.
+Followers lagging more than replica.lag.time.max.ms are checked for every half of it,
+until this broker begins to shut down (:meth:`ReplicaManager.begin_shutdown`): then its
+followers stop fetching because it stops, which says nothing of them, and an ISR shrunk to
+this broker would go offline with it.
 
 Not thread-safe: runs on the event loop; ZooKeeper calls go to a worker thread.
 """
@@ -86,6 +89,7 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._isr_writes: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()  # controller requests apply one at a time, in order
+        self._shutting_down = False
 
     def start(self) -> None:
         lag_ms = self.config["replica.lag.time.max.ms"]
@@ -95,6 +99,10 @@ class ReplicaManager:
                 self.config["replica.high.watermark.checkpoint.interval.ms"],
                 self.broker.logs.checkpoint_soon)),
         ]
+
+    def begin_shutdown(self) -> None:
+        """No ISR shrinks from now on (the module docstring says why)."""
+        self._shutting_down = True
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -315,6 +323,8 @@ class ReplicaManager:
             log.warning("ISR change notification for %s failed: %s", partition, exc)
 
     def _shrink_isrs(self) -> None:
+        if self._shutting_down:
+            return
         lag_ms = self.config["replica.lag.time.max.ms"]
         for partition in self.broker.topics.partitions():
             if partition.is_leader and len(partition.isr) > 1 and not partition.offline:

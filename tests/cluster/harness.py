@@ -102,6 +102,9 @@ FAST_SETTINGS: dict[str, Any] = {
     "replica.fetch.backoff.ms": 200,
     "replica.high.watermark.checkpoint.interval.ms": 1000,
     "controller.socket.timeout.ms": 5000,
+    # the last broker of a cluster closed leads what nobody else can: its controlled
+    # shutdown asks again and again for nothing
+    "controlled.shutdown.retry.backoff.ms": 200,
     # __consumer_offsets: few partitions, so that creating it is quick
     "offsets.topic.num.partitions": 3,
 }
