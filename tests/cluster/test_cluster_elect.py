@@ -1,12 +1,13 @@
 """ElectLeaders on three brokers (auto.leader.rebalance.enable=false, so that only the
 elections asked for move leadership back).
 
-Preferred: broker 1, the preferred replica of three partitions, is killed and started
-again; once it is back in every ISR the partitions are still led elsewhere, then each is
-given back to it by a different client: confluent-kafka's ``elect_leaders`` (sent to the
-controller), an exact request to a broker that is not the controller (handed to the
-controller over the control channel), and ``pybroker partition elect``. A producer and a
-consumer run throughout: every acknowledged record is read back.
+Preferred: broker 1, the preferred replica of three partitions, is stopped (SIGTERM: its
+controlled shutdown hands the leaderships over) and started again; once it is back in
+every ISR the partitions are still led elsewhere, then each is given back to it by a
+different client: confluent-kafka's ``elect_leaders`` (sent to the controller), an exact
+request to a broker that is not the controller (handed to the controller over the
+control channel), and ``pybroker partition elect``. A producer and a consumer run
+throughout: every acknowledged record is read back.
 
 Unclean: a partition whose only ISR member is stopped while the other replica, outside
 the ISR, is alive stays offline (unclean.leader.election.enable is false) until an
@@ -79,7 +80,7 @@ def test_preferred_leaders_elected_back_by_every_client(zk_connect, tmp_path):
         reader.start()
         try:
             cluster.wait_for(lambda: len(producer.acked) >= 100, 60, what="100 acks")
-            cluster.kill(1)
+            assert cluster.stop(1) == 0
             cluster.wait_for(lambda: every_partition(cluster, topic,
                                                      lambda p: p.leader not in (-1, 1)),
                              60, what="every partition led away from broker 1")
