@@ -73,14 +73,15 @@ CLUSTER_SETTINGS = {"zookeeper.session.timeout.ms": 6000, "offsets.topic.num.par
 
 
 class Cluster:
-    """A local ZooKeeper and three brokers, each with a data dir of its own."""
+    """A local ZooKeeper and ``brokers`` brokers (three by default), each with a data dir
+    of its own."""
 
-    def __init__(self, root: str, settings: dict[str, str]) -> None:
+    def __init__(self, root: str, settings: dict[str, str], brokers: int = BROKERS) -> None:
         from pybroker.cluster.zookeeper_server import start_zookeeper
 
         self.root = root
         self.zookeeper = start_zookeeper(os.path.join(root, "zookeeper"))
-        self.ports = [free_port() for _ in range(BROKERS)]
+        self.ports = [free_port() for _ in range(brokers)]
         self.procs: list[subprocess.Popen[bytes]] = []
         for broker_id, port in enumerate(self.ports, 1):
             data = os.path.join(root, f"broker-{broker_id}")
@@ -95,7 +96,7 @@ class Cluster:
             log.close()
         for port in self.ports:
             wait_port(port, timeout=60)
-        self._wait(lambda: len(self._metadata([])["brokers"]) == BROKERS, "brokers registered")
+        self._wait(lambda: len(self._metadata([])["brokers"]) == brokers, "brokers registered")
 
     @property
     def leader_port(self) -> int:
@@ -132,7 +133,7 @@ class Cluster:
 
     @property
     def data_dirs(self) -> list[str]:
-        return [os.path.join(self.root, f"broker-{i}") for i in range(1, BROKERS + 1)]
+        return [os.path.join(self.root, f"broker-{i}") for i in range(1, len(self.ports) + 1)]
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -279,14 +280,19 @@ def write_report(result: dict, out: str | None) -> None:
             fh.write(result["table"] + "\n")
 
 
+def add_cluster_args(parser: argparse.ArgumentParser) -> None:
+    """``--out`` and ``--set KEY=VALUE`` (``args.set``: the settings as given)."""
+    parser.add_argument("--out", default=None, help="directory for result.json/result.md")
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                        help="a setting of the cluster's brokers (repeatable)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="per figure")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of the three figures; ratios are per round")
-    parser.add_argument("--out", default=None, help="directory for result.json/result.md")
-    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                        help="a setting of the cluster's brokers (repeatable)")
+    add_cluster_args(parser)
     args = parser.parse_args(argv)
     settings = dict(item.split("=", 1) for item in args.set)
     result: dict = {
