@@ -2,7 +2,8 @@
 move takes and what the producer feels, against the same producer without a move.
 
     python3 -m bench.reassign [--size 1GiB] [--rate MSGS|--calibrate SECONDS]
-        [--window 20] [--to 1,4] [--throttle BYTES_PER_S] [--out DIR] [--set KEY=VALUE ...]
+        [--window 20] [--rounds 3] [--to 1,4] [--throttle BYTES_PER_S] [--out DIR]
+        [--set KEY=VALUE ...]
 
 One run, in this order, on a local cluster of four brokers and a ZooKeeper
 (bench.replicated's ``Cluster``; broker 4 holds nothing until the move). Two topics of
@@ -23,18 +24,22 @@ it shares the leader, the follower, the disk and the CPUs with the move.
    replication rates of every broker and the topic's throttled-replica lists), and the
    window ends when the move is complete: no reassignment listed
    (ListPartitionReassignments) and Metadata shows the target as replicas and ISR.
+   Steps 3 and 4 make a round; there are ``--rounds`` of them, the move going back to
+   [1, 2] in every second round (the same bytes copied: a replica removed is deleted).
 5. **check**: both partitions are read back from the beginning (a librdkafka consumer
    at each one's leader) and counted: ``moving`` must hold exactly the fill's records,
-   ``produced`` exactly what the three producer phases had acknowledged (``data.ok``);
+   ``produced`` exactly what every producer phase had acknowledged (``data.ok``);
    a run that lost (or duplicated) data says so and exits 1.
 
 Each producer phase starts with an unmeasured warm-up of 2 s. Reported: the move's
 duration, the partition's bytes at the request and on the new replicas at the end,
 bytes moved per second (the new replicas' log bytes over the move's duration), and the
 producer's throughput and p50/p99/p99.9/max publish latency (librdkafka's per-message
-produce-to-acknowledgement time) at calibration, in the baseline window and during the
-move. The default move, [1, 2] -> [1, 4], copies one replica to the new broker while
-broker 1 keeps leading; ``--to 3,4`` moves both replicas and the leadership.
+produce-to-acknowledgement time, including the acknowledgements that come after its
+window closes) at calibration, in the baseline window and during the move, with their
+medians over the rounds. The default move, [1, 2] -> [1, 4], copies one replica to the
+new broker while broker 1 keeps leading; ``--to 3,4`` moves both replicas and the
+leadership.
 
 A throttle measures, as Kafka's does, over ``replication.quota.window.num`` (11) samples
 of a second, at least 10 s at the start: a fresh move copies up to 10 s worth of the
@@ -51,6 +56,7 @@ import functools
 import os
 import shutil
 import socket
+import statistics
 import sys
 import tempfile
 import threading
@@ -143,12 +149,12 @@ def log_bytes(data_dir: str) -> int:
     return sum(os.path.getsize(os.path.join(directory, n)) for n in names if n.endswith(".log"))
 
 
-def set_throttle(port: int, target: list[int]) -> None:
+def set_throttle(port: int, source: list[int], target: list[int]) -> None:
     """The topic's throttled replicas as Kafka's reassignment tool lists them: the
     current replicas serve throttled, the added ones fetch throttled (the rates are
     the brokers' settings, given at start)."""
-    added = [b for b in target if b not in SOURCE]
-    lists = {"leader.replication.throttled.replicas": ",".join(f"0:{b}" for b in SOURCE),
+    added = [b for b in target if b not in source]
+    lists = {"leader.replication.throttled.replicas": ",".join(f"0:{b}" for b in source),
              "follower.replication.throttled.replicas": ",".join(f"0:{b}" for b in added)}
     answer = replicated.request(port, INCREMENTAL_ALTER_CONFIGS, 0, {"resources": [{
         "resource_type": TOPIC_RESOURCE, "resource_name": MOVING,
@@ -159,12 +165,12 @@ def set_throttle(port: int, target: list[int]) -> None:
         raise RuntimeError(f"IncrementalAlterConfigs {lists}: error {error}")
 
 
-def move(cluster: replicated.Cluster, target: list[int], throttle: bool,
+def move(cluster: replicated.Cluster, source: list[int], target: list[int], throttle: bool,
          timeout: float) -> dict[str, Any]:
     """Requests the move and waits until it is complete; the figures of the move."""
     port = cluster.leader_port
     if throttle:
-        set_throttle(port, target)
+        set_throttle(port, source, target)
     bytes_at_request = log_bytes(cluster.data_dirs[0])
     started = time.monotonic()
     answer = replicated.request(port, ALTER_REASSIGNMENTS, 0, {"timeout_ms": 30000, "topics": [
@@ -182,11 +188,12 @@ def move(cluster: replicated.Cluster, target: list[int], throttle: bool,
                 and sorted(now["isr"]) == sorted(target) and now["leader"] in target)
     wait_for(complete, f"move of {MOVING}-0 to {target}", timeout)
     seconds = time.monotonic() - started
-    added = [b for b in target if b not in SOURCE]
+    added = [b for b in target if b not in source]
     moved = sum(log_bytes(cluster.data_dirs[b - 1]) for b in added)
     return {"seconds": round(seconds, 3), "bytes_at_request": bytes_at_request,
             "bytes_on_new_replicas": moved, "mb_per_s": round(moved / seconds / 1e6, 3),
-            "replicas_added": added, "after": partition(port, MOVING)}
+            "from": source, "to": target, "replicas_added": added,
+            "after": partition(port, MOVING)}
 
 
 def count_records(bootstrap: str, topic: str, end: int) -> dict[str, int]:
@@ -315,16 +322,20 @@ def run(args: argparse.Namespace, settings: dict[str, str]) -> dict[str, Any]:
             acked += calibration["counts"]["acked"]
             rate = max(1, int(calibration["publish"]["msgs_per_s"] / 2))
         result["rate_msgs_per_s"] = rate
-        baseline, _ = produce(cluster, workload(rate, args.window))
-        result["baseline"] = producer_figures(baseline)
-        acked += baseline["counts"]["acked"]
-        # The window ends when the move is complete; its planned length is only a bound.
-        during, moved = produce(cluster, workload(rate, 2 * args.move_timeout),
-                                lambda: move(cluster, target, args.throttle is not None,
-                                             args.move_timeout))
-        result["during_move"] = producer_figures(during)
-        result["move"] = moved
-        acked += during["counts"]["acked"]
+        result["rounds"] = []
+        for round_no in range(args.rounds):
+            source, dest = (SOURCE, target) if round_no % 2 == 0 else (target, SOURCE)
+            baseline, _ = produce(cluster, workload(rate, args.window))
+            acked += baseline["counts"]["acked"]
+            # The window ends when the move is complete; its planned length only bounds it.
+            during, moved = produce(cluster, workload(rate, 2 * args.move_timeout),
+                                    functools.partial(move, cluster, source, dest,
+                                                      args.throttle is not None,
+                                                      args.move_timeout))
+            acked += during["counts"]["acked"]
+            result["rounds"].append({"baseline": producer_figures(baseline),
+                                     "during_move": producer_figures(during),
+                                     "move": moved})
         result["data"] = {MOVING: check(cluster, MOVING, fill_records),
                           PRODUCED: check(cluster, PRODUCED, acked)}
         result["data"]["ok"] = all(result["data"][t]["ok"] for t in (MOVING, PRODUCED))
@@ -345,29 +356,52 @@ def check(cluster: replicated.Cluster, topic: str, expected: int) -> dict[str, A
             "ok": read["records_read"] == expected == end and read["read_errors"] == 0}
 
 
+def median(figures: list[dict[str, Any]], *path: str) -> float:
+    """The median over ``figures`` of the value at ``path`` (keys, outermost first)."""
+    values: list[float] = []
+    for found in figures:
+        value: Any = found
+        for key in path:
+            value = value[key]
+        values.append(value)
+    return statistics.median(values)
+
+
+def cell(figures: list[dict[str, Any]], *path: str) -> str:
+    """The median of ``path`` over ``figures``, then each one's value in parentheses."""
+    text = f"{median(figures, *path):,.1f}"
+    if len(figures) == 1:
+        return text
+    return f"{text} ({', '.join(f'{median([f], *path):,.1f}' for f in figures)})"
+
+
 def table(result: dict[str, Any]) -> str:
-    move_, data = result["move"], result["data"]
+    rounds, data = result["rounds"], result["data"]
+    moves = [r["move"] for r in rounds]
+    throttle = result["throttle_bytes_per_s"]
     lines = [
-        f"Move of a {move_['bytes_at_request'] / 2 ** 30:.2f} GiB partition "
-        f"{result['source']} -> {result['target']}"
-        + (f", throttled at {result['throttle_bytes_per_s']:,} B/s"
-           if result["throttle_bytes_per_s"] is not None else "")
-        + f": {move_['seconds']:.1f} s, {move_['mb_per_s']:.1f} MB/s onto the new replica "
-          f"({move_['bytes_on_new_replicas'] / 1e6:.0f} MB), producer at "
-          f"{result['rate_msgs_per_s']:,} msg/s of 1 KiB, acks=all",
+        f"Moves of a {moves[0]['bytes_at_request'] / 2 ** 30:.2f} GiB partition between "
+        f"{result['source']} and {result['target']}"
+        + (f", throttled at {throttle:,} B/s" if throttle is not None else "")
+        + f", producer at {result['rate_msgs_per_s']:,} msg/s of 1 KiB, acks=all; medians "
+          f"of {len(rounds)} rounds (each round's value in parentheses)",
         "",
-        "| producer window | seconds | msg/s | MB/s | p50 ms | p99 ms | p99.9 ms | max ms "
-        "| errors |",
-        "|---|---|---|---|---|---|---|---|---|"]
-    for label, key in (("calibration (max)", "calibration"), ("baseline", "baseline"),
-                       ("during the move", "during_move")):
-        if key not in result:
-            continue
-        f = result[key]
-        lat = f["latency_ms"]
-        lines.append(f"| {label} | {f['seconds']:.1f} | {f['msgs_per_s']:,.0f} | "
-                     f"{f['mb_per_s']:.1f} | {lat['p50']} | {lat['p99']} | {lat['p99.9']} | "
-                     f"{lat['max']} | {f['produce_errors']} |")
+        f"move: {cell(moves, 'seconds')} s, {cell(moves, 'mb_per_s')} MB/s onto the new "
+        "replicas",
+        "",
+        "| producer window | msg/s | MB/s | p50 ms | p99 ms | p99.9 ms | max ms | errors |",
+        "|---|---|---|---|---|---|---|---|"]
+    windows = [(key, [r[key] for r in rounds]) for key in ("baseline", "during_move")]
+    if "calibration" in result:
+        windows.insert(0, ("calibration", [result["calibration"]]))
+    labels = {"calibration": "calibration (max)", "baseline": "baseline",
+              "during_move": "during the move"}
+    for key, figures in windows:
+        lines.append(f"| {labels[key]} | {cell(figures, 'msgs_per_s')} | "
+                     f"{cell(figures, 'mb_per_s')} | "
+                     + " | ".join(cell(figures, 'latency_ms', q)
+                                  for q in ("p50", "p99", "p99.9", "max"))
+                     + f" | {sum(f['produce_errors'] for f in figures)} |")
     lines.append("")
     for topic in (MOVING, PRODUCED):
         found = data[topic]
@@ -386,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibrate", type=float, default=10.0,
                         help="seconds of the calibration at full speed (without --rate)")
     parser.add_argument("--window", type=float, default=20.0, help="baseline seconds")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="baseline and move, the move there and back in turn")
     parser.add_argument("--to", default="1,4", help="the target replicas, leader first")
     parser.add_argument("--throttle", type=int, default=None,
                         help="replication throttle in bytes/s (both sides, every broker)")
