@@ -17,14 +17,21 @@ reports every broker down (a refused connection, an unknown host) and no answer 
 127.0.0.1), or when no answer comes within the timeout (a listener that never answers),
 it raises ``CommandError``: ``pybroker: cannot reach broker HOST:PORT: connection
 refused``, exit status 1. librdkafka serves ``error_cb`` only from ``poll``, never from a
-blocking call such as ``list_topics``, so the metadata request runs in a thread while this
-one polls. Once a broker has answered, a lost connection is not fatal by itself (librdkafka
-reconnects; ``consume --follow`` outlives a broker restart): requests end on their own
-timeouts. (Commands whose requests librdkafka does not offer — ``txn``, ``quota``,
-``partition move``, ``cluster rebalance|drain`` — speak through pybroker's own client,
+blocking call such as ``list_topics``, so until a broker is up the metadata request is
+asked in short calls with a ``poll`` between them. Once a broker has answered, a lost
+connection is not fatal by itself (librdkafka reconnects; ``consume --follow`` outlives a
+broker restart): requests end on their own timeouts.
+
+No thread or callback of pybroker's holds a client, so a command's clients are destroyed
+(their librdkafka threads joined) when the command returns or raises, before the process
+exits: a client still alive at exit lets a broker thread (a TLS handshake, say) race
+OpenSSL's ``atexit`` cleanup, which crashes the process with SIGSEGV.
+
+Commands whose requests librdkafka does not offer (``txn``, ``quota``, ``partition
+move``, ``cluster rebalance|drain``) speak through pybroker's own client,
 ``pybroker.client.Cluster``, opened by ``protocol_cluster`` with its security from the
 same ``--command-config`` (:mod:`pybroker.client.security`): its first Metadata request
-is tried once at each bootstrap server, and fails the same way.)
+is tried once at each bootstrap server, and fails the same way.
 
 What still escapes a command as an exception from the client (a ``KafkaException``, a
 timeout, a socket error) is turned into one line by ``failure_text``, which ``cli.main``
@@ -39,7 +46,6 @@ import argparse
 import os
 import re
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -127,6 +133,24 @@ def unreachable(bootstrap: str, reason: str) -> CommandError:
     return CommandError(f"cannot reach {which} {bootstrap}: {reason}")
 
 
+class _Reachability:
+    """What the clients' ``error_cb`` said about reaching the brokers. The callback is this
+    object's, not ``BrokerClients``': a client holding the object holding it would be a
+    reference cycle, which keeps the client alive until a garbage collection, maybe past
+    the process's exit (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.last_failure: str | None = None  # of a connection, as connection_failure says
+        self.all_down_at: float | None = None
+
+    def on_error(self, error: Any) -> None:
+        if error.name() == "_ALL_BROKERS_DOWN":
+            if self.all_down_at is None:
+                self.all_down_at = time.monotonic()
+        elif error.name() in ("_TRANSPORT", "_RESOLVE", "_AUTHENTICATION"):
+            self.last_failure = connection_failure(error.str())
+
+
 class BrokerClients:
     """The librdkafka clients of one command, configured alike, and what their error
     callbacks said about reaching the brokers."""
@@ -136,23 +160,16 @@ class BrokerClients:
         self.timeout: float = args.timeout
         self.verbose: bool = args.verbose
         self.settings = command_config(getattr(args, "command_config", None))
-        self.last_failure: str | None = None  # of a connection, as connection_failure says
-        self.all_down_at: float | None = None
+        self.reachability = _Reachability()
         self._admin: Any = None
 
     def config(self, **settings: Any) -> dict[str, Any]:
         timeout_ms = max(1, int(self.timeout * 1000))
         return {"bootstrap.servers": self.bootstrap, "client.id": "pybroker-cli",
-                "error_cb": self._on_error, "log_level": 6 if self.verbose else 0,
+                "error_cb": self.reachability.on_error,
+                "log_level": 6 if self.verbose else 0,
                 "socket.connection.setup.timeout.ms": timeout_ms, **self.settings,
                 **settings}
-
-    def _on_error(self, error: Any) -> None:
-        if error.name() == "_ALL_BROKERS_DOWN":
-            if self.all_down_at is None:
-                self.all_down_at = time.monotonic()
-        elif error.name() in ("_TRANSPORT", "_RESOLVE", "_AUTHENTICATION"):
-            self.last_failure = connection_failure(error.str())
 
     def admin(self) -> Any:
         """The command's admin client (one per command)."""
@@ -179,42 +196,49 @@ class BrokerClients:
         a producer; not a consumer, whose ``poll`` waits for its ``list_topics``), failing
         fast with ``CommandError`` when no broker can be reached."""
         client = self.admin() if client is None else client
-        answer: list[Any] = []  # the metadata, or what list_topics raised
-        answered = threading.Event()
-
-        def ask() -> None:
-            try:
-                answer.append(client.list_topics(topic, timeout=self.timeout))
-            except Exception as exc:  # handed to the waiting thread
-                answer.append(exc)
-            answered.set()
-
-        # a daemon: a command failing fast does not wait for list_topics to give up
-        threading.Thread(target=ask, name="pybroker-cli-metadata", daemon=True).start()
+        reachability = self.reachability
         deadline = time.monotonic() + self.timeout
-        while not answered.is_set():
-            client.poll(_POLL_S)  # serves error_cb
+        while True:
+            try:
+                # librdkafka answers _TRANSPORT when no broker came up within the call's
+                # timeout, and _TIMED_OUT when one did but its answer did not come
+                return client.list_topics(topic, timeout=_POLL_S)
+            except Exception as exc:
+                if not _local_failure(exc):
+                    raise
+                if _error_name(exc) == "_TIMED_OUT":
+                    break
+            client.poll(0)  # serves error_cb
             now = time.monotonic()
-            if self.all_down_at is not None and now - self.all_down_at > _DOWN_GRACE_S \
-                    and self.last_failure is not None:
-                raise unreachable(self.bootstrap, self.last_failure)
-            if now > deadline + _DOWN_GRACE_S:
+            if reachability.all_down_at is not None and reachability.last_failure \
+                    is not None and now - reachability.all_down_at > _DOWN_GRACE_S:
+                raise unreachable(self.bootstrap, reachability.last_failure)
+            if now > deadline:
                 raise self.no_answer()
-        if isinstance(answer[0], Exception):
-            raise self.no_answer() if _local_failure(answer[0]) else answer[0]
-        return answer[0]
+        # a broker is up: its answer may take the rest of the timeout
+        try:
+            return client.list_topics(topic, timeout=max(_POLL_S, deadline - time.monotonic()))
+        except Exception as exc:
+            if _local_failure(exc):
+                raise self.no_answer() from None
+            raise
 
     def no_answer(self) -> CommandError:
         reason = f"no answer within {self.timeout:g} s"
-        if self.last_failure is not None:
-            reason += f" (last: {self.last_failure})"
+        if self.reachability.last_failure is not None:
+            reason += f" (last: {self.reachability.last_failure})"
         return unreachable(self.bootstrap, reason)
+
+
+def _error_name(exc: BaseException) -> str | None:
+    """The name of the librdkafka error a client exception carries (``_TRANSPORT``)."""
+    error: Any = exc.args[0] if exc.args else None
+    return error.name() if hasattr(error, "name") else None
 
 
 def _local_failure(exc: BaseException) -> bool:
     """A client exception saying no broker answered (not an error a broker answered)."""
-    error: Any = exc.args[0] if exc.args else None
-    return hasattr(error, "name") and error.name() in _UNREACHABLE
+    return _error_name(exc) in _UNREACHABLE
 
 
 def failure_text(exc: Exception, args: argparse.Namespace) -> str | None:

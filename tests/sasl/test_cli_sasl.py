@@ -49,6 +49,36 @@ def test_commands_over_sasl_ssl(module_sasl_broker: SaslBroker, tmp_path):
     assert b"Authentication failed" in refused.stderr, refused.stderr
 
 
+# Runs a command as `python3 -m pybroker` does, then names the librdkafka threads (librdkafka
+# names them rdk:...) still running when the process is about to exit.
+_RUN_AND_NAME_THREADS = """
+import os, sys
+from pybroker.cli import main
+status = main(sys.argv[1:])
+names = (open(f"/proc/self/task/{task}/comm").read().strip() for task in os.listdir("/proc/self/task"))
+print(" ".join(name for name in names if name.startswith("rdk:")))
+sys.exit(status)
+"""
+
+
+def test_refused_login_leaves_no_client_running_at_exit(module_sasl_broker: SaslBroker,
+                                                        tmp_path):
+    """A client alive at exit let a broker thread, redoing its TLS handshake after the
+    refused login, race OpenSSL's atexit cleanup: SIGSEGV, about one run in thirty under
+    load. The command must have destroyed its clients when it returns."""
+    broker = module_sasl_broker
+    config = _command_config(broker, tmp_path / "client.properties")
+    config.write_text(config.read_text().replace("alice-secret", "wrong"))
+    for _ in range(5):
+        refused = subprocess.run(
+            [sys.executable, "-c", _RUN_AND_NAME_THREADS, "topic", "list", "--bootstrap",
+             broker.sasl_ssl, "--command-config", str(config), "--timeout", "10"],
+            capture_output=True, timeout=TIMEOUT, cwd=ROOT)
+        assert refused.returncode == 1, refused.stderr
+        assert b"Authentication failed" in refused.stderr, refused.stderr
+        assert refused.stdout.strip() == b"", refused.stdout
+
+
 def test_txn_list_over_sasl_ssl(module_sasl_broker: SaslBroker, tmp_path):
     broker = module_sasl_broker
     config = _command_config(broker, tmp_path / "client.properties")
