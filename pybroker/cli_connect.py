@@ -123,9 +123,9 @@ def command_config(path: str | None) -> dict[str, str]:
 
 def connection_failure(librdkafka_text: str) -> str:
     """librdkafka's text of a failed connection, without the broker name and the state:
-    ``connection refused``."""
+    ``connection refused`` (an acronym keeps its case: ``SASL authentication error``)."""
     text = _AFTER_SUFFIX.sub("", _CONNECT_FAILED.sub("", _BROKER_PREFIX.sub("", librdkafka_text)))
-    return text[:1].lower() + text[1:]
+    return text if text[1:2].isupper() else text[:1].lower() + text[1:]
 
 
 def unreachable(bootstrap: str, reason: str) -> CommandError:

@@ -46,7 +46,8 @@ def test_commands_over_sasl_ssl(module_sasl_broker: SaslBroker, tmp_path):
     config.write_text(config.read_text().replace("alice-secret", "wrong"))
     refused = _run(broker.sasl_ssl, str(config), "topic", "list")
     assert refused.returncode == 1
-    assert b"Authentication failed" in refused.stderr, refused.stderr
+    assert b": SASL authentication error: Authentication failed" in refused.stderr, \
+        refused.stderr
 
 
 # Runs a command as `python3 -m pybroker` does, then names the librdkafka threads (librdkafka
