@@ -25,7 +25,7 @@ reassignment is still adding (ListPartitionReassignments; Kafka's
 none of those.
 
 ``rebalance`` and ``drain`` read the live brokers (with the rack each reports, Kafka's
-``broker.rack``; pybroker's brokers report none yet) and every
+``broker.rack``) and every
 partition's replicas from Metadata, show the plan of ``pybroker.cluster.rebalance_plan``
 (each partition that changes, current -> target replicas; each broker's replica and
 preferred leader counts before -> after) and with ``--execute`` run it through

@@ -101,6 +101,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "log.dir": (str, "./data"),
     "broker.id": (int, 0),
     "node.id": (int, None),
+    "broker.rack": (str, None),
     "cluster.id": (str, None),
     "num.partitions": (int, 1),
     "default.replication.factor": (int, 1),

@@ -32,7 +32,8 @@ class LeaderHints:
             if leader.endpoint is not None else None
         if endpoint is not None:
             self._endpoints[leader.leader_id] = (leader.leader_id, endpoint.host,
-                                                 endpoint.port, None)
+                                                 endpoint.port,
+                                                 self._metadata.rack(leader.leader_id))
         return leader.leader_id, leader.leader_epoch
 
     def node_endpoints(self) -> list[NodeEndpoint] | None:

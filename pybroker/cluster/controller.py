@@ -1172,7 +1172,7 @@ class Controller:
                  "zk_version": 0, "replicas": replicas, "offline_replicas": []}
                 for p, replicas in sorted(topic.partitions.items())]})
         live_brokers: list[UpdateMetadataRequestBroker] = [
-            {"id": b, "rack": None, "endpoints": [
+            {"id": b, "rack": info.rack, "endpoints": [
                 {"port": port, "host": host, "listener": name,
                  "security_protocol": PROTOCOL_IDS.get(protocol, 0)}
                 for name, protocol, host, port in info.endpoints

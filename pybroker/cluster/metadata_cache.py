@@ -41,6 +41,7 @@ class MetadataCache:
         # live brokers on the inter-broker listener, and every listener's address
         self.brokers: dict[int, Endpoint] = {}
         self.listeners: dict[int, dict[str, tuple[str, int]]] = {}
+        self.racks: dict[int, str | None] = {}  # live broker -> its broker.rack
         self.topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, str] = {}
         self.updates = 0  # UpdateMetadata requests applied
@@ -60,6 +61,7 @@ class MetadataCache:
                 listeners[b["id"]] = addresses
         self.brokers = brokers
         self.listeners = listeners
+        self.racks = {b["id"]: b["rack"] for b in body["live_brokers"] if b["endpoints"]}
         deleted = []
         for t in body["topic_states"]:
             name = t["topic_name"]
@@ -116,6 +118,9 @@ class MetadataCache:
     def endpoint(self, broker_id: int, listener: str) -> Endpoint | None:
         address = self.listeners.get(broker_id, {}).get(listener)
         return None if address is None else Endpoint(broker_id, *address)
+
+    def rack(self, broker_id: int) -> str | None:
+        return self.racks.get(broker_id)
 
     def has_leaders(self, topic: str, partitions: int) -> bool:
         """Whether every one of the topic's first ``partitions`` partitions has a live leader."""

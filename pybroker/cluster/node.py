@@ -205,7 +205,8 @@ class ClusterNode:
         endpoints = [(name, protocols[name], *address)
                      for name, address in broker.listener_endpoints.items()]
         epoch = await asyncio.to_thread(self.store.register_broker, broker.broker_id,
-                                        host, port, self.control_address, endpoints)
+                                        host, port, self.control_address, endpoints,
+                                        self.config["broker.rack"])
         self.replicas.broker_epoch = epoch
         log.info("registered as broker %d (%s:%d, control %s), broker epoch %d",
                  self.broker.broker_id, host, port, self.control_address, epoch)

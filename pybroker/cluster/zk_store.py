@@ -19,9 +19,10 @@ URL-safe base64 of the 16 bytes without padding)::
                                                  "listener_security_protocol_map":
                                                    {"PLAINTEXT":"PLAINTEXT","SSL":"SSL"},
                                                  "jmx_port":-1,"timestamp":"<ms>",
-                                                 "control":"h:p"}
+                                                 "control":"h:p","rack":"r"}
                                                 (host, port: the inter-broker listener's;
-                                                Kafka's are the PLAINTEXT listener's)
+                                                Kafka's are the PLAINTEXT listener's;
+                                                rack: broker.rack, absent when unset)
     /controller                     ephemeral   {"version":1,"brokerid":id,"timestamp":"<ms>"}
     /controller_epoch                           "<epoch>" (decimal text; the first is 1)
     /brokers/topics/<t>                         {"version":3,"topic_id":"...","partitions":
@@ -124,6 +125,7 @@ class BrokerInfo(NamedTuple):
     epoch: int  # czxid of the registration
     # every listener: (name, security protocol, host, port)
     endpoints: tuple[tuple[str, str, str, int], ...] = ()
+    rack: str | None = None  # broker.rack
 
 
 class TopicAssignment(NamedTuple):
@@ -185,15 +187,19 @@ def decode_topic_id(text: str) -> uuid.UUID:
 
 
 def _broker_json(host: str, port: int, control: str,
-                 endpoints: Sequence[tuple[str, str, str, int]]) -> bytes:
+                 endpoints: Sequence[tuple[str, str, str, int]], rack: str | None) -> bytes:
     """Kafka's registration (v5: ``endpoints`` and ``listener_security_protocol_map``),
     with ``host``/``port`` the inter-broker listener's (Kafka's are the PLAINTEXT
-    listener's) and pybroker's ``control`` channel."""
-    return _dumps({"version": 5, "host": host, "port": port,
-                   "endpoints": [f"{name}://{h}:{p}" for name, _, h, p in endpoints],
-                   "listener_security_protocol_map": {name: protocol
-                                                      for name, protocol, _, _ in endpoints},
-                   "jmx_port": -1, "timestamp": _now_ms(), "control": control})
+    listener's) and pybroker's ``control`` channel; ``rack`` only when the broker has
+    one, as Kafka writes it."""
+    value = {"version": 5, "host": host, "port": port,
+             "endpoints": [f"{name}://{h}:{p}" for name, _, h, p in endpoints],
+             "listener_security_protocol_map": {name: protocol
+                                                for name, protocol, _, _ in endpoints},
+             "jmx_port": -1, "timestamp": _now_ms(), "control": control}
+    if rack is not None:
+        value["rack"] = rack
+    return _dumps(value)
 
 
 def _broker_info(broker_id: int, data: bytes, stat: ZnodeStat) -> BrokerInfo:
@@ -205,7 +211,7 @@ def _broker_info(broker_id: int, data: bytes, stat: ZnodeStat) -> BrokerInfo:
         host, _, port = address.rpartition(":")
         endpoints.append((name, protocols.get(name, name), host.strip("[]"), int(port)))
     return BrokerInfo(broker_id, value["host"], int(value["port"]), value.get("control", ""),
-                      stat.czxid, tuple(endpoints))
+                      stat.czxid, tuple(endpoints), value.get("rack"))
 
 
 def _topic_json(topic: TopicAssignment) -> bytes:
@@ -404,10 +410,12 @@ class ClusterStore:
         return str(_loads(got[0])["id"])
 
     def register_broker(self, broker_id: int, host: str, port: int, control: str,
-                        endpoints: Sequence[tuple[str, str, str, int]] | None = None) -> int:
+                        endpoints: Sequence[tuple[str, str, str, int]] | None = None,
+                        rack: str | None = None) -> int:
         """Create the ephemeral ``/brokers/ids/<id>``; returns its czxid (the broker epoch).
         ``host:port``: the inter-broker listener; ``endpoints``: every listener as (name,
-        security protocol, host, port), by default one PLAINTEXT listener at host:port.
+        security protocol, host, port), by default one PLAINTEXT listener at host:port;
+        ``rack``: ``broker.rack``.
 
         A registration left by an earlier session of this broker (a restart within the
         session timeout) is waited for, up to the session timeout, as Kafka does; one that
@@ -415,7 +423,7 @@ class ClusterStore:
         """
         path = f"{BROKER_IDS}/{broker_id}"
         data = _broker_json(host, port, control,
-                            endpoints or [("PLAINTEXT", "PLAINTEXT", host, port)])
+                            endpoints or [("PLAINTEXT", "PLAINTEXT", host, port)], rack)
         deadline = time.monotonic() + self.session_timeout_ms / 1000
         while True:
             try:

@@ -243,6 +243,11 @@ class Metadata(Protocol):
         methods' endpoints are on the inter-broker listener."""
         ...
 
+    def rack(self, broker_id: int) -> str | None:
+        """Live broker ``broker_id``'s ``broker.rack`` (None: it has none, or is not
+        live)."""
+        ...
+
     def leader_of(self, topic: str, partition: int) -> Endpoint | None: ...
 
     def current_leader(self, topic: str, partition: int) -> CurrentLeader | None:

@@ -234,6 +234,10 @@ class SingleNodeMetadata:
             return None
         return Endpoint(broker_id, *address)
 
+    def rack(self, broker_id: int) -> str | None:
+        return self._broker.config["broker.rack"] if broker_id == self._broker.broker_id \
+            else None
+
     def leader_of(self, topic: str, partition: int) -> Endpoint | None:
         known = self._broker.topics.get(topic)
         if known is None or not 0 <= partition < len(known.partitions):

@@ -210,6 +210,9 @@ class ZkClusterMetadata:
     def endpoint(self, broker_id: int, listener: str) -> Endpoint | None:
         return self._cache.endpoint(broker_id, listener)
 
+    def rack(self, broker_id: int) -> str | None:
+        return self._cache.rack(broker_id)
+
     def leader_of(self, topic: str, partition: int) -> Endpoint | None:
         return self._cache.leader_of(topic, partition)
 

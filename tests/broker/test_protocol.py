@@ -219,6 +219,17 @@ def test_describe_cluster(client, server):
     assert response["controller_id"] == 0
 
 
+def test_broker_rack_is_reported(broker_factory):
+    """One node reports its own ``broker.rack`` in Metadata and DescribeCluster."""
+    racked = broker_factory(broker_rack="r1")
+    with WireClient(racked.bootstrap) as c:
+        listed = c.request(METADATA, 12, {"topics": [], "allow_auto_topic_creation": False})
+        described = c.request(DESCRIBE_CLUSTER, 1, {
+            "include_cluster_authorized_operations": False, "endpoint_type": 1})
+    assert [(b["node_id"], b["rack"]) for b in listed["brokers"]] == [(0, "r1")]
+    assert [(b["broker_id"], b["rack"]) for b in described["brokers"]] == [(0, "r1")]
+
+
 # Produce ------------------------------------------------------------------------------------
 
 

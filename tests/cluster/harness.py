@@ -122,7 +122,10 @@ class PartitionInfo(NamedTuple):
 
 class LocalCluster:
     def __init__(self, zk_connect: str, root: str | os.PathLike[str], size: int = 3,
-                 settings: dict[str, Any] | None = None, security: str | None = None) -> None:
+                 settings: dict[str, Any] | None = None, security: str | None = None,
+                 broker_settings: dict[int, dict[str, Any]] | None = None) -> None:
+        """``settings``: every broker's; ``broker_settings``: one broker's own (by id,
+        over ``settings``), as ``broker.rack``."""
         _require_native()
         self.root = os.fspath(root)
         # A chroot per cluster: the tests share one ZooKeeper.
@@ -149,8 +152,9 @@ class LocalCluster:
         for broker_id in range(1, size + 1):
             base = os.path.join(self.root, f"broker-{broker_id}")
             os.makedirs(base, exist_ok=True)
+            own = {**merged, **(broker_settings or {}).get(broker_id, {})}
             self.brokers[broker_id] = BrokerProcess(
-                os.path.join(base, "data"), merged, os.path.join(base, "broker.log"),
+                os.path.join(base, "data"), own, os.path.join(base, "broker.log"),
                 extra_args=["--zookeeper", self.zookeeper, "--broker-id", str(broker_id)])
         self.paused: set[int] = set()
         self._admin: dict[int, BrokerConnection] = {}

@@ -31,14 +31,15 @@ def four_brokers(tmp_path_factory, zookeeper):
         yield cluster
 
 
-def plan_rows(printed: str) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
-    """The plan's two tables: partition -> [current, target] of topic ``grow``, and
+def plan_rows(printed: str, topic: str = "grow"
+              ) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
+    """The plan's two tables: partition -> [current, target] of ``topic``, and
     broker -> [rack, replicas, leaders]."""
     partitions: dict[int, list[str]] = {}
     brokers: dict[int, list[str]] = {}
     for line in printed.splitlines():
         cells = line.split()
-        if len(cells) == 4 and cells[0] == "grow":
+        if len(cells) == 4 and cells[0] == topic:
             partitions[int(cells[1])] = cells[2:]
         elif len(cells) == 8 and cells[0].isdigit():
             brokers[int(cells[0])] = [cells[1], " ".join(cells[2:5]), " ".join(cells[5:])]

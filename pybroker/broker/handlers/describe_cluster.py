@@ -28,7 +28,8 @@ async def describe_cluster(ctx: RequestContext,
                 "error_message": "only broker endpoints are served", "cluster_id": "",
                 "brokers": []}
     brokers: list[DescribeClusterResponseBroker] = [
-        {"broker_id": b.broker_id, "host": b.host, "port": b.port}
+        {"broker_id": b.broker_id, "host": b.host, "port": b.port,
+         "rack": broker.metadata.rack(b.broker_id)}
         for b in ctx.live_endpoints()]
     return {
         "throttle_time_ms": 0,

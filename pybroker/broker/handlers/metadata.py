@@ -49,8 +49,8 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
     brokers = ctx.live_endpoints()
     return {
         "throttle_time_ms": 0,
-        "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": None}
-                    for b in brokers],
+        "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port,
+                     "rack": plane.rack(b.broker_id)} for b in brokers],
         "cluster_id": broker.cluster_id,
         "controller_id": plane.controller_id,
         "topics": topics,
