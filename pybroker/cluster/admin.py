@@ -2,7 +2,8 @@
 controller carries it out (Kafka's AdminZkClient does the same).
 
 - create: checked like a single node's (name, counts, configs), the replication factor
-  against the live brokers, replicas placed round-robin (``placement.assign``), then
+  against the live brokers, replicas placed round-robin (``placement.assign``, on
+  distinct racks when every live broker has a ``broker.rack``), then
   ``/brokers/topics/<t>`` and ``/config/topics/<t>`` are written; the controller sees the
   topic, elects leaders and tells every broker. CreateTopics answers once this broker's
   metadata shows a leader for every partition (REQUEST_TIMED_OUT after the request's
@@ -80,7 +81,8 @@ async def create_topic(node: ClusterNode, name: str, partitions: int, replicatio
     partitions, replication_factor, overrides = await check_new_topic(
         node, name, partitions, replication_factor, configs)
     if assignment is None:
-        assignment = assign(_live_ids(node), partitions, replication_factor)
+        assignment = assign(_live_ids(node), partitions, replication_factor,
+                            racks=node.metadata.racks)
     topic_id = uuid.uuid4()
     await asyncio.to_thread(node.store.create_topic, name, topic_id, assignment, overrides)
     await wait_for_leaders(node, name, partitions, wait_s)
@@ -110,7 +112,7 @@ async def delete_topic(node: ClusterNode, name: str) -> None:
 
 
 async def add_partitions(node: ClusterNode, name: str, total: int) -> None:
-    from pybroker.cluster.placement import assign
+    from pybroker.cluster.placement import arranged, assign
 
     store = node.store
     current = await asyncio.to_thread(store.topic, name)
@@ -122,11 +124,12 @@ async def add_partitions(node: ClusterNode, name: str, total: int) -> None:
             f"Topic currently has {count} partitions, {total} would not be an increase.")
     check_partition_limit(total)
     replication = len(current.partitions[0])
-    live = _live_ids(node)
+    live = arranged(_live_ids(node), node.metadata.racks)
     first_leader = current.partitions[0][0]
     # Kafka continues the leaders' round-robin from partition 0's leader
     start = live.index(first_leader) if first_leader in live else None
-    added = assign(live, total - count, replication, start_index=start, start_partition=count)
+    added = assign(live, total - count, replication, start_index=start, start_partition=count,
+                   racks=node.metadata.racks)
     assignment = {**current.partitions, **added}  # ``added`` is keyed from ``count`` on
     await asyncio.to_thread(store.set_assignment, name, current.topic_id, assignment)
     await wait_for_leaders(node, name, total, DEFAULT_WAIT_S)

@@ -1,13 +1,14 @@
 """``broker.rack`` on a real three-broker cluster, racks a, a, b: each broker registers
 its rack in ``/brokers/ids/<id>`` (Kafka's ``rack`` field), the controller carries it in
 UpdateMetadata, and every broker reports each broker's rack in Metadata and
-DescribeCluster (read here by confluent-kafka). ``pybroker cluster rebalance`` then
-plans a topic lying on rack a only so that each partition spans both racks."""
+DescribeCluster (read here by confluent-kafka). New topics and partitions are placed
+rack-aware (each partition of two replicas on both racks), and ``pybroker cluster
+rebalance`` plans a topic lying on rack a only so that each partition spans both racks."""
 
 from __future__ import annotations
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from tests.cluster.harness import LocalCluster
 from tests.cluster.test_cluster_cli import pybroker
@@ -57,3 +58,15 @@ def test_rebalance_puts_each_partition_on_both_racks(racked):
     assert sorted(targets) == list(range(len(ONE_RACK)))  # every partition moves
     for replicas in targets.values():
         assert len(replicas) == 2 and {RACKS[b] for b in replicas} == {"a", "b"}
+
+
+def test_new_topics_and_partitions_span_both_racks(racked):
+    placed = racked.create_topic("placed", partitions=6, replication_factor=2)
+    admin = AdminClient({"bootstrap.servers": racked.bootstrap})
+    admin.create_partitions([NewPartitions("placed", 9)])["placed"].result(timeout=60)
+    racked.wait_for(lambda: len(racked.describe("placed")) == 9, what="placed: 9 partitions")
+    grown = racked.describe("placed")
+    assert [info.replicas for _, info in sorted(placed.items())] == \
+        [grown[p].replicas for p in range(6)]
+    for info in grown.values():
+        assert {RACKS[b] for b in info.replicas} == {"a", "b"}

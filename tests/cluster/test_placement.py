@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pybroker.cluster.placement import assign
+from pybroker.cluster.placement import arranged, assign
 from pybroker.errors import InvalidPartitionsError, InvalidReplicationFactorError
 
 
@@ -63,3 +65,49 @@ def test_invalid_arguments() -> None:
         assign([], 1, 1)
     with pytest.raises(InvalidPartitionsError):
         assign([1, 2], 0, 1)
+
+
+# Rack-aware placement ------------------------------------------------------------------
+
+KAFKA_RACKS = {0: "rack1", 1: "rack3", 2: "rack3", 3: "rack2", 4: "rack2", 5: "rack1"}
+
+
+def test_kafka_rack_aware_example() -> None:
+    # AdminUtilsTest.testGetRackAlternatedBrokerListAndAssignReplicasToBrokers
+    assert arranged(KAFKA_RACKS, KAFKA_RACKS) == [0, 3, 1, 5, 4, 2]
+    assert arranged([0, 1, 2, 3, 4], KAFKA_RACKS) == [0, 3, 1, 4, 2]
+    assert assign(KAFKA_RACKS, 7, 3, start_index=0, racks=KAFKA_RACKS) == {
+        0: [0, 3, 1], 1: [3, 1, 5], 2: [1, 5, 4], 3: [5, 4, 2], 4: [4, 2, 0], 5: [2, 0, 3],
+        6: [0, 4, 2]}
+
+
+def test_some_brokers_without_a_rack_place_rack_unaware() -> None:
+    racks = {1: "a", 2: None, 3: "b", 4: "a"}
+    assert assign(racks, 9, 3, start_index=1, racks=racks) == \
+        assign(racks, 9, 3, start_index=1)
+
+
+@st.composite
+def racked_layouts(draw: st.DrawFn) -> tuple[dict[int, str], int, int, int | None]:
+    brokers = draw(st.integers(1, 9))
+    racks = {b: draw(st.sampled_from("abcd")) for b in range(1, brokers + 1)}
+    return (racks, draw(st.integers(1, 30)), draw(st.integers(1, brokers)),
+            draw(st.none() | st.integers(0, brokers - 1)))
+
+
+@given(racked_layouts())
+@settings(max_examples=300, deadline=None)
+def test_rack_aware_replicas_span_as_many_racks_as_they_can(
+        layout: tuple[dict[int, str], int, int, int | None]) -> None:
+    racks, partitions, rf, start = layout
+    got = assign(racks, partitions, rf, start_index=start, racks=racks)
+    assert sorted(got) == list(range(partitions))
+    rack_count = len(set(racks.values()))
+    order = arranged(racks, racks)
+    for p, replicas in got.items():
+        assert len(replicas) == rf == len(set(replicas))
+        assert len({racks[b] for b in replicas}) == min(rf, rack_count)
+        if start is not None:  # leaders go round-robin over the interleaved brokers
+            assert replicas[0] == order[(p + start) % len(order)]
+    leaders = Counter(r[0] for r in got.values())
+    assert max(leaders.values()) - min(leaders.get(b, 0) for b in racks) <= 1
