@@ -35,7 +35,7 @@ from kazoo.recipe.watchers import ChildrenWatch
 
 from pybroker.security.acl import PatternType, ResourcePattern, ResourceType
 from pybroker.security.store import AclMap, Entries, EntriesChange, entries_from_json, entries_json
-from pybroker.security.zk_writes import write_if_unchanged
+from pybroker.security.zk_writes import children, write_if_unchanged
 
 log = logging.getLogger("pybroker.security")
 
@@ -95,23 +95,17 @@ class ZkAclStore:
         return (entries_from_json(json.loads(data)["acls"]) if data else frozenset(),
                 stat.version)
 
-    def _children(self, path: str) -> list[str]:
-        try:
-            return sorted(self._zk.retry(self._zk.get_children, path))
-        except kex.NoNodeError:
-            return []
-
     def _load(self) -> AclMap:
         # the changes announced from here on are the watch's
         for changes_path in (LITERAL_CHANGES, EXTENDED_CHANGES):
-            children = self._children(changes_path)
-            self._seen[changes_path] = _seq(children[-1]) if children else -1
+            announced = children(self._zk, changes_path)
+            self._seen[changes_path] = _seq(announced[-1]) if announced else -1
         acls: AclMap = {}
         for pattern_type in (PatternType.LITERAL, PatternType.PREFIXED):
             root = _root(pattern_type)
-            for kind in self._children(root):
+            for kind in children(self._zk, root):
                 resource_type = ResourceType(ResourceType.from_camel(kind))
-                for name in self._children(f"{root}/{kind}"):
+                for name in children(self._zk, f"{root}/{kind}"):
                     pattern = ResourcePattern(resource_type, name, pattern_type)
                     entries, _ = self._read(pattern)
                     if entries:
@@ -143,7 +137,7 @@ class ZkAclStore:
 
     def _expire_changes(self, changes_path: str) -> None:
         expired = (time.time() - CHANGE_EXPIRY_S) * 1000
-        for child in self._children(changes_path):
+        for child in children(self._zk, changes_path):
             stat = self._zk.exists(f"{changes_path}/{child}")
             if stat is None:
                 continue
@@ -181,7 +175,7 @@ class ZkAclStore:
     def _read_changes(self, changes_path: str) -> AclMap:
         """The stored entries of the patterns announced since the last read."""
         patterns = set()
-        for child in self._children(changes_path):
+        for child in children(self._zk, changes_path):
             seq = _seq(child)
             if seq <= self._seen[changes_path]:
                 continue

@@ -42,7 +42,7 @@ from pybroker.security.credentials import (
     credentials_to_text,
 )
 from pybroker.security.scram import MECHANISM_CODES
-from pybroker.security.zk_writes import write_if_unchanged
+from pybroker.security.zk_writes import children, write_if_unchanged
 
 if TYPE_CHECKING:
     from pybroker.cluster.zk_store import ClusterStore
@@ -80,15 +80,9 @@ class ZkCredentialStore:
         config = (json.loads(data) or {}).get("config", {}) if data else {}
         return {k: str(v) for k, v in config.items()}, stat.version
 
-    def _children(self, path: str) -> list[str]:
-        try:
-            return sorted(self._zk.retry(self._zk.get_children, path))
-        except kex.NoNodeError:
-            return []
-
     def _load(self) -> CredentialMap:
         users: CredentialMap = {}
-        for name in self._children(USERS):
+        for name in children(self._zk, USERS):
             user = desanitize(name)
             credentials = credentials_from_text(self._read(user)[0])
             if credentials:

@@ -1,5 +1,6 @@
-"""The conditional write both ZooKeeper stores of the security layer make (ACLs,
-SCRAM credentials): a znode replaced only if nobody wrote it since it was read.
+"""What both ZooKeeper stores of the security layer (ACLs, SCRAM credentials) do to
+znodes alike: list a path's children, and the conditional write (a znode replaced only if
+nobody wrote it since it was read).
 
 Blocking (kazoo): called on a worker thread.
 """
@@ -9,6 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 import kazoo.exceptions as kex
+
+
+def children(zk: Any, path: str) -> list[str]:
+    """The names of ``path``'s children, sorted (none when ``path`` does not exist)."""
+    try:
+        return sorted(zk.retry(zk.get_children, path))
+    except kex.NoNodeError:
+        return []
 
 
 def write_if_unchanged(zk: Any, path: str, data: bytes | None, version: int | None) -> bool:
