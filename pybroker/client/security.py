@@ -21,9 +21,9 @@ import ssl
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from pybroker.net.listeners import PLAINTEXT, PROTOCOL_IDS, SASL_PLAINTEXT, SASL_SSL, SSL
 from pybroker.security.sasl import SaslClientSettings
 
-PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL = "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"
 CLIENT_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
@@ -39,7 +39,7 @@ def client_security(settings: Mapping[str, Any]) -> ClientSecurity | None:
     """librdkafka's security settings as pybroker's client needs them (None: plaintext);
     raises ValueError naming a setting it cannot follow."""
     protocol = str(settings.get("security.protocol", PLAINTEXT)).upper()
-    if protocol not in (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL):
+    if protocol not in PROTOCOL_IDS:
         raise ValueError(f"security.protocol {protocol}: one of PLAINTEXT, SSL, "
                          "SASL_PLAINTEXT, SASL_SSL")
     if protocol == PLAINTEXT:
