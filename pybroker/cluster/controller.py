@@ -600,8 +600,7 @@ class Controller:
         still takes back after a pause, for the active one to take: the store has no way to
         end a watch."""
         if not self._active:
-            if not self._stopped and self._loop is not None:
-                self._loop.call_later(ISR_HAND_BACK_S, self._hand_back, partitions)
+            self._hand_back_later(self.store.notify_isr_change, partitions)
             return
         fresh: list[TP] = []
         for name in sorted({t for t, _ in partitions}):
@@ -627,20 +626,12 @@ class Controller:
         offline replicas from the answer. Notifications consumed while not active are
         handed back, as ISR changes are."""
         if not self._active:
-            if not self._stopped and self._loop is not None:
-                for broker in brokers:
-                    self._loop.call_later(ISR_HAND_BACK_S, self._hand_back_log_dir, broker)
+            for broker in brokers:
+                self._hand_back_later(self.store.notify_log_dir_failure, broker)
             return
         for broker in brokers:
             log.info("broker %d reports a failed log directory", broker)
             self._send_leader_and_isr({broker: self._hosted_by(broker)}, set())
-
-    def _hand_back_log_dir(self, broker: int) -> None:
-        if self._stopped or self._active or self._loop is None:
-            return
-        task = self._loop.create_task(
-            asyncio.to_thread(self.store.notify_log_dir_failure, broker))
-        task.add_done_callback(_log_failure)
 
     def _answered(self, broker: int, api_key: int, answer: dict) -> None:
         """A broker's answer (its sender's task): KAFKA_STORAGE_ERROR in a LeaderAndIsr
@@ -673,11 +664,16 @@ class Controller:
             return self._live
         return {b: info for b, info in self._live.items() if b not in offline}
 
-    def _hand_back(self, partitions: list[tuple[str, int]]) -> None:
+    def _hand_back_later(self, notify: Callable[..., None], *args: Any) -> None:
+        """A notification this controller consumed while not active goes back after a
+        pause (``notify(*args)`` writes it again), for the active one to take."""
+        if not self._stopped and self._loop is not None:
+            self._loop.call_later(ISR_HAND_BACK_S, self._hand_back, notify, *args)
+
+    def _hand_back(self, notify: Callable[..., None], *args: Any) -> None:
         if self._stopped or self._active or self._loop is None:
             return
-        task = self._loop.create_task(
-            asyncio.to_thread(self.store.notify_isr_change, partitions))
+        task = self._loop.create_task(asyncio.to_thread(notify, *args))
         task.add_done_callback(_log_failure)
 
     # decisions ---------------------------------------------------------------------------
