@@ -67,6 +67,7 @@ from typing import Any, NamedTuple
 from pybroker.cli import CommandError
 from pybroker.cli_connect import BrokerClients, add_client_options, protocol_cluster
 from pybroker.cli_group import _table
+from pybroker.cli_topic import _ids
 
 READY = re.compile(r"ready: listening on (\S+):(\d+)")
 START_TIMEOUT_S = 60.0
@@ -320,10 +321,6 @@ def print_plan(plan: Any, racks: dict[int, str | None]) -> None:
            [[b, racks.get(b) or "-", f"{before.get(b, 0)} -> {after.get(b, 0)}",
              f"{led_before.get(b, 0)} -> {led_after.get(b, 0)}"]
             for b in sorted(set(before) | set(after) | set(racks))])
-
-
-def _ids(replicas: list[int]) -> str:
-    return ",".join(map(str, replicas))
 
 
 def _show_and_run(args: argparse.Namespace, cluster: Any, layout: Any, plan: Any) -> int:

@@ -40,9 +40,10 @@ import sys
 from typing import Any
 
 from pybroker.cli import CommandError
-from pybroker.cli_cluster import _ids, add_reassign_options, run_reassignment
+from pybroker.cli_cluster import add_reassign_options, run_reassignment
 from pybroker.cli_connect import BrokerClients, add_client_options, protocol_cluster
 from pybroker.cli_group import _table
+from pybroker.cli_topic import _ids
 from pybroker.kafka_admin import error_name, error_text
 
 ELECTION_NOT_NEEDED = "ELECTION_NOT_NEEDED"
@@ -194,7 +195,7 @@ def reassignments_main(args: argparse.Namespace) -> int:
             print("No reassignment in progress.")
             return 0
         _table(["TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"],
-               [[t, p, _ids(o.replicas), _ids(o.adding) or "-", _ids(o.removing) or "-"]
+               [[t, p, _ids(o.replicas), _ids(o.adding), _ids(o.removing)]
                 for (t, p), o in sorted(listed.items())])
         if not args.cancel:
             return 0
