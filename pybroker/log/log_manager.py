@@ -281,7 +281,7 @@ class LogManager:
 
     def _next_log_dir(self) -> str:
         """The directory of the next new partition (holding ``_placing``)."""
-        online = [d for d in self.log_dirs if d not in self.offline_dirs]
+        online = self.online_dirs()
         if not online:
             raise KafkaStorageError("every log directory is offline")
         if len(online) == 1:
