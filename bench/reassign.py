@@ -91,14 +91,6 @@ def parse_size(text: str) -> int:
     return int(lowered)
 
 
-def wait_for(predicate: Callable[[], bool], what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"no {what} in {timeout:.0f} s")
-        time.sleep(0.1)
-
-
 # -- the partition --------------------------------------------------------------------------
 
 def fill(port: int, size: int) -> int:
@@ -186,7 +178,7 @@ def move(cluster: replicated.Cluster, source: list[int], target: list[int], thro
         now = partition(port, MOVING)
         return (not listed and now["replicas"] == target
                 and sorted(now["isr"]) == sorted(target) and now["leader"] in target)
-    wait_for(complete, f"move of {MOVING}-0 to {target}", timeout)
+    cluster.wait_for(complete, f"move of {MOVING}-0 to {target}", timeout)
     seconds = time.monotonic() - started
     added = [b for b in target if b not in source]
     moved = sum(log_bytes(cluster.data_dirs[b - 1]) for b in added)
@@ -307,8 +299,8 @@ def run(args: argparse.Namespace, settings: dict[str, str]) -> dict[str, Any]:
         port = cluster.leader_port
         for topic in (MOVING, PRODUCED):
             replicated.create_topic(port, topic, 1, SOURCE)
-            wait_for(functools.partial(in_sync, port, topic, SOURCE),
-                     f"{topic}-0 in sync on {SOURCE}", 60)
+            cluster.wait_for(functools.partial(in_sync, port, topic, SOURCE),
+                             f"{topic}-0 in sync on {SOURCE}")
         started = time.monotonic()
         fill_records = fill(port, size)
         result["fill"] = {"records": fill_records,

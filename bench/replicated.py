@@ -96,7 +96,7 @@ class Cluster:
             log.close()
         for port in self.ports:
             wait_port(port, timeout=60)
-        self._wait(lambda: len(self._metadata([])["brokers"]) == brokers, "brokers registered")
+        self.wait_for(lambda: len(self._metadata([])["brokers"]) == brokers, "brokers registered")
 
     @property
     def leader_port(self) -> int:
@@ -107,7 +107,7 @@ class Cluster:
                                      "allow_auto_topic_creation": False,
                                      "include_topic_authorized_operations": False})
 
-    def _wait(self, predicate, what: str, timeout: float = 60.0) -> None:
+    def wait_for(self, predicate, what: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while not predicate():
             if time.monotonic() > deadline:
@@ -124,7 +124,7 @@ class Cluster:
             return found["error_code"] == 0 and all(
                 p["leader_id"] == 1 and len(p["isr_nodes"]) == BROKERS
                 for p in found["partitions"])
-        self._wait(ready, f"leaders and whole ISRs for {topic}")
+        self.wait_for(ready, f"leaders and whole ISRs for {topic}")
 
     @property
     def roles(self) -> dict[str, list[int]]:
