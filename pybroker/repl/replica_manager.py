@@ -268,9 +268,7 @@ class ReplicaManager:
                 if not code and topic is not None and index < len(topic.partitions):
                     partition = topic.partitions[index]
                     await self.fetchers.remove([partition])
-                    if partition.is_leader:
-                        partition.become_follower(-1, partition.leader_epoch, [], [], 0)
-                        self._tell(partition, False)
+                    self._stop_leading(partition)
                     if p["delete_partition"]:
                         await partition.appends_done()
                         self.broker.topics.drop_replica(name, index)
@@ -282,10 +280,15 @@ class ReplicaManager:
         leading them here, and the controller hears of it."""
         await self.fetchers.remove(partitions)
         for partition in partitions:
-            if partition.is_leader:
-                partition.become_follower(-1, partition.leader_epoch, [], [], 0)
-                self._tell(partition, False)
+            self._stop_leading(partition)
         await asyncio.to_thread(self.store.notify_log_dir_failure, self.broker_id)
+
+    def _stop_leading(self, partition: Partition) -> None:
+        """A partition neither led nor followed here any more: if this broker led it, it
+        leads no more (no leader known) and the partition's listeners hear of it."""
+        if partition.is_leader:
+            partition.become_follower(-1, partition.leader_epoch, [], [], 0)
+            self._tell(partition, False)
 
     def _delete_local(self, name: str) -> None:
         try:
