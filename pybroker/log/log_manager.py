@@ -143,11 +143,16 @@ class LogManager:
             log.error("log directory %s is unusable, offline until a restart: %s",
                       log_dir, exc)
             self.offline_dirs.add(log_dir)
-            for key, partition_log in list(self._logs.items()):  # (loaded before the error)
-                if log_dir_of(partition_log) == log_dir:
-                    del self._logs[key]
-                    partition_log.discard()
+            self._discard_logs_in(log_dir)  # (loaded before the error)
             return False
+
+    def _discard_logs_in(self, log_dir: str) -> list[Key]:
+        """Forget and discard the logs of ``log_dir`` (gone offline); their keys."""
+        lost = [key for key, partition_log in self._logs.items()
+                if log_dir_of(partition_log) == log_dir]
+        for key in lost:
+            self._logs.pop(key).discard()
+        return lost
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -449,12 +454,8 @@ class LogManager:
         if log_dir in self.offline_dirs:
             return
         self.offline_dirs.add(log_dir)
-        lost = [(key, partition_log) for key, partition_log in self._logs.items()
-                if log_dir_of(partition_log) == log_dir]
-        for key, partition_log in lost:
-            del self._logs[key]
-            partition_log.discard()
-        lost_keys = {key for key, _ in lost}
+        lost = self._discard_logs_in(log_dir)
+        lost_keys = set(lost)
         for key, future in list(self._futures.items()):  # moves to or from it end
             if log_dir_of(future) == log_dir or key in lost_keys:
                 del self._futures[key]
@@ -463,7 +464,7 @@ class LogManager:
                   "restart; %d of %d directories are online", log_dir, cause, len(lost),
                   len(self.log_dirs) - len(self.offline_dirs), len(self.log_dirs))
         if self.on_dir_failure is not None:
-            self.on_dir_failure(log_dir, [key for key, _ in lost])
+            self.on_dir_failure(log_dir, lost)
 
     def _on_each_log(self, work: Callable[[Log], int | bool | None]) -> int:
         """``work`` on every log, summed; an I/O error of one log fails its directory
