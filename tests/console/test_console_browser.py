@@ -18,9 +18,9 @@ import pytest
 from confluent_kafka import Producer
 from PIL import Image
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.admin.clients import TIMEOUT, admin, create_topic, unique
@@ -83,8 +83,19 @@ def follow(browser: Any, element: Any) -> None:
     else:
         element.click()
     wait = WebDriverWait(browser, TIMEOUT)
-    wait.until(expected_conditions.staleness_of(old))
+    wait.until(lambda _: detached(old))
     wait.until(lambda b: b.execute_script("return document.readyState") == "complete")
+
+
+def detached(element: Any) -> bool:
+    """Whether ``element`` has left the document. Chromium reports a node of a page being
+    replaced either as stale or, mid-navigation, as "does not belong to the document":
+    selenium's ``staleness_of`` knows only the first."""
+    try:
+        element.is_enabled()
+    except WebDriverException:
+        return True
+    return False
 
 
 def screenshot(browser: Any, shots: Path, name: str) -> Image.Image:
