@@ -89,7 +89,6 @@ import ipaddress
 import logging
 import math
 import time
-import urllib.parse
 from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +98,7 @@ from pybroker.errors import (
     ThrottlingQuotaExceededError,
     UnsupportedVersionError,
 )
+from pybroker.sanitizer import desanitize, sanitize
 
 log = logging.getLogger("pybroker.quotas")
 
@@ -186,12 +186,12 @@ _DEFAULT_NAME = "<default>"
 
 
 def _path_name(name: str | None) -> str:
-    # Kafka's Sanitizer: URL-encoded, so "<default>" as a real name cannot be the default
-    return _DEFAULT_NAME if name is None else urllib.parse.quote(name, safe="")
+    # sanitized, so "<default>" as a real name cannot be the default
+    return _DEFAULT_NAME if name is None else sanitize(name)
 
 
 def _entity_name(text: str) -> str | None:
-    return None if text == _DEFAULT_NAME else urllib.parse.unquote(text)
+    return None if text == _DEFAULT_NAME else desanitize(text)
 
 
 def entity_path(entity: Entity) -> str:

@@ -5,8 +5,8 @@
                                           iterations=4096", ...}}
     /config/changes/config_change_<seq>  {"version":2,"entity_path":"users/<user>"}
 
-The user's name is sanitized as Kafka's ``Sanitizer`` does (URL-encoded as Java's
-``URLEncoder``, then ``*`` as ``%2A`` and a space as ``%20``). The same znode's ``config`` map holds the user's client quotas
+The user's name is sanitized as Kafka's ``Sanitizer`` does (:mod:`pybroker.sanitizer`,
+as the quotas' are). The same znode's ``config`` map holds the user's client quotas
 (``producer_byte_rate``, ...): a change reads the znode, replaces only the SCRAM keys and
 writes conditionally on the znode's version, retrying when another writer came first, so
 neither kind of key clobbers the other (the quota side, ``ClusterStore.set_client_quota``,
@@ -28,12 +28,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import kazoo.exceptions as kex
 
+from pybroker.sanitizer import desanitize, sanitize
 from pybroker.security.credentials import (
     CredentialMap,
     UserChange,
@@ -51,15 +51,6 @@ log = logging.getLogger("pybroker.security")
 
 USERS = "/config/users"
 ENTITY_PREFIX = "users/"
-
-
-def sanitize(user: str) -> str:
-    """Kafka's ``Sanitizer.sanitize``: Java's URLEncoder, then ``*`` and spaces escaped."""
-    return urllib.parse.quote(user, safe="*-._").replace("*", "%2A").replace("~", "%7E")
-
-
-def desanitize(name: str) -> str:
-    return urllib.parse.unquote(name)
 
 
 class ZkCredentialStore:

@@ -177,8 +177,9 @@ class LocalCluster:
         it."""
         from kazoo.client import KazooClient
 
+        from pybroker.sanitizer import sanitize
         from pybroker.security.scram import new_credential
-        from pybroker.security.zk_credential_store import USERS, sanitize
+        from pybroker.security.zk_credential_store import USERS
 
         zk = KazooClient(hosts=self.zk_connect)
         zk.start(timeout=30)
