@@ -57,7 +57,7 @@ def parse_bool(value: Any) -> bool:
     raise ValueError(f"not a boolean: {value!r}")
 
 
-_LONG_MIN, _LONG_MAX = -2**63, 2**63 - 1
+LONG_MIN, LONG_MAX = -2**63, 2**63 - 1
 
 
 def parse_long(value: Any) -> int:
@@ -66,7 +66,7 @@ def parse_long(value: Any) -> int:
         number = int(str(value).strip())
     except ValueError:
         raise ValueError("Not a number of type LONG") from None
-    if not _LONG_MIN <= number <= _LONG_MAX:
+    if not LONG_MIN <= number <= LONG_MAX:
         raise ValueError("Not a number of type LONG")
     return number
 
@@ -211,8 +211,8 @@ SCHEMA: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "replica.high.watermark.checkpoint.interval.ms": (int, 5000),
     # replication quotas (KIP-73, pybroker.repl.throttle): bytes a second of the replicas
     # the topics' *.replication.throttled.replicas name; the largest long is none
-    "leader.replication.throttled.rate": (parse_long, _LONG_MAX),
-    "follower.replication.throttled.rate": (parse_long, _LONG_MAX),
+    "leader.replication.throttled.rate": (parse_long, LONG_MAX),
+    "follower.replication.throttled.rate": (parse_long, LONG_MAX),
     "replication.quota.window.num": (int, 11),
     "replication.quota.window.size.seconds": (int, 1),
     "unclean.leader.election.enable": (parse_bool, False),

@@ -93,6 +93,7 @@ from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pybroker.config import LONG_MAX
 from pybroker.errors import (
     InvalidRequestError,
     ThrottlingQuotaExceededError,
@@ -112,7 +113,6 @@ CONNECTION_CREATION_RATE = "connection_creation_rate"
 CLIENT_KEYS = {PRODUCER_BYTE_RATE: True, CONSUMER_BYTE_RATE: True,
                REQUEST_PERCENTAGE: False, CONTROLLER_MUTATION_RATE: False}
 IP_KEYS = {CONNECTION_CREATION_RATE: True}
-_LONG_MAX = 2**63 - 1
 _INT_MAX = 2**31 - 1
 # an entity's rate unrecorded this long is forgotten (Kafka's quota sensors' expiry)
 INACTIVE_SECONDS = 3600.0
@@ -169,7 +169,7 @@ def check_alteration(entity: Entity, ops: Iterable[tuple[str, float, bool]]
         if remove:
             changes[key] = None
             continue
-        if whole and value > _LONG_MAX:
+        if whole and value > LONG_MAX:
             raise InvalidRequestError(f"Proposed value for {key} is too large for a LONG.")
         if not value > 0:  # NaN too, which Kafka 4.1 takes (and no rate is ever over)
             raise InvalidRequestError(f"Quota {key} must be greater than 0")

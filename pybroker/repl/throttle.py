@@ -46,6 +46,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from pybroker.broker.quotas import Rate
+from pybroker.config import LONG_MAX
 from pybroker.errors import InvalidConfigError
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ FOLLOWER_RATE = "follower.replication.throttled.rate"
 RATE_KEYS = frozenset({LEADER_RATE, FOLLOWER_RATE})
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
-UNTHROTTLED = 2**63 - 1  # Kafka's default rate: Long.MAX_VALUE, no throttle
+UNTHROTTLED = LONG_MAX  # Kafka's default rate: Long.MAX_VALUE, no throttle
 
 # Kafka's ThrottledReplicaListValidator: each item of the list (split at commas with the
 # blanks around them, empty items kept) is empty or partition:broker, or they join to "*"
