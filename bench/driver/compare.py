@@ -1,10 +1,14 @@
 """Alternate two brokers on the same workloads and compare them pair by pair.
 
 On a shared, noisy machine two runs minutes apart differ by more than two brokers often
-do, so the runs alternate (A B A B ...) and each B is divided by the A run just before it;
-the median of those ratios is the figure to quote, and the spread of the pairs shows how
-far it can be trusted. Ratios are B / A for every metric: above 1 means B has more of it
+do, so the runs alternate (A B, then B A, ...) and each round's B is divided by its A; the
+median of those ratios is the figure to quote, and the spread of the pairs shows how far
+it can be trusted. Ratios are B / A for every metric: above 1 means B has more of it
 (better for throughput, worse for latency and CPU per GB).
+
+Before every run, ``--condition-gib`` GiB are written and deleted through the page cache
+(bench.driver.pagecache): on this VM whichever broker writes right after a large free
+gets warm pages and looks up to twice as fast, so each run gets the same start.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import sys
 from typing import Any
 
 SCHEMA = "pybroker-bench-compare/1"
+DEFAULT_CONDITION_GIB = 3.0
 
 # (name, path into result.json); a metric missing from a run (no consumers, no pid) is null.
 METRICS = (
@@ -27,6 +32,12 @@ METRICS = (
     ("consume msgs/s", ("consume", "msgs_per_s")),
     ("consume p50 ms", ("consume", "latency_ms", "p50")),
     ("consume p99 ms", ("consume", "latency_ms", "p99")),
+    ("read msgs/s", ("read", "msgs_per_s")),
+    ("read MB/s", ("read", "mb_per_s")),
+    ("tail idle p50 ms", ("tail", "idle", "p50")),
+    ("tail idle p99 ms", ("tail", "idle", "p99")),
+    ("tail cold p50 ms", ("tail", "cold", "p50")),
+    ("tail cold p99 ms", ("tail", "cold", "p99")),
     ("broker CPU s/GB", ("broker", "phases", 0, "cpu_s_per_gb")),
     ("broker max RSS KiB", ("broker", "max_sampled_rss_kb")),  # VmHWM spans the whole life
 )
@@ -67,8 +78,11 @@ def markdown(report: dict[str, Any]) -> str:
     a, b = report["a"], report["b"]
     lines = [f"# {b['name']} / {a['name']}", "",
              f"A = {a['name']} at `{a['bootstrap']}`, B = {b['name']} at `{b['bootstrap']}`; "
-             f"{report['rounds']} round(s) run A B A B ...; each cell is B / A for one "
-             "round, last column the median.", ""]
+             f"{report['rounds']} round(s), A first in odd rounds and B first in even "
+             "ones; each cell is B / A for one round, last column the median. "
+             + (f"Before each run {report['condition_gib']} GiB were written and deleted "
+                "through the page cache." if report["condition_gib"] else
+                "No conditioning of the page cache (--condition-gib 0)."), ""]
     for name, entry in report["workloads"].items():
         rounds = [p["round"] for p in entry["pairs"]]
         lines += [f"## {name}", "",
@@ -112,15 +126,18 @@ def _compare(argv: list[str] | None) -> int:
     parser.add_argument("--b-name", default="B")
     parser.add_argument("--a-pid", type=int, help="broker A's pid on this host")
     parser.add_argument("--b-pid", type=int, help="broker B's pid on this host")
+    parser.add_argument("--a-data-dir", help="broker A's data dir (cold-read; conditioning)")
+    parser.add_argument("--b-data-dir", help="broker B's data dir (cold-read; conditioning)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", required=True, help="directory for compare.json/.md and runs")
-    add_override_args(parser)
+    add_override_args(parser, condition_gib=DEFAULT_CONDITION_GIB)
     args = parser.parse_args(argv)
 
-    sides = {"A": (args.a, args.a_pid), "B": (args.b, args.b_pid)}
+    sides = {"A": (args.a, args.a_pid, args.a_data_dir),
+             "B": (args.b, args.b_pid, args.b_data_dir)}
     progress = Progress()
     report: dict[str, Any] = {
-        "schema": SCHEMA, "rounds": args.rounds,
+        "schema": SCHEMA, "rounds": args.rounds, "condition_gib": args.condition_gib,
         "a": {"name": args.a_name, "bootstrap": args.a},
         "b": {"name": args.b_name, "bootstrap": args.b},
         "workloads": {},
@@ -131,12 +148,13 @@ def _compare(argv: list[str] | None) -> int:
         report["workloads"][workload.name] = entry
         for round_no in range(1, args.rounds + 1):
             pair: dict[str, Any] = {"round": round_no}
-            for side in ("A", "B"):
-                bootstrap, pid = sides[side]
+            for side in ("A", "B") if round_no % 2 else ("B", "A"):
+                bootstrap, pid, data_dir = sides[side]
                 out = os.path.join(args.out, workload.name, f"round{round_no}-{side}")
                 progress.message(f"{workload.name}: round {round_no}/{args.rounds}, "
                                  f"{side} ({bootstrap})")
-                result = run_workload(workload, bootstrap, out, pid, progress)
+                result = run_workload(workload, bootstrap, out, pid, progress, data_dir,
+                                      args.condition_gib, args.rdkafka_performance)
                 entry["consistent"] &= result["counts"]["consistent"]
                 pair[side.lower()] = figures(result)
                 pair[f"{side.lower()}_dir"] = os.path.relpath(out, args.out)

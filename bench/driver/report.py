@@ -16,6 +16,8 @@ result.json (schema "pybroker-bench/1"), top-level keys:
                                  vm_hwm_kb, max_sampled_rss_kb
   clients                        CPU seconds of the producer and consumer processes
   files                          names of the files written next to result.json
+  conditioning                   null, or what --condition-gib did first: requested_gib,
+                                 written_gib, capped, directory, seconds
 """
 
 from __future__ import annotations
@@ -221,9 +223,10 @@ def _mb(kb: int | None) -> str:
     return "-" if kb is None else f"{kb / 1024:.1f} MiB"
 
 
-def write(result: dict[str, Any], out_dir: str) -> None:
+def write(result: dict[str, Any], out_dir: str, text: str | None = None) -> None:
+    """result.json and result.md (``text``, or the driver's markdown of ``result``)."""
     with open(os.path.join(out_dir, "result.md"), "w") as f:
-        f.write(markdown(result))
+        f.write(markdown(result) if text is None else text)
     with open(os.path.join(out_dir, "result.json"), "w") as f:
         json.dump(result, f, indent=2)
         f.write("\n")

@@ -154,34 +154,8 @@ class Run:
     # -- setup ---------------------------------------------------------------------------
 
     def create_topics(self) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
-
         w = self.workload
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        try:
-            admin.list_topics(timeout=15)
-        except Exception as e:
-            raise RunError(f"cannot reach a broker at {self.bootstrap}: {e}") from e
-        futures = admin.create_topics(
-            [NewTopic(t, w.partitions, w.replication_factor) for t in self.topics],
-            operation_timeout=30, request_timeout=30)
-        for topic, future in futures.items():
-            try:
-                future.result(timeout=60)
-            except Exception as e:
-                raise RunError(f"creating topic {topic} on {self.bootstrap}: {e}") from e
-        deadline = time.monotonic() + SETUP_TIMEOUT
-        while True:  # wait until every partition has a leader in the metadata
-            metadata = admin.list_topics(timeout=10)
-            ready = [t for t in self.topics if t in metadata.topics
-                     and metadata.topics[t].error is None
-                     and len(metadata.topics[t].partitions) == w.partitions
-                     and all(p.leader >= 0 for p in metadata.topics[t].partitions.values())]
-            if len(ready) == len(self.topics):
-                return
-            if time.monotonic() > deadline:
-                raise RunError(f"topics {self.topics} not ready after {SETUP_TIMEOUT:.0f}s")
-            time.sleep(0.2)
+        create_topics(self.bootstrap, self.topics, w.partitions, w.replication_factor)
 
     def new_phase(self, name: str) -> Phase:
         phase = Phase(name, control=self.ctx.Array("d", CONTROL_SLOTS, lock=False),
@@ -386,6 +360,41 @@ class Run:
             "probe": self.probe,
             "drain_timed_out": self.drain_timed_out,
         }
+
+
+def create_topics(bootstrap: str, topics: list[str], partitions: int | list[int],
+                  replication_factor: int = 1) -> None:
+    """Create the topics (``partitions``: one count for all, or one per topic) and wait
+    until every partition has a leader in the metadata."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    counts = partitions if isinstance(partitions, list) else [partitions] * len(topics)
+    wanted = dict(zip(topics, counts, strict=True))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.list_topics(timeout=15)
+    except Exception as e:
+        raise RunError(f"cannot reach a broker at {bootstrap}: {e}") from e
+    futures = admin.create_topics(
+        [NewTopic(t, n, replication_factor) for t, n in wanted.items()],
+        operation_timeout=30, request_timeout=30)
+    for topic, future in futures.items():
+        try:
+            future.result(timeout=60)
+        except Exception as e:
+            raise RunError(f"creating topic {topic} on {bootstrap}: {e}") from e
+    deadline = time.monotonic() + SETUP_TIMEOUT
+    while True:  # wait until every partition has a leader in the metadata
+        metadata = admin.list_topics(timeout=10)
+        ready = [t for t, n in wanted.items() if t in metadata.topics
+                 and metadata.topics[t].error is None
+                 and len(metadata.topics[t].partitions) == n
+                 and all(p.leader >= 0 for p in metadata.topics[t].partitions.values())]
+        if len(ready) == len(wanted):
+            return
+        if time.monotonic() > deadline:
+            raise RunError(f"topics {topics} not ready after {SETUP_TIMEOUT:.0f}s")
+        time.sleep(0.2)
 
 
 def available_backends() -> list[str]:

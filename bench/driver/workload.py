@@ -20,12 +20,34 @@ error (a typo must not silently fall back to a default and measure something els
     batch_size: 1048576       # bytes per partition batch
     compression: none         # none | gzip | snappy | lz4 | zstd
     consumers: {groups: 1, per_group: 1}   # groups: 0 for produce-only
-    mode: live                # live: consume while producing; backlog: produce, then consume
+    mode: live                # live: consume while producing; backlog: produce, then consume;
+                              # fanout, cold-read: read a preloaded topic (below)
     warmup: 5                 # seconds excluded from the figures
     duration: 20              # measured seconds of producing
     drain_timeout: 30         # seconds consumers get to catch up after producing stops
     producer_config: {}       # extra librdkafka properties, passed through
     consumer_config: {}
+    consumer_backend: librdkafka   # librdkafka | raw | rdkafka_performance
+
+Read workloads (``mode: fanout`` and ``mode: cold-read``, bench/driver/reads.py) fill one
+topic with ``preload_bytes`` of values (``message_size`` each, in ``batch_size`` batches,
+spread evenly over ``partitions``) and then only read it, with consumers that cost the
+client little per byte: ``raw`` (bench/driver/rawclient.py: Fetch over a plain socket,
+record-batch headers walked, records never decoded) or ``rdkafka_performance`` (the
+reference's C consumer; its path from --rdkafka-performance or RDKAFKA_PERFORMANCE).
+Producer keys, ``rate``, ``warmup`` and ``duration`` do not apply to them::
+
+    preload_bytes: 1073741824       # value bytes written before reading
+    fetch_max_bytes: 52428800       # Fetch max_bytes (raw), Kafka's fetch.max.bytes
+    partition_max_bytes: 1048576    # per partition (raw), max.partition.fetch.bytes
+    # fanout: consumers.groups readers (per_group 1), each reading every partition from
+    # offset 0 at once, from the page cache.
+    # cold-read: one reader after the topic's pages were dropped from the page cache
+    # (needs the broker's --data-dir), while a tailing consumer on a second topic
+    # measures end-to-end latency:
+    tail_rate: 1000                 # messages/s produced to the tail topic
+    tail_message_size: 100
+    idle_seconds: 10                # tail latency measured before the cold read
 """
 
 from __future__ import annotations
@@ -43,7 +65,9 @@ KEY_DISTRIBUTIONS = ("none", "uniform", "zipf", "round-robin")
 PAYLOADS = ("random", "text")
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 PRODUCER_BACKENDS = ("librdkafka", "pybroker-native")
-MODES = ("live", "backlog")
+MODES = ("live", "backlog", "fanout", "cold-read")
+READ_MODES = ("fanout", "cold-read")
+CONSUMER_BACKENDS = ("librdkafka", "raw", "rdkafka_performance")
 
 
 class WorkloadError(ValueError):
@@ -86,6 +110,13 @@ class Workload:
     drain_timeout: float = 30
     producer_config: dict[str, Any] = field(default_factory=dict)
     consumer_config: dict[str, Any] = field(default_factory=dict)
+    consumer_backend: str = "librdkafka"
+    preload_bytes: int = 0
+    fetch_max_bytes: int = 52428800
+    partition_max_bytes: int = 1048576
+    tail_rate: int = 1000
+    tail_message_size: int = 100
+    idle_seconds: float = 10
 
     @classmethod
     def load(cls, path: str) -> Workload:
@@ -128,6 +159,7 @@ class Workload:
         choose("compression", COMPRESSIONS)
         choose("producer", PRODUCER_BACKENDS)
         choose("mode", MODES)
+        choose("consumer_backend", CONSUMER_BACKENDS)
         choose("acks", ("0", "1", "all", "-1"))
         if self.message_size < TIMESTAMP_BYTES:
             raise WorkloadError(f"message_size must be >= {TIMESTAMP_BYTES} (send timestamp)")
@@ -144,10 +176,28 @@ class Workload:
             raise WorkloadError("mode backlog consumes the backlog: give consumers")
         if self.consumers.groups < 0 or self.consumers.per_group < 0:
             raise WorkloadError("consumers must be >= 0")
+        if (self.mode in READ_MODES) != (self.consumer_backend != "librdkafka"):
+            raise WorkloadError(f"modes {READ_MODES} read with consumer_backend raw or "
+                                "rdkafka_performance, and only they do")
+        if self.mode in READ_MODES:
+            if self.preload_bytes < self.message_size:
+                raise WorkloadError("preload_bytes: a read workload needs data to read")
+            if self.consumers.per_group != 1 or self.consumers.groups < 1:
+                raise WorkloadError("a read workload's readers are consumers: "
+                                    "{groups: N, per_group: 1}")
+            if self.tail_rate < 1 or self.tail_message_size < TIMESTAMP_BYTES \
+                    or self.idle_seconds <= 0:
+                raise WorkloadError("tail_rate, tail_message_size and idle_seconds must be "
+                                    "positive (tail_message_size >= 8)")
 
     def with_overrides(self, duration: float | None = None, warmup: float | None = None,
-                       rate: int | None = None) -> Workload:
+                       rate: int | None = None, preload_bytes: int | None = None,
+                       idle_seconds: float | None = None) -> Workload:
         changes: dict[str, Any] = {}
+        if preload_bytes is not None:
+            changes["preload_bytes"] = preload_bytes
+        if idle_seconds is not None:
+            changes["idle_seconds"] = idle_seconds
         if duration is not None:
             changes["duration"] = duration
         if warmup is not None:

@@ -113,6 +113,7 @@ def test_compare_one_round_against_the_same_broker_twice(module_broker, tmp_path
          "--b", module_broker.bootstrap, "--a-pid", str(module_broker.pid),
          "--b-pid", str(module_broker.pid), "--a-name", "first", "--b-name", "second",
          "--rounds", "1", "--duration", "2", "--warmup", "0", "--rate", "2000",
+         "--condition-gib", "0.01",
          "--out", str(tmp_path), os.path.join(WORKLOADS, "e2e-latency.yaml")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr

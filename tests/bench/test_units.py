@@ -135,10 +135,12 @@ def test_compare_ratios_and_median():
     assert median["publish msgs/s"] == 1.5 and median["consume msgs/s"] is None
     text = compare.markdown({"a": {"name": "kafka", "bootstrap": "a:1"},
                              "b": {"name": "pybroker", "bootstrap": "b:2"}, "rounds": 3,
+                             "condition_gib": 3,
                              "workloads": {"w": {"pairs": pairs, "median_ratio": median,
                                                  "consistent": True}}})
     assert "| publish msgs/s | 1.500 | 3.000 | 1.000 | **1.500** |" in text
     assert "consume msgs/s" not in text
+    assert "3 GiB were written and deleted" in text
 
 
 def test_broker_probe_reads_this_process():
