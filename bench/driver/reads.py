@@ -59,6 +59,7 @@ from bench.driver.workload import Workload
 
 SCHEMA = "pybroker-bench-read/1"
 TAIL_WARMUP = 2.0      # seconds of tail traffic before its idle window opens
+COLD_RESIDENT = 0.1    # a cold read with more of the topic resident is not cold
 RDKAFKA_SUMMARY = re.compile(r"^% (\d+) messages \((\d+) bytes\) consumed in (\d+)ms", re.M)
 
 
@@ -116,7 +117,7 @@ class ReadRun:
                 figures = self.read(w.consumers.groups, loaded["end_offsets"])
             else:
                 figures = self.cold_read(loaded["end_offsets"], result)
-            result.update(self.summarize(figures, loaded))
+            result.update(self.summarize(figures, loaded, result))
         finally:
             delete_topics(self.bootstrap, topics)
         return result
@@ -141,9 +142,18 @@ class ReadRun:
         for p in processes:
             p.start()
         try:
-            for _ in range(readers):
-                self.progress.update("setup", f"{readers} readers connecting")
-                ready.get(timeout=SETUP_TIMEOUT)
+            connected, deadline = 0, time.monotonic() + SETUP_TIMEOUT
+            while connected < readers:
+                self.progress.update("setup", f"{connected}/{readers} readers connected")
+                try:
+                    ready.get(timeout=TICK)
+                    connected += 1
+                except queue.Empty:
+                    if not results.empty():  # a reader failed before it was ready
+                        raise RunError(f"reader failed:\n{results.get()[1]}") from None
+                    if time.monotonic() > deadline:
+                        raise RunError(f"{readers - connected} readers not connected after "
+                                       f"{SETUP_TIMEOUT:.0f}s") from None
             self.sample()
             started = time.monotonic()
             go.set()
@@ -277,7 +287,8 @@ class ReadRun:
 
     # -- figures ---------------------------------------------------------------------------
 
-    def summarize(self, figures: dict[str, Any], loaded: dict[str, Any]) -> dict[str, Any]:
+    def summarize(self, figures: dict[str, Any], loaded: dict[str, Any],
+                  result: dict[str, Any]) -> dict[str, Any]:
         w = self.workload
         per_reader = figures["per_reader"]
         readers = len(per_reader)
@@ -289,6 +300,11 @@ class ReadRun:
         checks = [{"check": "every reader got every record",
                    "ok": all(r["records"] == loaded["records"] for r in per_reader),
                    "detail": f"{[r['records'] for r in per_reader]} of {loaded['records']}"}]
+        if "resident" in result:
+            dropped = result["resident"]["after_drop"]
+            checks.append({"check": "the drop left under 10% of the segment pages resident",
+                           "ok": dropped is not None and dropped < COLD_RESIDENT,
+                           "detail": f"{dropped} resident after the drop"})
         if raw:
             checks.append({"check": "record-batch bytes = preloaded x readers",
                            "ok": wire == loaded["batch_bytes"] * readers,
