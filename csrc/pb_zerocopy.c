@@ -8,13 +8,15 @@
 #include <poll.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 /* The kernel moves at most this much per sendfile/splice call (MAX_RW_COUNT). */
 #define PB_MAX_RW ((size_t)0x7ffff000)
 
-static uint64_t pb_counters[2];
+static uint64_t pb_counters[PB_COUNTERS];
 
 void pb_zerocopy_count(pb_zerocopy_counter which, uint64_t n)
 {
@@ -144,11 +146,20 @@ ssize_t pb_splice(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset, size
 }
 
 int pb_send_region_wait(pb_splice_pipe *p, int out_fd, int in_fd, int64_t offset,
-                        size_t count, int patience_ms, int slice_ms, size_t *moved)
+                        size_t count, int patience_ms, int slice_ms, int warm_only,
+                        size_t ahead, size_t *moved)
 {
-    int64_t deadline = pb_deadline(slice_ms);
+    int64_t deadline;
     size_t sent = 0;
     int err = 0;
+
+    *moved = 0;
+    if (warm_only) {
+        int resident = pb_region_resident(in_fd, offset, count, ahead);
+        if (resident <= 0)
+            return resident < 0 ? resident : PB_COLD;
+    }
+    deadline = pb_deadline(slice_ms);
 
     while (sent < count) {
         int64_t at = offset + (int64_t)sent;
@@ -196,4 +207,114 @@ int pb_recv_wait(int fd, char *buf, size_t count, int patience_ms, int slice_ms,
     }
     *moved = got;
     return err;
+}
+
+/* cachestat(2) is newer than the C library's headers: its number and structures from
+ * include/uapi/linux/mman.h (the number is the same on every architecture). */
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+
+struct pb_cachestat_range {
+    uint64_t off;
+    uint64_t len;
+};
+
+struct pb_cachestat {
+    uint64_t nr_cache;
+    uint64_t nr_dirty;
+    uint64_t nr_writeback;
+    uint64_t nr_evicted;
+    uint64_t nr_recently_evicted;
+};
+
+/* 1 when the byte at `offset` can be read without waiting for the disk, 0 when not
+ * (EAGAIN: not cached, or its read is still in flight). Reading at or past the end of
+ * the file returns 0 bytes without waiting: that counts as readable. */
+static int pb_byte_ready(int fd, int64_t offset)
+{
+    char byte;
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    ssize_t n;
+
+    do
+        n = preadv2(fd, &iov, 1, (off_t)offset, RWF_NOWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n >= 0)
+        return 1;
+    if (errno == EAGAIN)
+        return 0;
+    /* EOPNOTSUPP: this file system cannot say; ENOSYS/EINVAL: the kernel cannot. */
+    if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL)
+        return -ENOSYS;
+    return -errno;
+}
+
+static int pb_cached_whole(int fd, int64_t offset, size_t count)
+{
+    static long page_size;
+    struct pb_cachestat_range range = {.off = (uint64_t)offset, .len = count};
+    struct pb_cachestat stat;
+    uint64_t pages;
+
+    if (page_size == 0)
+        page_size = sysconf(_SC_PAGESIZE);
+    if (syscall(__NR_cachestat, fd, &range, &stat, 0) < 0)
+        /* EPERM: a seccomp filter that does not know the call (containers) */
+        return errno == ENOSYS || errno == EPERM ? -ENOSYS : -errno;
+    /* pages the range touches (the kernel counts whole pages, rounding the ends out) */
+    pages = ((uint64_t)offset + count - 1) / (uint64_t)page_size -
+            (uint64_t)offset / (uint64_t)page_size + 1;
+    return stat.nr_cache >= pages;
+}
+
+static pb_residency pb_how = PB_RESIDENCY_CACHESTAT;
+
+void pb_residency_set(pb_residency how)
+{
+    __atomic_store_n(&pb_how, how, __ATOMIC_RELAXED);
+}
+
+pb_residency pb_residency_get(void)
+{
+    return __atomic_load_n(&pb_how, __ATOMIC_RELAXED);
+}
+
+static int pb_resident_by(pb_residency how, int fd, int64_t offset, size_t count)
+{
+    int r;
+
+    if (count == 0 || how == PB_RESIDENCY_NONE)
+        return 1;
+    if (how == PB_RESIDENCY_CACHESTAT) {
+        if ((r = pb_cached_whole(fd, offset, count)) <= 0)
+            return r;
+        /* a file system without RWF_NOWAIT: what cachestat said is all we know */
+        r = pb_byte_ready(fd, offset + (int64_t)count - 1);
+        return r == -ENOSYS ? 1 : r;
+    }
+    if ((r = pb_byte_ready(fd, offset)) <= 0)
+        return r;
+    return pb_byte_ready(fd, offset + (int64_t)count - 1);
+}
+
+int pb_region_resident(int fd, int64_t offset, size_t count, size_t ahead)
+{
+    pb_residency how = pb_residency_get();
+    int r;
+
+    /* A kernel without `how` moves the process to the next test, once and for all
+     * (threads racing here store the same next value). NONE never fails. */
+    while ((r = pb_resident_by(how, fd, offset, count)) == -ENOSYS)
+        pb_residency_set(++how);
+    if (r < 0)
+        return r;
+    /* Advice only: a file that cannot take it is sent all the same. */
+    if (r == 0) {
+        pb_zerocopy_count(PB_COLD_REGIONS, 1);
+        (void)posix_fadvise(fd, (off_t)offset, (off_t)(count + ahead), POSIX_FADV_WILLNEED);
+    } else if (ahead > 0)
+        (void)posix_fadvise(fd, (off_t)(offset + (int64_t)count), (off_t)ahead,
+                            POSIX_FADV_WILLNEED);
+    return r;
 }

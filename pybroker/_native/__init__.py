@@ -24,16 +24,19 @@ def features() -> dict[str, str]:
     ``crc32c``: ``"sse4.2-vpclmul"`` (AVX-512 carry-less multiply folding for large
     buffers, SSE4.2 below), ``"sse4.2-3way"`` (three interleaved streams), ``"sse4.2"`` or
     ``"table"``; ``PYBROKER_CRC32C`` forces one. ``append``: ``"io_uring"`` or ``"pwritev"``. ``zerocopy``: ``"splice"`` or
-    ``"sendfile"``. ``PYBROKER_APPEND=pwritev`` and ``PYBROKER_ZEROCOPY=splice|sendfile``
-    force a choice. A test checks this machine reports the hardware CRC and io_uring,
+    ``"sendfile"``. ``residency`` (telling cold file regions from cached ones):
+    ``"cachestat"``, ``"nowait"`` or ``"none"``. ``PYBROKER_APPEND=pwritev``,
+    ``PYBROKER_ZEROCOPY=splice|sendfile`` and ``PYBROKER_RESIDENCY=nowait|none`` force a
+    choice. A test checks this machine reports the hardware CRC and io_uring,
     because a fast path that silently never runs is the failure this guards against.
     """
     from pybroker._native.appender import append_implementation
     from pybroker._native.crc32c import crc32c_implementation
-    from pybroker._native.zerocopy import zerocopy_implementation
+    from pybroker._native.zerocopy import residency_implementation, zerocopy_implementation
 
     return {
         "crc32c": crc32c_implementation(),
         "append": append_implementation(),
         "zerocopy": zerocopy_implementation(),
+        "residency": residency_implementation(),
     }

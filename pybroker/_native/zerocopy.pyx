@@ -22,6 +22,16 @@ the bytes moved so far) when the socket stays not ready for ``patience_ms``, whe
 have run ``slice_ms`` (if > 0) and would have to wait again, or, for a receive, when the
 peer ends the stream; the caller's event loop then waits for the socket itself. Failures
 raise ``OSError`` after counting what was sent.
+
+Residency: ``region_resident(fd, offset, count, ahead)`` says whether a region can be sent
+without waiting for the disk (all its pages cached and readable now) and starts
+background reads (``POSIX_FADV_WILLNEED``) of what is missing: the region itself when it
+is not resident, and the ``ahead`` bytes after it either way, so a consumer reading on
+finds its next region read already. ``residency_implementation()`` says how the test is
+done: ``"cachestat"`` (Linux 6.5+), ``"nowait"`` (``preadv2(RWF_NOWAIT)`` of the first
+and last byte) or ``"none"`` (everything counts as resident); the first that works here
+is used, and a kernel that refuses one at run time moves the process to the next.
+``PYBROKER_RESIDENCY=cachestat|nowait|none`` starts lower, for tests of the fallbacks.
 """
 
 import os
@@ -32,7 +42,13 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 
 from pybroker._native.zerocopy cimport (
     PB_COPIED_BYTES,
+    PB_COLD,
+    PB_COLD_REGIONS,
     PB_ZERO_COPY_BYTES,
+    pb_region_resident,
+    pb_residency,
+    pb_residency_get,
+    pb_residency_set,
     pb_recv_wait,
     pb_send_region_wait,
     pb_sendfile,
@@ -43,8 +59,9 @@ from pybroker._native.zerocopy cimport (
     pb_zerocopy_counter_value,
 )
 
-__all__ = ["SplicePipe", "count_copied", "recv_wait", "send_region_wait", "sendfile",
-           "zerocopy_counters", "zerocopy_implementation"]
+__all__ = ["COLD", "SplicePipe", "count_copied", "recv_wait", "region_resident",
+           "residency_implementation", "send_region_wait", "sendfile", "zerocopy_counters",
+           "zerocopy_implementation"]
 
 
 cdef int _raise_errno(Py_ssize_t negative_errno, str context) except -1:
@@ -121,22 +138,30 @@ cdef class SplicePipe:
 
 
 def send_region_wait(int out_fd, int in_fd, int64_t offset, Py_ssize_t count,
-                     int patience_ms, int slice_ms=0, SplicePipe pipe=None):
+                     int patience_ms, int slice_ms=0, SplicePipe pipe=None,
+                     bint warm_only=False, Py_ssize_t ahead=0):
     """Send ``count`` bytes of ``in_fd`` at ``offset`` to the non-blocking socket
     ``out_fd``, sleeping in ``poll`` whenever it is full; returns the bytes sent, fewer
     than ``count`` only when the socket took nothing for ``patience_ms`` or the call used
     up ``slice_ms``. Through ``pipe`` with splice when given (the connection's pipe),
-    else with sendfile."""
+    else with sendfile. ``warm_only`` (a thread that must not wait for the disk): first
+    ``region_resident(in_fd, offset, count, ahead)``, and ``COLD`` with nothing sent when
+    the region is not resident."""
     cdef size_t moved = 0
     cdef int err
     cdef pb_splice_pipe *p = NULL
     _check_region(offset, count)
+    _check_region(offset, ahead)
+    if warm_only and not _residency_chosen:
+        _choose_residency()
     if pipe is not None:
         p = &pipe._pipe
     with nogil:
         err = pb_send_region_wait(p, out_fd, in_fd, offset, <size_t>count, patience_ms,
-                                  slice_ms, &moved)
+                                  slice_ms, warm_only, <size_t>ahead, &moved)
     pb_zerocopy_count(PB_ZERO_COPY_BYTES, moved)
+    if err == PB_COLD:
+        return COLD
     if err < 0:
         _raise_errno(err, "splice" if p != NULL else "sendfile")
     return moved
@@ -163,6 +188,44 @@ def recv_wait(int fd, object buf, int patience_ms, int slice_ms=0):
     return moved
 
 
+_RESIDENCY_NAMES = ("cachestat", "nowait", "none")  # in pb_residency's order
+cdef bint _residency_chosen = False
+COLD = -1
+
+
+def region_resident(int fd, int64_t offset, Py_ssize_t count, Py_ssize_t ahead=0):
+    """True when all of ``count`` bytes of ``fd`` at ``offset`` can be sent without
+    waiting for the disk. Starts background reads of the region when it is not resident
+    and of the ``ahead`` bytes after it in any case. Raises ``OSError`` for a bad fd."""
+    cdef int resident
+    _check_region(offset, count)
+    _check_region(offset, ahead)
+    if not _residency_chosen:
+        _choose_residency()
+    resident = pb_region_resident(fd, offset, <size_t>count, <size_t>ahead)
+    if resident < 0:
+        _raise_errno(resident, "residency")
+    return resident == 1
+
+
+def residency_implementation():
+    """``"cachestat"``, ``"nowait"`` or ``"none"``: how this process tells resident
+    regions from cold ones (after any fallback so far)."""
+    if not _residency_chosen:
+        _choose_residency()
+    return _RESIDENCY_NAMES[<int>pb_residency_get()]
+
+
+cdef _choose_residency():
+    global _residency_chosen
+    wanted = os.environ.get("PYBROKER_RESIDENCY", "")
+    if wanted not in ("",) + _RESIDENCY_NAMES:
+        raise ValueError(f"PYBROKER_RESIDENCY={wanted!r}: expected one of "
+                         f"{', '.join(_RESIDENCY_NAMES)}")
+    pb_residency_set(<pb_residency><int>_RESIDENCY_NAMES.index(wanted or "cachestat"))
+    _residency_chosen = True
+
+
 def count_copied(Py_ssize_t n):
     """Account ``n`` bytes the caller sent from user memory (headers, small responses,
     the fallback path), so the counters show what share of traffic went zero-copy."""
@@ -172,10 +235,12 @@ def count_copied(Py_ssize_t n):
 
 
 def zerocopy_counters():
-    """Process-wide totals: ``{"zero_copy_bytes": n, "copied_bytes": n}``."""
+    """Process-wide totals: ``{"zero_copy_bytes": n, "copied_bytes": n,
+    "cold_regions": n}`` (the last: pieces of file regions found not in the page cache)."""
     return {
         "zero_copy_bytes": pb_zerocopy_counter_value(PB_ZERO_COPY_BYTES),
         "copied_bytes": pb_zerocopy_counter_value(PB_COPIED_BYTES),
+        "cold_regions": pb_zerocopy_counter_value(PB_COLD_REGIONS),
     }
 
 

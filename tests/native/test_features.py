@@ -23,6 +23,11 @@ def io_uring_allowed():
     return not setting.exists() or setting.read_text().strip() == "0"
 
 
+def kernel_at_least(major, minor):
+    release = os.uname().release.split(".")
+    return (int(release[0]), int(release[1].split("-")[0])) >= (major, minor)
+
+
 def features_in_child(**env):
     code = "import json; from pybroker._native import features; print(json.dumps(features()))"
     result = subprocess.run(
@@ -38,16 +43,19 @@ def features_in_child(**env):
 
 def test_this_machine_runs_the_fast_paths():
     found = features()
-    assert set(found) == {"crc32c", "append", "zerocopy"}
+    assert set(found) == {"crc32c", "append", "zerocopy", "residency"}
     if cpu_has_sse42():
         assert found["crc32c"].startswith("sse4.2"), found
     else:
         assert found["crc32c"] == "table", found
     assert found["append"] == ("io_uring" if io_uring_allowed() else "pwritev"), found
     assert found["zerocopy"] in ("sendfile", "splice"), found
+    assert found["residency"] == ("cachestat" if kernel_at_least(6, 5) else "nowait"), found
 
 
 def test_forced_fallbacks_are_reported():
-    found = features_in_child(PYBROKER_APPEND="pwritev", PYBROKER_ZEROCOPY="splice")
+    found = features_in_child(PYBROKER_APPEND="pwritev", PYBROKER_ZEROCOPY="splice",
+                              PYBROKER_RESIDENCY="nowait")
     assert found["append"] == "pwritev"
     assert found["zerocopy"] == "splice"
+    assert found["residency"] == "nowait"
