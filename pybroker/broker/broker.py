@@ -543,7 +543,7 @@ class Broker:
     # stats ------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        from pybroker._native.zerocopy import zerocopy_counters
+        from pybroker._native.zerocopy import residency_implementation, zerocopy_counters
 
         counters = zerocopy_counters()
         zero, copied = counters["zero_copy_bytes"], counters["copied_bytes"]
@@ -554,6 +554,8 @@ class Broker:
             "zero_copy_bytes": zero,
             "copied_bytes": copied,
             "zero_copy_fraction": zero / (zero + copied) if zero + copied else 0.0,
+            "cold_regions": counters["cold_regions"],
+            "residency": residency_implementation(),
             "requests": sum(self.requests_by_api.values()),
             "requests_by_api": dict(self.requests_by_api),
             "connections": len(self.server.connections) if self.server else 0,

@@ -72,6 +72,17 @@ thread works for the one request the worker is answering, or the one frame being
 received. Unlike Kafka's network threads (each a selector owning a share of the
 connections), ours own no connection: small frames and responses stay on the loop.
 
+Cold reads. A region whose pages are not in the page cache is never sent on the loop nor
+by a network thread: it would wait there for the disk with everyone behind it. Before each
+piece of a region is sent, whoever would send it asks ``zerocopy.region_resident`` (one
+cachestat, on the loop for a small piece; in the network thread, ``warm_only``, for a large
+one); a piece that is not resident has its reading started in the background and goes to
+the cold-read threads (``Limits.cold_threads``), which wait for the disk on its behalf.
+The worker awaits it as any threaded transfer, so the connection's responses stay in
+order, and the next piece is asked about again (the pages may have arrived meanwhile). A
+large region also has the disk read ``READ_AHEAD_MAX`` at most of what follows it, for a
+consumer reading on (see ``network_threads.py`` for why, and Kafka's way).
+
 Listener and principal. A connection knows the listener it was accepted on
 (``listener``: its name picks the endpoints a response names, Kafka's rule) and who the
 client is (``principal``, "User:<name>"; ``User:ANONYMOUS`` unless TLS client
@@ -142,6 +153,10 @@ THREAD_MIN_BYTES = 256 * 1024
 # connections' transfers, so neither dead nor slow peers take the pool from the others.
 THREAD_PATIENCE_MS = 20
 THREAD_SLICE_MS = 100
+# Read ahead of a large region (THREAD_MIN_BYTES and more) at most this much of what
+# follows it: a consumer's next fetch (max.partition.fetch.bytes, 1 MiB by default) is
+# covered, and a huge region does not make the disk read as much again on speculation.
+READ_AHEAD_MAX = 4 * 1024 * 1024
 # Longest one connection holds the event loop answering requests that complete without
 # suspending, inline in a receive callback or in its worker, before the loop serves others.
 INLINE_SLICE_S = 0.0001
@@ -226,10 +241,12 @@ def _close_quietly(closeable: Any) -> None:
 
 
 class Limits:
-    """Per-server settings and shared parts every connection uses."""
+    """Per-server settings and shared parts every connection uses. ``cold_threads`` send
+    regions that are not in the page cache; None (a Limits built without a server) sends
+    every region as if it were resident."""
 
     __slots__ = ("max_request", "max_queued", "memory", "scratch", "threads", "closer",
-                 "times")
+                 "times", "cold_threads")
 
     def __init__(self, max_request: int, max_queued: int, memory: RequestMemory,
                  scratch: ReceiveScratch | None = None,
@@ -241,6 +258,7 @@ class Limits:
         self.times = times or RequestTimes()
         self.scratch = scratch or ReceiveScratch()
         self.threads = threads
+        self.cold_threads: NetworkThreads | None = None
         self.closer = SocketCloser()
 
 
@@ -718,8 +736,15 @@ class Connection:
                 await self._writable()
 
     async def _send_region(self, region: FileRegion) -> None:
+        """Send ``region`` where it waits for nobody: a small resident piece on the loop,
+        a large one in a network thread, one not in the page cache in a cold-read thread
+        (see network_threads.py). The residency test runs before each piece, so a region
+        whose pages are read meanwhile moves back to the warm path."""
         offset, remaining = region.position, region.length
-        threads = self._limits.threads
+        threads, cold_threads = self._limits.threads, self._limits.cold_threads
+        # A consumer fetching large regions reads on where this one ends: have the disk
+        # read its next one meanwhile (once per region, not per piece).
+        ahead = min(region.length, READ_AHEAD_MAX) if region.length >= THREAD_MIN_BYTES else 0
         while remaining > 0:
             if self.closed:
                 raise ConnectionClosed()
@@ -728,13 +753,23 @@ class Connection:
                 if threaded:
                     sent = await self._in_thread(zerocopy.send_region_wait, self.fd, region.fd,
                                                  offset, remaining, THREAD_PATIENCE_MS,
-                                                 THREAD_SLICE_MS, self._pipe)
+                                                 THREAD_SLICE_MS, self._pipe,
+                                                 cold_threads is not None, ahead)
+                elif cold_threads is not None and not zerocopy.region_resident(
+                        region.fd, offset, remaining, ahead):
+                    sent = zerocopy.COLD
                 elif self._pipe is not None:
                     sent = self._pipe.splice(self.fd, region.fd, offset, remaining)
                 else:
                     sent = zerocopy.sendfile(self.fd, region.fd, offset, remaining)
+                if sent == zerocopy.COLD:
+                    threaded = True
+                    sent = await self._in_thread(zerocopy.send_region_wait, self.fd, region.fd,
+                                                 offset, remaining, THREAD_PATIENCE_MS,
+                                                 THREAD_SLICE_MS, self._pipe, pool=cold_threads)
             except OSError as exc:
                 self._failed_send(exc)
+            ahead = 0
             offset += sent
             remaining -= sent
             # A thread comes back short only when the socket stayed full: wait here.
@@ -749,10 +784,12 @@ class Connection:
 
     # network threads -------------------------------------------------------------------
 
-    def _in_thread(self, fn: Callable[..., int], *args: Any) -> asyncio.Future[int]:
-        """Run the blocking transfer ``fn(*args)`` on this socket in a network thread.
-        Until it returns the fd stays open whatever happens (see :meth:`close`)."""
-        threads = self._limits.threads
+    def _in_thread(self, fn: Callable[..., int], *args: Any,
+                   pool: NetworkThreads | None = None) -> asyncio.Future[int]:
+        """Run the blocking transfer ``fn(*args)`` on this socket in a thread of ``pool``
+        (the network threads unless given). Until it returns the fd stays open whatever
+        happens (see :meth:`close`)."""
+        threads = pool or self._limits.threads
         assert threads is not None
         done: asyncio.Future[int] = self._loop.create_future()
         self._thread_users += 1

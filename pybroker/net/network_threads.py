@@ -1,10 +1,23 @@
-"""The process's network threads: a small pool that runs blocking bulk transfers.
+"""The process's network threads: small pools that run blocking bulk transfers.
 
 Connections (``connection.py``) hand file regions of ``THREAD_MIN_BYTES`` and more, and
 the rest of large received frames, to these threads, which move the bytes with the
 native ``send_region_wait``/``recv_wait`` (syscall and poll with the GIL released) while
 the event loop serves everyone else. Kafka has ``num.network.threads`` for the same
 reason; unlike Kafka's, these own no connection, only transfers.
+
+Cold reads. A region whose pages are not in the page cache makes its sendfile wait for
+the disk, milliseconds per MiB, and a thread waiting for the disk serves nobody else:
+Kafka's network processor sends with ``transferTo`` on its selector thread, so a cold
+read there stalls every other connection of that processor. Here no thread that serves
+warm data waits for the disk: the loop asks (``zerocopy.region_resident``: one cachestat
+on Linux 6.5+) before sending a small region itself, a network thread asks before sending
+a large one (``send_region_wait(warm_only=True)``, the test on the thread, off the loop),
+and a region that is not resident goes, with its background reading already started
+(``POSIX_FADV_WILLNEED``), to a second pool of the same class, the cold-read threads
+(``server.COLD_READ_THREADS``), which waits for the disk on its behalf. Warm transfers keep
+flowing through the loop and the network threads meanwhile; a connection's own responses
+stay in order because its worker awaits each transfer, whichever pool runs it.
 
 Use: each thread adds the wall time of every transfer it runs to its own slot of
 ``busy_s`` (no two threads write one slot, so no lock); ``busy_seconds()`` is their sum,
@@ -32,12 +45,12 @@ class NetworkThreads:
     Thread-safe: ``submit`` may be called from any thread.
     """
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, name: str = "pybroker-net") -> None:
         self.count = count
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.busy_s = [0.0] * count
         self._threads = [threading.Thread(target=self._work, args=(i,),
-                                          name=f"pybroker-net-{i}", daemon=True)
+                                          name=f"{name}-{i}", daemon=True)
                          for i in range(count)]
         for thread in self._threads:
             thread.start()

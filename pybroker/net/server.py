@@ -17,7 +17,10 @@ a deadline) and closes them.
 
 Large transfers (file regions and received frames of ``THREAD_MIN_BYTES`` and more) run
 in a pool of ``network_threads`` threads (``num.network.threads``) the server owns and its
-connections share; 0 keeps everything on the loop thread. The server also owns what its
+connections share; 0 keeps everything on the loop thread. Regions whose pages are not in
+the page cache go to a second pool, ``COLD_READ_THREADS`` cold-read threads, whatever
+``num.network.threads`` says (``network_threads.py``: a read from disk never waits on the
+loop or in a thread that serves warm data). The server also owns what its
 connections share: the scratch receive buffer and the broker-wide request memory bound
 (``queued.max.request.bytes``, :mod:`pybroker.net.request_memory`).
 
@@ -75,6 +78,12 @@ log = logging.getLogger("pybroker.net")
 # produce ingest of 1 MiB frames 0.27-0.38 with or without them. 2-4 are within the noise,
 # so Kafka's value; the pool costs nothing when idle (threads blocked on a queue).
 DEFAULT_NETWORK_THREADS = 3
+# Threads that send regions not in the page cache (network_threads.py). They wait for the
+# disk, not for a CPU, and the disk is already reading every cold region in the background
+# from the moment it was found cold: two let a second cold reader go on while one waits,
+# and a transfer gives its thread up after connection.THREAD_SLICE_MS, so more cold readers
+# take turns rather than queue behind one.
+COLD_READ_THREADS = 2
 # Accepts per readable event: bounded so one accept storm cannot starve the loop.
 ACCEPT_BATCH = 16
 ACCEPT_BACKOFF_S = 0.5
@@ -248,6 +257,8 @@ class Server:
         self._fd_limit = raise_open_file_limit()
         if self._network_threads and self._limits.threads is None:
             self._limits.threads = NetworkThreads(self._network_threads)
+        if self._limits.cold_threads is None:
+            self._limits.cold_threads = NetworkThreads(COLD_READ_THREADS, "pybroker-cold")
         log.info("network threads: %d; open file limit %d; queued.max.request.bytes %d",
                  self._network_threads, self._fd_limit, self.memory.limit)
         self._set_accepting(True)
@@ -436,3 +447,6 @@ class Server:
         if self._limits.threads is not None:
             await self._limits.threads.stop(timeout=1.0)
             self._limits.threads = None
+        if self._limits.cold_threads is not None:
+            await self._limits.cold_threads.stop(timeout=1.0)
+            self._limits.cold_threads = None

@@ -19,7 +19,8 @@ Two things differ from a plain socket:
 
 File regions (fetch) cannot be sent with sendfile/splice: their bytes must be encrypted
 in user space. They are read with ``preadv`` into a buffer of at most
-``REGION_CHUNK`` and written through TLS: the copying fallback. Kernel TLS (kTLS, which
+``REGION_CHUNK`` and written through TLS: the copying fallback. A chunk not in the page
+cache is read by a cold-read thread, never on the loop (``network_threads.py``). Kernel TLS (kTLS, which
 lets sendfile encrypt in the kernel) needs the negotiated keys handed to the socket
 (``TCP_ULP`` "tls" and ``SOL_TLS`` crypto info), which Python's ``ssl`` module does
 not expose, and this machine's kernel has no ``tls`` module anyway: ``KTLS_AVAILABLE``
@@ -62,6 +63,7 @@ from pybroker._native import tlsread, zerocopy
 from pybroker.file_region import FileRegion
 from pybroker.net.connection import (
     LOOP_READ_MAX,
+    READ_AHEAD_MAX,
     THREAD_MIN_BYTES,
     THREAD_PATIENCE_MS,
     THREAD_SLICE_MS,
@@ -273,17 +275,28 @@ class TlsConnection(Connection):
             data = data[sent:]
 
     async def _send_region(self, region: FileRegion) -> None:
-        """The copying fallback: read the region in chunks, write each through TLS."""
+        """The copying fallback: read the region in chunks, write each through TLS. A
+        chunk not in the page cache is read by a cold-read thread (the loop must not
+        wait for the disk), with the rest of the region read ahead meanwhile."""
         offset, remaining = region.position, region.length
         chunk = memoryview(bytearray(min(remaining, REGION_CHUNK)))
+        cold_threads = self._limits.cold_threads
+        ahead = min(remaining, READ_AHEAD_MAX)
         while remaining > 0:
+            piece = chunk[:remaining]
             try:
-                n = os.preadv(region.fd, [chunk[:remaining]], offset)
+                if cold_threads is not None and not zerocopy.region_resident(
+                        region.fd, offset, len(piece), ahead):
+                    n = await self._in_thread(os.preadv, region.fd, [piece], offset,
+                                              pool=cold_threads)
+                else:
+                    n = os.preadv(region.fd, [piece], offset)
             except OSError as exc:
                 self._failed_send(exc)
             if n == 0:
                 self._failed_send(OSError(errno.ENODATA, "file ends before the region"))
             await self._send_tls(chunk[:n])
+            ahead = 0
             offset += n
             remaining -= n
 

@@ -11,6 +11,7 @@ reused under the thread) until the thread is back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import socket
@@ -40,19 +41,27 @@ TIMEOUT = 30.0
 SETUPS = [(3, "sendfile"), (3, "splice"), (0, "sendfile")]
 
 
-@pytest.fixture(scope="module", params=SETUPS, ids=[f"threads{t}-{z}" for t, z in SETUPS])
-def net_broker(request: pytest.FixtureRequest, _broker_root: str) -> Iterator[BrokerProcess]:
-    threads, zerocopy = request.param
-    base = tempfile.mkdtemp(dir=_broker_root)
-    broker = BrokerProcess(os.path.join(base, "data"), {"num.network.threads": threads},
-                           os.path.join(base, "broker.log"),
-                           env={"PYBROKER_ZEROCOPY": zerocopy}).start()
+@contextlib.contextmanager
+def broker_with_env(root: str, settings: dict[str, object],
+                    env: dict[str, str]) -> Iterator[BrokerProcess]:
+    """A broker of its own with ``env`` set (the native paths' overrides), stopped after."""
+    base = tempfile.mkdtemp(dir=root)
+    broker = BrokerProcess(os.path.join(base, "data"), settings,
+                           os.path.join(base, "broker.log"), env=env).start()
     try:
-        assert f"network threads: {threads}" in broker.log_text(), \
-            "the broker did not size its pool from num.network.threads"
         yield broker
     finally:
         assert broker.stop() == 0, broker.log_text()[-3000:]
+
+
+@pytest.fixture(scope="module", params=SETUPS, ids=[f"threads{t}-{z}" for t, z in SETUPS])
+def net_broker(request: pytest.FixtureRequest, _broker_root: str) -> Iterator[BrokerProcess]:
+    threads, zerocopy = request.param
+    with broker_with_env(_broker_root, {"num.network.threads": threads},
+                         {"PYBROKER_ZEROCOPY": zerocopy}) as broker:
+        assert f"network threads: {threads}" in broker.log_text(), \
+            "the broker did not size its pool from num.network.threads"
+        yield broker
 
 
 def big_topic(broker: BrokerProcess, partitions: int = 1) -> str:
