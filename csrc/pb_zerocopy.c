@@ -259,9 +259,14 @@ static int pb_cached_whole(int fd, int64_t offset, size_t count)
 
     if (page_size == 0)
         page_size = sysconf(_SC_PAGESIZE);
-    if (syscall(__NR_cachestat, fd, &range, &stat, 0) < 0)
+    if (syscall(__NR_cachestat, fd, &range, &stat, 0) < 0) {
         /* EPERM: a seccomp filter that does not know the call (containers) */
-        return errno == ENOSYS || errno == EPERM ? -ENOSYS : -errno;
+        if (errno == ENOSYS || errno == EPERM)
+            return -ENOSYS;
+        /* EOPNOTSUPP: a file system cachestat cannot look into (hugetlbfs): let the
+         * RWF_NOWAIT read decide for this file */
+        return errno == EOPNOTSUPP ? 1 : -errno;
+    }
     /* pages the range touches (the kernel counts whole pages, rounding the ends out) */
     pages = ((uint64_t)offset + count - 1) / (uint64_t)page_size -
             (uint64_t)offset / (uint64_t)page_size + 1;
