@@ -111,6 +111,7 @@ def samples(broker: Broker) -> list[Family]:
                              ("partition", str(index))), max(hw - committed.offset, 0)))
     server = broker.server
     threads = server.network_threads if server is not None else None
+    cold_threads = server.cold_read_threads if server is not None else None
     metadata = broker.metadata
 
     def per_topic(counts: dict[str, int]) -> list[Sample]:
@@ -178,6 +179,12 @@ def samples(broker: Broker) -> list[Family]:
         ("pybroker_network_threads_busy_seconds_total", "counter",
          "Wall time the network threads spent moving bytes, all threads together",
          [((), threads.busy_seconds() if threads is not None else 0.0)]),
+        ("pybroker_cold_regions_total", "counter",
+         "Pieces of file regions found not in the page cache, sent by the cold-read "
+         "threads", [((), stats["cold_regions"])]),
+        ("pybroker_cold_read_threads_busy_seconds_total", "counter",
+         "Wall time the cold-read threads spent sending regions not in the page cache",
+         [((), cold_threads.busy_seconds() if cold_threads is not None else 0.0)]),
         ("pybroker_group_lag", "gauge",
          "High watermark minus the group's committed offset, per partition", lag),
         ("pybroker_group_state", "gauge", "1 for the group's current state", states),

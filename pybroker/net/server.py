@@ -236,6 +236,11 @@ class Server:
         return self._limits.threads
 
     @property
+    def cold_read_threads(self) -> NetworkThreads | None:
+        """The pool that sends regions not in the page cache (None: not started)."""
+        return self._limits.cold_threads
+
+    @property
     def addresses(self) -> dict[str, tuple[str, int]]:
         """Listener name -> the bound (host, port), in the listeners' order."""
         out = {}

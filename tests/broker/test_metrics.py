@@ -133,6 +133,9 @@ def test_single_node_cluster_figures(metrics_broker):
     assert values[("kafka_server_replicamanager_isrshrinks_total", ())] == 0
     assert values[("pybroker_network_threads", ())] == 3  # num.network.threads' default
     assert values[("pybroker_event_loop_cpu_seconds_total", ())] > 0
+    # served from the start (tests/broker/test_cold_reads.py makes them count)
+    assert values[("pybroker_cold_regions_total", ())] >= 0
+    assert values[("pybroker_cold_read_threads_busy_seconds_total", ())] >= 0
 
 
 def test_the_grafana_dashboard_queries_what_a_broker_serves(metrics_broker):
