@@ -3,9 +3,12 @@
 Real files on the test's file system (not tmpfs: its pages cannot be dropped), made cold
 with ``fsync`` + ``POSIX_FADV_DONTNEED`` as an operator's ``echo 1 > drop_caches`` would.
 Each residency test (cachestat, the preadv2 RWF_NOWAIT fallback, none) runs in a child
-process forced with ``PYBROKER_RESIDENCY``, since a process keeps the one it chose.
+process forced with ``PYBROKER_RESIDENCY``, since a process keeps the one it chose; the
+step down at run time runs in children whose kernel refuses cachestat (and preadv2) through
+a seccomp filter, as a container runtime that does not know the call would.
 """
 
+import ctypes.util
 import json
 import os
 import socket
@@ -128,3 +131,53 @@ def test_warm_only_send_leaves_a_cold_region_alone(segment_path, kind):
 def test_a_bad_fd_raises():
     with pytest.raises(OSError):
         zerocopy.region_resident(-1, 0, 100)
+
+
+# A child whose kernel refuses system calls (a seccomp filter, as a container runtime
+# installs: libseccomp through ctypes), so the step down at run time is the real one.
+SECCOMP_CHILD = r"""
+import ctypes, ctypes.util, errno, json, os, sys
+from pybroker._native import zerocopy
+
+lib = ctypes.CDLL(ctypes.util.find_library("seccomp"))
+lib.seccomp_init.restype = ctypes.c_void_p
+lib.seccomp_rule_add.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
+                                 ctypes.c_uint]
+lib.seccomp_load.argtypes = [ctypes.c_void_p]
+ALLOW, ERRNO = 0x7FFF0000, 0x00050000
+ctx = lib.seccomp_init(ALLOW)
+for number in map(int, sys.argv[2:]):
+    assert lib.seccomp_rule_add(ctx, ERRNO | errno.ENOSYS, number, 0) == 0
+assert lib.seccomp_load(ctx) == 0
+
+fd = os.open(sys.argv[1], os.O_RDONLY)
+os.fsync(fd)
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+chosen = zerocopy.residency_implementation()
+cold = zerocopy.region_resident(fd, 0, 4096)
+print(json.dumps({"chosen": chosen, "cold": cold,
+                  "after": zerocopy.residency_implementation()}))
+"""
+CACHESTAT_NR, PREADV2_NR = 451, 327  # x86_64
+
+
+def refused_in_child(path, *numbers):
+    if ctypes.util.find_library("seccomp") is None:
+        pytest.skip("libseccomp is not installed: no way to make the kernel refuse a call")
+    result = subprocess.run([sys.executable, "-c", SECCOMP_CHILD, path,
+                             *map(str, numbers)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="system call numbers of x86_64")
+def test_a_kernel_without_cachestat_moves_the_process_to_nowait(segment_path):
+    found = refused_in_child(segment_path, CACHESTAT_NR)
+    assert found == {"chosen": "cachestat", "cold": False, "after": "nowait"}
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="system call numbers of x86_64")
+def test_a_kernel_without_either_test_counts_everything_resident(segment_path):
+    found = refused_in_child(segment_path, CACHESTAT_NR, PREADV2_NR)
+    assert found == {"chosen": "cachestat", "cold": True, "after": "none"}
