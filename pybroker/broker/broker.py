@@ -30,7 +30,8 @@ validation pool, bind the listener, start the control plane (a cluster member re
 now that its port answers) and log ``ready``. Shutdown
 (SIGTERM/SIGINT): hand leadership over to other replicas while still serving (the
 control plane's controlled shutdown), stop accepting, answer the coordinator's parked
-long polls and wake long-polling fetches (so parked long polls answer now), answer the
+long polls, wake long-polling fetches (so parked long polls answer now) and tell acks=all
+appends still waiting for followers (whose fetches are no longer read), answer the
 requests already received (at most ``SHUTDOWN_DRAIN_SECONDS``), stop the control plane
 (a follower stops appending), the coordinator and the validation pool, close the
 LogManager cleanly (each log snapshots its producer state; the manager writes the
@@ -458,6 +459,7 @@ class Broker:
                 self.group_coordinator.begin_shutdown()
             for partition in self.topics.partitions():
                 partition.wake()  # long-polling fetches answer now
+                partition.stop_waiting_for_replicas()  # and acks=all appends
             await self.server.drain(SHUTDOWN_DRAIN_SECONDS)
         # the fetchers stop appending before the logs close
         if self.authorizer is not None:

@@ -26,7 +26,8 @@ follower (``become_leader`` / ``become_follower``, from the ReplicaManager).
   ``isr_lagging`` names followers that have not caught up for replica.lag.time.max.ms;
   ISR changes are proposed through ``isr_listener`` (the ReplicaManager writes them to
   ZooKeeper) and take effect in ``isr_changed`` once written. acks=all appends wait in
-  ``wait_for_high_watermark``. The high watermark never moves backwards.
+  ``wait_for_high_watermark`` (at shutdown they are told at once:
+  ``stop_waiting_for_replicas``). The high watermark never moves backwards.
 - As follower it takes the leader's batches as they are (``append_as_follower``),
   truncates a diverged tail (``truncate_to``), and follows the leader's high watermark.
 - A replica that is neither (before the controller spoke, or for a partition this
@@ -84,7 +85,7 @@ class Partition:
                  "_writer", "_inline_below", "broker_id", "is_leader", "leader_id",
                  "leader_epoch", "replicas", "isr", "zk_version", "followers",
                  "epoch_start_offset", "isr_pending", "isr_listener", "_hw_waiters",
-                 "bytes_in", "messages_in", "bytes_out", "replication_bytes_in",
+                 "_replicas_unheard", "bytes_in", "messages_in", "bytes_out", "replication_bytes_in",
                  "replication_bytes_out", "isr_shrinks", "isr_expands")
 
     def __init__(self, topic: str, index: int, log: Any, broker_id: int = 0,
@@ -119,6 +120,7 @@ class Partition:
         self.isr_listener: Callable[[Partition, list[int]], None] | None = None
         # acks=all appends waiting for the high watermark: (end offset, future)
         self._hw_waiters: list[tuple[int, asyncio.Future[int]]] = []
+        self._replicas_unheard = False  # shutdown: the followers' fetches are not read
         # what producers appended and consumers were sent, counted per batch appended
         # and per partition answered (never per record): the metrics' per-topic sums
         self.bytes_in = 0
@@ -424,6 +426,8 @@ class Partition:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self.log.high_watermark >= end_offset:
             return self._committed_code()
+        if self._replicas_unheard:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._hw_waiters.append((end_offset, fut))
         try:
@@ -454,6 +458,14 @@ class Partition:
             else:
                 waiting.append((end, fut))
         self._hw_waiters = waiting
+
+    def stop_waiting_for_replicas(self) -> None:
+        """Shutdown: the followers' fetches are no longer read, so the high watermark stays
+        where it is; acks=all appends waiting now or later (requests received before the
+        drain) are told NOT_LEADER_OR_FOLLOWER at once (their producers retry with the next
+        leader) rather than when they time out."""
+        self._replicas_unheard = True
+        self._answer_hw_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     def _answer_hw_waiters(self, code: int) -> None:
         waiters, self._hw_waiters = self._hw_waiters, []

@@ -194,6 +194,25 @@ def test_acks_all_waits_for_the_isr_and_is_told_why(leader):
     asyncio.run(scenario())
 
 
+def test_acks_all_is_told_at_shutdown_rather_than_timing_out(leader):
+    """A stopping broker reads no more follower fetches: its waiting acks=all appends,
+    and those it still has to handle, are told to go to the next leader."""
+    async def scenario() -> None:
+        lead = leader([LEADER, F2])
+        end = lead.append()
+        waiting = asyncio.ensure_future(lead.partition.wait_for_high_watermark(end, 30))
+        await asyncio.sleep(0)
+        lead.partition.stop_waiting_for_replicas()
+        assert await waiting == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        later = lead.append()
+        code = await lead.partition.wait_for_high_watermark(later, 30)
+        assert code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        lead.partition.follower_fetched(F2, later)  # (a fetch read before the drain)
+        assert await lead.partition.wait_for_high_watermark(later, 30) == ErrorCode.NONE
+
+    asyncio.run(scenario())
+
+
 def test_a_new_leader_keeps_its_high_watermark(leader):
     lead = leader([LEADER, F2])
     end = lead.append(6)
