@@ -1,7 +1,9 @@
 """Fixtures for the cluster tests: a real ZooKeeper (Debian's package).
 
-- ``zookeeper``: one standalone ZooKeeper per test module (``tickTime`` 200 ms, so session
-  timeouts of 2-4 s are accepted), data in ``tmp_path_factory``; a
+- ``zookeeper``: one standalone ZooKeeper per test session (per xdist worker: every test
+  works under a chroot of its own, and a test that pauses or stops ZooKeeper starts its
+  own), ``tickTime`` 200 ms, so session timeouts of 2-4 s are accepted; data in
+  ``tmp_path_factory``; a
   ``pybroker.cluster.zookeeper_server.ZooKeeperProcess`` (``.connect``, ``.port``,
   ``.pause()``/``.resume()``, ``.stop()``). Starting one costs about half a second.
 - ``zk_connect``: a connect string with a fresh chroot per test,
@@ -36,7 +38,7 @@ from pybroker.cluster.zookeeper_server import ZooKeeperProcess, find_zookeeper, 
 from tests.cluster.harness import SECURITY_MODES, default_security
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperProcess]:
     if find_zookeeper() is None:
         pytest.fail("the cluster tests need ZooKeeper and java: `apt-get install zookeeper` "
