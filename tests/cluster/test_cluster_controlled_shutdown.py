@@ -169,8 +169,10 @@ def test_the_only_in_sync_replica_still_shuts_down(zk_connect, tmp_path):
         assert ("controlled shutdown failed after 3 attempts; shutting down anyway, still "
                 "leading only-0") in text
         assert "shutdown complete" in text
-        only = cluster.describe("only", 3)[0]
-        assert (only.leader, only.isr) == (-1, [1])  # offline until 1 is back, as in Kafka
+        # offline until 1 is back, as in Kafka, once the controller has seen 1 go
+        cluster.wait_for(lambda: cluster.describe("only", 3)[0].leader == -1, 60,
+                         what="only-0 offline")
+        assert cluster.describe("only", 3)[0].isr == [1]
 
 
 def _check_refusals(cluster: LocalCluster) -> None:
