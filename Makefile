@@ -66,7 +66,7 @@ serve: $(INSTALL_STAMP)
 		--set group.initial.rebalance.delay.ms=0
 
 test: $(INSTALL_TEST_STAMP)
-	$(PYTHON) -m pytest -n 2 -q --durations=15 $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -n 2 --dist worksteal -q --durations=15 $(PYTEST_ARGS)
 
 bench: $(INSTALL_TEST_STAMP)
 	$(PYTHON) -m pytest bench/micro --benchmark-only -q
