@@ -2,6 +2,8 @@ from typing import Any
 
 from typing_extensions import Buffer
 
+def fetched_end(buf: Buffer) -> int: ...
+
 class RecordColumns:
     def __len__(self) -> int: ...
     def add_batches(

@@ -3,7 +3,8 @@
 
 The client's fetcher and the Spark reader hand every fetched ``records`` blob to
 :meth:`RecordColumns.add_batches`; the C decoder appends each record to Arrow-layout
-buffers, and :meth:`RecordColumns.to_arrow` wraps them as pyarrow arrays. Compressed
+buffers, and :meth:`RecordColumns.to_arrow` hands those buffers to pyarrow arrays
+without a copy (``pa.foreign_buffer``; the arrays own them from then on). Compressed
 batches cost one decompression call per batch (the codec libraries), nothing per record.
 
 A ``read_committed`` fetch answers with the aborted transactions of its range, each a
@@ -16,8 +17,8 @@ Thread safety: an instance belongs to one thread; separate instances share nothi
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport INT64_MAX, int64_t, uint8_t
+from libc.string cimport memset
 
 from pybroker._native.columns cimport (
     pb_binary_builder,
@@ -45,15 +46,27 @@ from pybroker._native.records cimport (
 from pybroker.errors import CorruptRecordError
 
 
-cdef bytes _copy(const void *p, Py_ssize_t n):
-    return PyBytes_FromStringAndSize(<const char *>p, n) if n > 0 else b""
+cdef class _TakenColumns:
+    """Owns the buffers of columns that ``RecordColumns.to_arrow`` handed over: the arrays
+    made from them (``pa.foreign_buffer``, no copy) keep it alive, and the last one gone
+    frees them."""
+    cdef pb_record_columns cols
+
+    def __dealloc__(self):
+        pb_columns_free(&self.cols)
 
 
-cdef object _binary_array(pa, pb_binary_builder *b, object arrow_type):
+cdef object _wrap(pa, const void *p, Py_ssize_t n, _TakenColumns owner):
+    if n <= 0:
+        return pa.py_buffer(b"")
+    return pa.foreign_buffer(<size_t>p, n, owner)
+
+
+cdef object _binary_array(pa, pb_binary_builder *b, object arrow_type, _TakenColumns owner):
     cdef Py_ssize_t n = b.length
-    offsets = pa.py_buffer(_copy(b.offsets, 4 * (n + 1)))
-    data = pa.py_buffer(_copy(b.data, <Py_ssize_t>b.data_len))
-    validity = pa.py_buffer(_copy(b.validity, (n + 7) // 8)) if b.null_count else None
+    offsets = _wrap(pa, b.offsets, 4 * (n + 1), owner)
+    data = _wrap(pa, b.data, <Py_ssize_t>b.data_len, owner)
+    validity = _wrap(pa, b.validity, (n + 7) // 8, owner) if b.null_count else None
     return pa.Array.from_buffers(arrow_type, n, [validity, offsets, data],
                                  null_count=b.null_count)
 
@@ -68,6 +81,30 @@ cdef bint _is_abort_marker(const pb_batch_header *h, const uint8_t *batch,
         return False
     return (pb_record_parse(&p, batch + size, &r) == PB_OK and r.key_len >= 4
             and r.key[2] == 0 and r.key[3] == 0)
+
+
+def fetched_end(buf) -> int:
+    """The offset after the last complete batch of ``buf`` (a fetch's records), from the
+    batch headers alone (nothing checked or decoded: ``add_batches`` does that), or -1
+    when it holds none: where the next fetch starts, known before the records are
+    decoded."""
+    cdef Py_buffer view
+    cdef pb_batch_header h
+    cdef Py_ssize_t pos = 0, size
+    cdef int64_t end = -1
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        while pos + PB_BATCH_HEADER_SIZE <= view.len:
+            if pb_read_header(<const uint8_t *>view.buf + pos, view.len - pos, &h) != PB_OK:
+                break
+            size = <Py_ssize_t>h.batch_length + PB_LOG_OVERHEAD
+            if pos + size > view.len:
+                break
+            end = h.base_offset + h.last_offset_delta + 1
+            pos += size
+    finally:
+        PyBuffer_Release(&view)
+    return end
 
 
 cdef class RecordColumns:
@@ -164,27 +201,37 @@ cdef class RecordColumns:
                 f"batch at offset {h.base_offset}: {pb_err_message(rc).decode()}")
 
     def to_arrow(self) -> dict:
-        """The columns as pyarrow arrays, keyed by Spark's Kafka source column names."""
+        """The columns as pyarrow arrays, keyed by Spark's Kafka source column names.
+
+        The arrays take the decoded buffers over without a copy (a copy of every fetched
+        byte was the reader's largest cost after the decode itself) and the columns start
+        empty again: each call returns the rows added since the one before."""
         import pyarrow as pa
 
-        cdef Py_ssize_t n = self.cols.length
+        cdef _TakenColumns owner = _TakenColumns()
+        cdef pb_record_columns *c = &owner.cols
+        owner.cols = self.cols
+        if pb_columns_init(&self.cols) != 0:
+            self.cols = owner.cols
+            memset(&owner.cols, 0, sizeof(owner.cols))
+            raise MemoryError()
+        cdef Py_ssize_t n = c.length
         header_struct = pa.StructArray.from_arrays(
-            [_binary_array(pa, &self.cols.header_key, pa.string()),
-             _binary_array(pa, &self.cols.header_value, pa.binary())],
+            [_binary_array(pa, &c.header_key, pa.string(), owner),
+             _binary_array(pa, &c.header_value, pa.binary(), owner)],
             names=["key", "value"])
         headers = pa.ListArray.from_arrays(
             pa.Array.from_buffers(pa.int32(), n + 1,
-                                  [None, pa.py_buffer(_copy(self.cols.header_offsets,
-                                                            4 * (n + 1)))]),
+                                  [None, _wrap(pa, c.header_offsets, 4 * (n + 1), owner)]),
             header_struct)
         return {
-            "key": _binary_array(pa, &self.cols.key, pa.binary()),
-            "value": _binary_array(pa, &self.cols.value, pa.binary()),
+            "key": _binary_array(pa, &c.key, pa.binary(), owner),
+            "value": _binary_array(pa, &c.value, pa.binary(), owner),
             "offset": pa.Array.from_buffers(
-                pa.int64(), n, [None, pa.py_buffer(_copy(self.cols.offset, 8 * n))]),
+                pa.int64(), n, [None, _wrap(pa, c.offset, 8 * n, owner)]),
             "timestamp": pa.Array.from_buffers(
-                pa.int64(), n, [None, pa.py_buffer(_copy(self.cols.timestamp, 8 * n))]),
+                pa.int64(), n, [None, _wrap(pa, c.timestamp, 8 * n, owner)]),
             "timestamp_type": pa.Array.from_buffers(
-                pa.int32(), n, [None, pa.py_buffer(_copy(self.cols.timestamp_type, 4 * n))]),
+                pa.int32(), n, [None, _wrap(pa, c.timestamp_type, 4 * n, owner)]),
             "headers": headers,
         }

@@ -79,6 +79,31 @@ def test_null_keys_and_values_and_columnar_read_back(module_broker):
     assert got_offsets == list(range(3000))
 
 
+def test_read_range_over_many_fetches_and_stopped_early(module_broker):
+    """Small fetches make read_range send each next Fetch ahead of decoding the last: every
+    row comes once and in order, in chunks; a read abandoned with a Fetch ahead leaves the
+    cluster's connection answering its next request correctly."""
+    topic = "bulk-many-fetches"
+    create_topic(module_broker.bootstrap, topic, 1)
+    values = pa.array([b"m-%d" % i for i in range(20_000)])
+    with BulkProducer(module_broker.bootstrap, batch_bytes=8 << 10) as producer:
+        producer.send_arrow(topic, values, partition=0)
+    cluster = Cluster(module_broker.bootstrap)
+    fetcher = Fetcher(cluster, partition_max_bytes=32 << 10)
+    chunks = list(fetcher.read_range(topic, 0, 150, 19_990, rows_per_chunk=5000))
+    assert len(chunks) >= 3
+    assert [v for c in chunks for v in c["value"].to_pylist()] == \
+        values.to_pylist()[150:19_990]
+    assert [o for c in chunks for o in c["offset"].to_pylist()] == list(range(150, 19_990))
+    reader = fetcher.read_range(topic, 0, 0, 20_000, rows_per_chunk=1000)
+    assert next(reader)["offset"].to_pylist()[:1] == [0]
+    reader.close()  # with the next Fetch sent and not read
+    assert cluster.list_offsets(topic, -1) == [20_000]
+    assert [o for c in fetcher.read_range(topic, 0, 19_000, 19_005)
+            for o in c["offset"].to_pylist()] == list(range(19_000, 19_005))
+    cluster.close()
+
+
 def test_retries_after_broker_restart_do_not_duplicate(broker):
     """Batches in flight when the broker dies are resent; idempotence drops duplicates."""
     topic = "bulk-restart"

@@ -1,11 +1,13 @@
 """Fetched batches decoded into Arrow columns, checked against kafka-python's codec."""
 
+import gc
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from pybroker._native.columns import RecordColumns
+from pybroker._native.columns import RecordColumns, fetched_end
 from pybroker.errors import CorruptRecordError
 
 record = st.tuples(
@@ -35,8 +37,7 @@ def expected_rows(batches):
     return rows
 
 
-def decoded_rows(columns):
-    arrays = columns.to_arrow()
+def decoded_rows(arrays):
     return list(zip(arrays["offset"].to_pylist(), arrays["key"].to_pylist(),
                     arrays["value"].to_pylist(),
                     [[(h["key"], h["value"]) for h in hs] for hs in arrays["headers"].to_pylist()],
@@ -54,8 +55,36 @@ def test_batches_decode_like_kafka_python(batch_records, codec):
     blob = b"".join(build_batch(r, base, codec) for base, r in batches)
     columns = RecordColumns()
     assert columns.add_batches(blob) == offset
-    assert decoded_rows(columns) == expected_rows(batches)
-    assert columns.to_arrow()["timestamp"].to_pylist()[:1] == [1_700_000_000_000]
+    arrays = columns.to_arrow()
+    assert decoded_rows(arrays) == expected_rows(batches)
+    assert arrays["timestamp"].to_pylist()[:1] == [1_700_000_000_000]
+    # The arrays took the buffers over: the columns start again from nothing.
+    assert len(columns) == 0
+    assert all(len(array) == 0 for array in columns.to_arrow().values())
+
+
+def test_arrays_outlive_their_columns():
+    records = [(b"k%d" % i, b"v" * i, [("h", b"%d" % i)]) for i in range(1000)]
+    columns = RecordColumns()
+    columns.add_batches(build_batch(records, base_offset=7))
+    arrays = columns.to_arrow()
+    del columns
+    gc.collect()
+    assert decoded_rows(arrays) == expected_rows([(7, records)])
+    # and a slice keeps them alive after the arrays themselves are gone
+    values = arrays["value"].slice(990)
+    del arrays
+    gc.collect()
+    assert values.to_pylist() == [b"v" * i for i in range(990, 1000)]
+
+
+def test_fetched_end_reads_only_the_headers():
+    first = build_batch([(b"k", b"v", [])] * 10, base_offset=100)
+    second = build_batch([(b"k", b"w", [])] * 5, base_offset=110)
+    assert fetched_end(first + second) == 115
+    assert fetched_end(first + second[:-1]) == 110  # a partial tail is not counted
+    assert fetched_end(second[:30]) == -1
+    assert fetched_end(b"") == -1
 
 
 def test_offset_window_and_partial_tail():
@@ -66,7 +95,7 @@ def test_offset_window_and_partial_tail():
     assert columns.add_batches(first + second[:-7], min_offset=104) == 110
     assert columns.to_arrow()["offset"].to_pylist() == list(range(104, 110))
     assert columns.add_batches(second, max_offset=113) == 115
-    assert columns.to_arrow()["offset"].to_pylist() == list(range(104, 113))
+    assert columns.to_arrow()["offset"].to_pylist() == list(range(110, 113))  # since the last
 
 
 def test_corruption_is_reported_and_keeps_nothing_of_that_batch():
@@ -102,9 +131,9 @@ def test_aborted_transactions_are_dropped_per_batch_as_kafkas_consumer_does():
            + encode_control_batch(7, 0, CONTROL_COMMIT, 0, base_offset=7))
     committed = RecordColumns()
     assert committed.add_batches(log, 0, None, [(7, 0)]) == 8
-    assert committed.to_arrow()["value"].to_pylist() == [b"8-committed", b"9-plain",
-                                                        b"7-committed"]
-    assert committed.to_arrow()["offset"].to_pylist() == [2, 3, 5]
+    arrays = committed.to_arrow()
+    assert arrays["value"].to_pylist() == [b"8-committed", b"9-plain", b"7-committed"]
+    assert arrays["offset"].to_pylist() == [2, 3, 5]
     # read_uncommitted (no aborted list): every data record, never a marker's.
     everything = RecordColumns()
     assert everything.add_batches(log) == 8
