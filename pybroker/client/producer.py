@@ -354,12 +354,13 @@ class BulkProducer:
             return
         meta = self.cluster.topic(topic)
         sticky = next(self._sticky) % meta.partitions
+        key_column = None if keys is None else _binary_column(keys)
         if partition is not None or keys is None or keys.null_count == n:
             target = sticky if partition is None else partition
             row_order: memoryview | bytearray = np.arange(n, dtype=np.int32).data
             groups = [(target, 0, n)]
         else:
-            key_column = _binary_column(keys)
+            assert key_column is not None  # keys is not None here
             validity = key_column[2] if len(key_column) > 2 else None
             if validity is not None and keys.offset % 8:
                 keys = pc.take(keys, pa.array(range(n), pa.int32()))
@@ -376,7 +377,7 @@ class BulkProducer:
         # Each partition's rows are appended straight from the whole Arrow columns,
         # reading the rows in row_order (the encoder's ``rows``): no pyarrow ``take`` to
         # gather them first (14% of the Spark writer's profile).
-        columns = (_binary_column(values), None if keys is None else _binary_column(keys),
+        columns = (_binary_column(values), key_column,
                    None if timestamps is None else _timestamps_buffer(timestamps),
                    None if headers is None else _headers_column(headers))
         rows = memoryview(row_order).cast("B")

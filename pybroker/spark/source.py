@@ -28,6 +28,7 @@ its checkpoint is written again.
 
 from __future__ import annotations
 
+import gc
 import logging
 import uuid
 from dataclasses import dataclass
@@ -82,6 +83,24 @@ class PybrokerDataSource(DataSource):
         return PybrokerStreamReader(ReadOptions.parse(self.options, streaming=True))
 
 
+def _freeze_worker_heap() -> None:
+    """Exclude what a Spark Python worker holds so far (pyspark, pyarrow and pybroker's
+    modules: ~50,000 objects) from the garbage collector, once per worker process.
+
+    Spark's worker runs a full ``gc.collect()`` after every task, which walks every
+    tracked object: ~29 ms a task with pybroker's client loaded, ~10% of a writer task's
+    samples; frozen objects are skipped. What a task allocates afterwards is collected as
+    before; the frozen objects are the long-lived imports (and the few objects of the
+    task that called this first, kept for the life of the worker)."""
+    global _heap_frozen
+    if not _heap_frozen:
+        gc.freeze()
+        _heap_frozen = True
+
+
+_heap_frozen = False
+
+
 # -- writing ------------------------------------------------------------------------------
 
 @dataclass
@@ -102,6 +121,7 @@ def _write_batches(options: WriteOptions, iterator, write_id: str | None
 
     from pybroker.client import BulkProducer
 
+    _freeze_worker_heap()
     transactional_id = None
     if write_id is not None:
         task = TaskContext.get()
@@ -290,6 +310,7 @@ def _read_range(part: OffsetRange):
     import pyarrow.compute as pc
 
     from pybroker.client import Cluster, Fetcher
+    _freeze_worker_heap()
     cluster = Cluster(part.bootstrap, "pybroker-spark-reader")
     try:
         fetcher = Fetcher(cluster, isolation_level=part.isolation_level)
