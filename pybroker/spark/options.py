@@ -6,7 +6,8 @@ Names follow Spark's own Kafka connector where one exists, so code ports by chan
 producer settings prefixed ``kafka.`` (``kafka.acks``, ``kafka.compression.type``,
 ``kafka.enable.idempotence``, ``kafka.batch.size``,
 ``kafka.max.in.flight.requests.per.connection``, ``kafka.transaction.timeout.ms``), and
-for reads ``kafka.isolation.level``. Options of our own, in the style of Spark's
+for reads ``kafka.isolation.level`` and ``includeHeaders`` (the ``headers`` column, absent
+by default as in Spark's Kafka source). Options of our own, in the style of Spark's
 (``maxOffsetsPerTrigger``): ``maxRowsPerPartition``, ``exactlyOnce``,
 ``transactionalIdPrefix``.
 """
@@ -39,6 +40,11 @@ def _get(options: Mapping[str, str], *names: str, default=None):
 
 def _bool(value: str | bool) -> bool:
     return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes")
+
+
+def wants_headers(options: Mapping[str, str]) -> bool:
+    """``includeHeaders``: whether reads have the ``headers`` column."""
+    return _bool(_get(options, "includeHeaders", default=False))
 
 
 @dataclass
@@ -90,6 +96,7 @@ class ReadOptions:
     max_offsets_per_trigger: int | None
     max_rows_per_partition: int       # batch reads split larger ranges across tasks
     isolation_level: int = 0          # ISOLATION_LEVELS: read_committed stops at the LSO
+    include_headers: bool = False     # the headers column, as Spark's Kafka source
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> ReadOptions:
@@ -111,6 +118,7 @@ class ReadOptions:
             max_offsets_per_trigger=None if max_per_trigger is None else int(max_per_trigger),
             max_rows_per_partition=int(_get(options, "maxRowsPerPartition", default=2_000_000)),
             isolation_level=ISOLATION_LEVELS[isolation],
+            include_headers=wants_headers(options),
         )
 
 

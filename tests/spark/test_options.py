@@ -34,3 +34,16 @@ def test_exactly_once_and_isolation_options():
     with pytest.raises(ValueError, match="read_committed"):
         ReadOptions.parse({"subscribe": "t", "kafka.isolation.level": "committed"},
                           streaming=False)
+
+
+def test_headers_column_only_with_include_headers():
+    from pybroker.spark.options import ReadOptions
+    from pybroker.spark.source import PybrokerDataSource
+
+    assert not ReadOptions.parse({"subscribe": "t"}, streaming=False).include_headers
+    assert ReadOptions.parse({"subscribe": "t", "includeHeaders": "true"},
+                             streaming=True).include_headers
+    plain = PybrokerDataSource({"subscribe": "t"}).schema()
+    assert "headers" not in plain and plain.startswith("key binary, value binary")
+    with_headers = PybrokerDataSource({"subscribe": "t", "includeheaders": "TRUE"}).schema()
+    assert with_headers == plain + ", headers array<struct<key: string, value: binary>>"

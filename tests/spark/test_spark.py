@@ -76,9 +76,16 @@ def test_batch_write_of_a_million_rows_reads_back_everywhere(spark, module_broke
         seen.add(row)
     assert seen == set(range(n))
 
-    # And the pybroker reader gives the same rows with Spark's Kafka source schema.
+    # And the pybroker reader gives the same rows with Spark's Kafka source schema: the
+    # headers column only with includeHeaders=true, as there.
+    plain = (spark.read.format("pybroker").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", topic).load())
+    assert plain.columns == ["key", "value", "topic", "partition", "offset", "timestamp",
+                             "timestampType"]
+    assert plain.selectExpr("count(*) AS n", "sum(length(value)) AS v").collect()[0] == \
+        (n, sum(len(m[2]) for m in messages))
     read = (spark.read.format("pybroker").option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic).load())
+            .option("subscribe", topic).option("includeHeaders", "true").load())
     assert read.columns == ["key", "value", "topic", "partition", "offset", "timestamp",
                             "timestampType", "headers"]
     assert read.count() == n
