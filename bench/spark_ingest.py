@@ -520,20 +520,25 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python3 -m bench.spark_ingest",
-                                     description=__doc__.split("\n\n")[0])
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """The rows, topic and Spark settings the Spark benches share."""
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--key-bytes", type=int, default=16)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=4, help="topic partitions")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--slices", type=int, default=2,
-                        help="partitions of the cached DataFrame (Spark tasks per write)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--arrow-batch-rows", type=int, default=10_000,
                         help="spark.sql.execution.arrow.maxRecordsPerBatch")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python3 -m bench.spark_ingest",
+                                     description=__doc__.split("\n\n")[0])
+    add_common_arguments(parser)
+    parser.add_argument("--slices", type=int, default=2,
+                        help="partitions of the cached DataFrame (Spark tasks per write)")
     parser.add_argument("--out", help="directory for spark_ingest.json and spark_ingest.md")
     parser.add_argument("--profile", action="store_true",
                         help="after the rounds, py-spy one untimed A write into --out")
@@ -567,16 +572,20 @@ def main(argv: list[str] | None = None) -> int:
     result = summarise(rounds, args, command, started_at, machine)
     result["files"] = ["spark_ingest.json", "spark_ingest.md"] + (
         ["profile-A.md", "pyspy-A.folded"] if args.profile else [])
-    text = markdown(result)
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "spark_ingest.json"), "w") as f:
+    publish(result, markdown(result), args.out, "spark_ingest")
+    return 0
+
+
+def publish(result: dict[str, Any], text: str, out: str | None, name: str) -> None:
+    """``name``.json and ``name``.md into ``out`` (when given); the Markdown printed."""
+    if out:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, f"{name}.json"), "w") as f:
             json.dump(result, f, indent=2)
             f.write("\n")
-        with open(os.path.join(args.out, "spark_ingest.md"), "w") as f:
+        with open(os.path.join(out, f"{name}.md"), "w") as f:
             f.write(text)
     print(text, end="")
-    return 0
 
 
 if __name__ == "__main__":
