@@ -29,16 +29,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pybroker._native.records import encode_batch
+from pybroker._native.records import encode_batch, read_batch_header
 from pybroker.net.protocol import codec
 
 PRODUCE, FETCH = 0, 1
 PRODUCE_VERSION, FETCH_VERSION = 8, 12
 BATCH_HEADER = 61            # bytes of a v2 record batch header
 RECORD_OVERHEAD = 10         # bytes around a short unkeyed record's value in a v2 batch
-_BASE_AND_LENGTH = struct.Struct(">qi")
-_LAST_OFFSET_DELTA = struct.Struct(">i")
-_RECORDS_COUNT = struct.Struct(">i")
 _SIZE = struct.Struct(">i")
 NOT_READY = {3, 5, 6}  # UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
 
@@ -105,16 +102,15 @@ def walk_batches(records: Any, fetch_offset: int) -> tuple[int, int, int]:
     count = size = 0
     position, end, next_offset = 0, len(records), fetch_offset
     while position + BATCH_HEADER <= end:
-        base, length = _BASE_AND_LENGTH.unpack_from(records, position)
-        batch_end = position + 12 + length
+        batch = read_batch_header(records, position)
+        batch_end = position + batch.size
         if batch_end > end:
             break
-        last = base + _LAST_OFFSET_DELTA.unpack_from(records, position + 23)[0]
-        if last >= next_offset:
-            count += _RECORDS_COUNT.unpack_from(records, position + 57)[0] \
-                if base >= next_offset else last + 1 - next_offset
-            size += batch_end - position
-            next_offset = last + 1
+        if batch.last_offset >= next_offset:
+            count += batch.records_count if batch.base_offset >= next_offset \
+                else batch.last_offset + 1 - next_offset
+            size += batch.size
+            next_offset = batch.last_offset + 1
         position = batch_end
     return count, size, next_offset
 
