@@ -533,6 +533,18 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="spark.sql.execution.arrow.maxRecordsPerBatch")
 
 
+def check_common_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.rounds < 1 or args.rows < 1:
+        parser.error("--rounds and --rows must be positive")
+
+
+def command_line(module: str, argv: list[str] | None) -> str:
+    """The bench's command exactly as typed (``sys.orig_argv``: the interpreter's own
+    argv, -m included), or as it would be typed for ``argv`` given in Python."""
+    return shlex.join(sys.orig_argv if argv is None else
+                      [sys.executable, "-m", module, *argv])
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python3 -m bench.spark_ingest",
                                      description=__doc__.split("\n\n")[0])
@@ -545,16 +557,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.profile and not args.out:
         parser.error("--profile needs --out")
-    if args.rounds < 1 or args.rows < 1:
-        parser.error("--rounds and --rows must be positive")
+    check_common_arguments(parser, args)
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # Exactly as typed (sys.orig_argv: the interpreter's own argv, -m included).
-    command = shlex.join(sys.orig_argv if argv is None else
-                         [sys.executable, "-m", "bench.spark_ingest", *argv])
+    command = command_line("bench.spark_ingest", argv)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     machine = machine_facts()
     with tempfile.TemporaryDirectory(prefix="pybroker-spark-ingest-") as workdir:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shlex
 import statistics
 import sys
 import tempfile
@@ -45,6 +44,8 @@ from typing import Any
 from bench.driver.local_broker import LocalBroker
 from bench.spark_ingest import (
     add_common_arguments,
+    check_common_arguments,
+    command_line,
     create_topic,
     machine_facts,
     publish,
@@ -239,15 +240,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.readers = "".join(dict.fromkeys(args.readers.replace(",", "").upper()))
     if not args.readers or set(args.readers) - set(READERS):
         parser.error(f"--readers takes letters of {''.join(READERS)}")
-    if args.rounds < 1 or args.rows < 1:
-        parser.error("--rounds and --rows must be positive")
+    check_common_arguments(parser, args)
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    command = shlex.join(sys.orig_argv if argv is None else
-                         [sys.executable, "-m", "bench.spark_read", *argv])
+    command = command_line("bench.spark_read", argv)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     machine = machine_facts()
     rounds = []
