@@ -77,9 +77,9 @@ def test_a_cold_fetch_returns_what_a_warm_one_did(cold_broker: BrokerProcess, ba
                                                   record_size: int, sent_cold: bool) -> None:
     """The large region is asked about in a network thread (or on the loop without
     them), the small one on the loop. The large one is sent by the cold-read threads.
-    The small one may not be: finding its batch boundaries reads the headers through the
-    segment's mapping, and the kernel's read-around of those page faults can bring all
-    ~100 KiB back before the region is asked about, so only its bytes are checked."""
+    The small one may not be: the broker reads batch headers through a mapping of the
+    segment, a fault there maps the cached pages around the header too, and mapped pages
+    survive the drop, so all ~100 KiB can still be cached: only its bytes are checked."""
     topic = topic_with(cold_broker, batches, record_size)
     with WireClient(cold_broker.bootstrap) as client:
         warm = fetched(client, topic)
