@@ -425,7 +425,7 @@ class BrokerConfig:
     def data_dir(self) -> str:
         """The first log directory: the broker's own files live there beside its logs
         (topics.json, meta.properties, dynamic configs, ACLs, credentials, ...)."""
-        return (self._values["log.dirs"] or self._values["log.dir"]).split(",")[0].strip()
+        return self.log_dirs[0]
 
     @property
     def broker_id(self) -> int:
