@@ -370,17 +370,25 @@ class LogSegment:
         limit = start + max_bytes
         if max_position <= limit:
             return start, max_position - start, base
-        end = self._batch_end_below(start, limit)
+        end = self._batch_end_below(start, size, limit)
         if end == start and min_one:
             end = start + size
         return start, end - start, base
 
-    def _batch_end_below(self, start: int, limit: int) -> int:
-        """The last batch boundary in ``[start, limit]`` (``limit`` inside the segment).
-        The offset index gives a boundary at most about ``index.interval.bytes`` + one
-        batch below ``limit``; the few batch headers after it are walked here."""
+    def _batch_end_below(self, start: int, first_size: int, limit: int) -> int:
+        """A batch boundary in ``[start, limit]`` (``limit`` inside the segment), the last
+        one but at most ``index.interval.bytes`` of small batches: the offset index's
+        entry at or below ``limit``. No header is read for it, so a read of data that left
+        the page cache faults nothing in on the event loop here (the region's bytes go
+        out from a cold-read thread). Only when no entry lies past ``start`` (a limit
+        within about one index interval of ``start``) are the headers walked."""
+        indexed = self.offset_index.floor_position(limit)
+        if indexed > start:
+            return indexed
+        position = start + first_size
+        if position > limit:
+            return start
         view = self._view_all()
-        position = max(start, self.offset_index.floor_position(limit))
         while True:
             end = position + read_batch_header(view, position).size
             if end > limit:

@@ -3,6 +3,7 @@ indexes, timestamps, truncation, DeleteRecords, retention, reopen."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 
@@ -82,6 +83,73 @@ def test_read_bounds_bytes_whole_batches_and_high_watermark(tmp_path):
         log.read(log.log_end_offset + 1, 100)
     with pytest.raises(OffsetOutOfRangeError):
         log.read(-1, 100)
+    log.close()
+
+
+def test_a_byte_bounded_read_is_whole_batches_within_an_index_interval_of_full(tmp_path):
+    """Where a read bounded by bytes ends comes from the offset index, never from walking
+    batch headers (those may have left the page cache): the region is whole batches, at
+    most max_bytes, and short of it by less than index.interval.bytes and one batch."""
+    interval = 1024
+    log = open_log(tmp_path / "t-0", {"segment.bytes": 1 << 20,
+                                      "index.interval.bytes": interval})
+    infos = [append(log, make_batch(1 + i % 5, 60 + 37 * (i % 7), tag=i)) for i in range(300)]
+    assert len(log.segments) == 1
+    positions = [0]
+    for info in infos:
+        positions.append(positions[-1] + info.size)
+    boundaries = set(positions)
+    largest = max(info.size for info in infos)
+    segment_size = positions[-1]
+    for first in (0, 7, 100, 201):
+        start = positions[first]
+        for max_bytes in range(largest, 40_000, 997):
+            result = log.read(infos[first].base_offset, max_bytes)
+            end = start + result.size
+            assert end in boundaries, "a batch cut in two"
+            assert result.size <= max_bytes
+            assert result.size > min(max_bytes, segment_size - start) - interval - largest
+    # batches larger than the interval each have an entry: the bound is exact
+    log = open_log(tmp_path / "t-1", {"segment.bytes": 1 << 20, "index.interval.bytes": 100})
+    infos = [append(log, make_batch(3, 100 + i, tag=i)) for i in range(40)]
+    for max_bytes in range(infos[0].size, 6_000, 211):
+        fit = 0
+        for info in infos:
+            if fit + info.size > max_bytes:
+                break
+            fit += info.size
+        assert log.read(0, max_bytes).size == fit
+    log.close()
+
+
+def cached_pages(fd: int, offset: int, length: int) -> int:
+    """Pages of the range in the page cache, by cachestat(2) (Linux 6.5+), which starts
+    no read, unlike a RWF_NOWAIT read or the broker's residency test."""
+    class Range(ctypes.Structure):
+        _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+    stat = (ctypes.c_uint64 * 5)()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(451, fd, ctypes.byref(Range(offset, length)), stat, 0) != 0:
+        raise OSError(ctypes.get_errno(), "cachestat")
+    return stat[0]
+
+
+def test_a_byte_bounded_read_of_cold_data_reads_no_header_past_its_start(tmp_path):
+    """Finding where a read ends touches no page of the segment past its first batch
+    (on the event loop that would wait for the disk): after a read of 6.5 batches'
+    worth of cold data, the batch after the 6 whole ones is still not cached."""
+    log = open_log(tmp_path / "t-0", {"segment.bytes": 8 << 20})
+    infos = [append(log, make_batch(16, 1000, tag=i)) for i in range(64)]  # ~16 KiB each
+    append(log, make_batch(1, 10, tag=99))  # the tail the log remembers is not read below
+    segment = log.segments[0]
+    os.fsync(segment.fd)
+    os.posix_fadvise(segment.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    after = sum(info.size for info in infos[:6])
+    assert cached_pages(segment.fd, 0, segment.size) == 0
+    result = log.read(0, after + infos[6].size // 2)
+    assert result.size == after
+    assert cached_pages(segment.fd, after, infos[6].size) == 0
     log.close()
 
 
