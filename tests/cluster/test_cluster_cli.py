@@ -19,10 +19,16 @@ import threading
 from typing import Any
 
 from pybroker import cli
-from tests.cluster.harness import LocalCluster
+from tests.cluster.harness import FAST_SETTINGS, LocalCluster
 from tests.conftest import ROOT
 
 START_TIMEOUT_S = 120.0
+# Stopped together, the brokers' controlled shutdowns ask one another to take leaderships
+# none of them keeps: the harness's short retries and controller timeout, so the stop
+# does not wait them out.
+SHUTDOWN_SETTINGS = [arg for key in ("controlled.shutdown.retry.backoff.ms",
+                                     "controller.socket.timeout.ms")
+                     for arg in ("--set", f"{key}={FAST_SETTINGS[key]}")]
 
 
 def pybroker(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -80,7 +86,7 @@ class ClusterCommand:
 def test_cluster_command_runs_a_three_broker_cluster(tmp_path):
     command = ClusterCommand(tmp_path, "--brokers", "3", "--set",
                              "offsets.topic.num.partitions=3", "--set",
-                             "zookeeper.session.timeout.ms=4000")
+                             "zookeeper.session.timeout.ms=4000", *SHUTDOWN_SETTINGS)
     try:
         bootstrap = command.bootstrap()
         assert len(bootstrap.split(",")) == 3
