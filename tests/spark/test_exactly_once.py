@@ -1,6 +1,6 @@
 """Exactly-once writes and read_committed reads of the pybroker data source, on a real
-local Spark and a real broker. The session runs ``local[2,2]``: a failed task is retried
-once, as on a cluster."""
+local Spark (tests/spark/conftest.py: a failed task is retried once, as on a cluster) and
+a real broker."""
 
 import time
 
@@ -10,16 +10,9 @@ from pyspark import TaskContext
 from pyspark.sql import functions as F
 
 from pybroker.client import READ_COMMITTED, BulkProducer, Cluster
-from tests.spark.test_spark import create_topic, local_spark
+from tests.spark.test_spark import create_topic
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = local_spark("local[2,2]")
-    yield session
-    session.stop()
 
 
 def read(spark, bootstrap, topic, isolation):

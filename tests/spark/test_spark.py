@@ -8,29 +8,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.partitioner.default import murmur2
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 pytestmark = pytest.mark.slow
 
 PARTITIONS = 4
-
-
-def local_spark(master="local[2]"):
-    session = (SparkSession.builder.master(master)
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.memory", "2g")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    return session
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = local_spark()
-    yield session
-    session.stop()
 
 
 def create_topic(bootstrap, name, partitions=PARTITIONS):
