@@ -58,6 +58,19 @@ def test_exactly_once_write_is_visible_once_committed(spark, module_broker):
         cluster.close()
 
 
+@pytest.fixture
+def small_arrow_batches(spark):
+    """Arrow batches of 1,000 rows to the writer instead of Spark's 10,000, for the test
+    that fails a task once the writer has sent rows: with 10,000-row batches none reached
+    the writer before its UDF's wait for them ran out (30 s)."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "1000")
+    yield
+    spark.conf.set(key, before)
+
+
+@pytest.mark.usefixtures("small_arrow_batches")
 def test_a_retried_task_leaves_no_duplicates(spark, module_broker):
     bootstrap, topic = module_broker.bootstrap, "eos-retry"
     create_topic(bootstrap, topic, 2)
