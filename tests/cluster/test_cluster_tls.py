@@ -71,8 +71,9 @@ def replicated_round_trip(cluster: LocalCluster, inter_broker_ports: dict[int, i
                          "auto.offset.reset": "earliest"})
     consumer.subscribe(["replicated"])
     received: list[bytes] = []
+    # interval 0: the poll itself waits for a record, and yields one at a time
     cluster.wait_for(lambda: _poll(consumer, received) >= len(values), 60,
-                     what=f"every record consumed over {listener}")
+                     what=f"every record consumed over {listener}", interval=0)
     consumer.close()
     assert sorted(received) == sorted(values)
 
