@@ -2,8 +2,8 @@
 move takes and what the producer feels, against the same producer without a move.
 
     python3 -m bench.reassign [--size 1GiB] [--rate MSGS|--calibrate SECONDS]
-        [--window 20] [--rounds 3] [--to 1,4] [--throttle BYTES_PER_S] [--out DIR]
-        [--set KEY=VALUE ...]
+        [--window 20] [--rounds 3] [--to 1,4] [--throttle BYTES_PER_S] [--warmup 2]
+        [--out DIR] [--set KEY=VALUE ...]
 
 One run, in this order, on a local cluster of four brokers and a ZooKeeper
 (bench.replicated's ``Cluster``; broker 4 holds nothing until the move). Two topics of
@@ -31,15 +31,15 @@ it shares the leader, the follower, the disk and the CPUs with the move.
    ``produced`` exactly what every producer phase had acknowledged (``data.ok``);
    a run that lost (or duplicated) data says so and exits 1.
 
-Each producer phase starts with an unmeasured warm-up of 2 s. Reported: the move's
-duration, the partition's bytes at the request and on the new replicas at the end,
-bytes moved per second (the new replicas' log bytes over the move's duration), and the
-producer's throughput and p50/p99/p99.9/max publish latency (librdkafka's per-message
-produce-to-acknowledgement time, including the acknowledgements that come after its
-window closes) at calibration, in the baseline window and during the move, with their
-medians over the rounds. The default move, [1, 2] -> [1, 4], copies one replica to the
-new broker while broker 1 keeps leading; ``--to 3,4`` moves both replicas and the
-leadership.
+Each producer phase starts with an unmeasured warm-up (``--warmup``, 2 s). Reported: the
+move's duration, the partition's bytes at the request and on the new replicas at the
+end, bytes moved per second (the new replicas' log bytes over the move's duration), and
+the producer's throughput and p50/p99/p99.9/max publish latency (librdkafka's
+per-message produce-to-acknowledgement time, including the acknowledgements that come
+after its window closes) at calibration, in the baseline window and during the move,
+with their medians over the rounds. The default move, [1, 2] -> [1, 4], copies one
+replica to the new broker while broker 1 keeps leading; ``--to 3,4`` moves both replicas
+and the leadership.
 
 A throttle measures, as Kafka's does, over ``replication.quota.window.num`` (11) samples
 of a second, at least 10 s at the start: a fresh move copies up to 10 s worth of the
@@ -279,9 +279,9 @@ def producer_figures(result: dict[str, Any]) -> dict[str, Any]:
             "error_samples": counts["error_samples"], "consistent": counts["consistent"]}
 
 
-def workload(rate: int | None, seconds: float) -> Workload:
+def workload(rate: int | None, seconds: float, warmup: float) -> Workload:
     return Workload(name="reassign", partitions=1, message_size=1024, rate=rate, acks="all",
-                    consumers=Consumers(groups=0, per_group=0), warmup=WARMUP,
+                    consumers=Consumers(groups=0, per_group=0), warmup=warmup,
                     duration=seconds, producer_config={"enable.idempotence": True})
 
 
@@ -309,7 +309,7 @@ def run(args: argparse.Namespace, settings: dict[str, str]) -> dict[str, Any]:
         acked = 0
         rate = args.rate
         if rate is None:
-            calibration, _ = produce(cluster, workload(None, args.calibrate))
+            calibration, _ = produce(cluster, workload(None, args.calibrate, args.warmup))
             result["calibration"] = producer_figures(calibration)
             acked += calibration["counts"]["acked"]
             rate = max(1, int(calibration["publish"]["msgs_per_s"] / 2))
@@ -317,10 +317,11 @@ def run(args: argparse.Namespace, settings: dict[str, str]) -> dict[str, Any]:
         result["rounds"] = []
         for round_no in range(args.rounds):
             source, dest = (SOURCE, target) if round_no % 2 == 0 else (target, SOURCE)
-            baseline, _ = produce(cluster, workload(rate, args.window))
+            baseline, _ = produce(cluster, workload(rate, args.window, args.warmup))
             acked += baseline["counts"]["acked"]
             # The window ends when the move is complete; its planned length only bounds it.
-            during, moved = produce(cluster, workload(rate, 2 * args.move_timeout),
+            during, moved = produce(cluster,
+                                    workload(rate, 2 * args.move_timeout, args.warmup),
                                     functools.partial(move, cluster, source, dest,
                                                       args.throttle is not None,
                                                       args.move_timeout))
@@ -417,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--to", default="1,4", help="the target replicas, leader first")
     parser.add_argument("--throttle", type=int, default=None,
                         help="replication throttle in bytes/s (both sides, every broker)")
+    parser.add_argument("--warmup", type=float, default=WARMUP,
+                        help="unmeasured seconds at the start of each producer phase")
     parser.add_argument("--move-timeout", type=float, default=3600.0,
                         help="seconds before a move that has not finished fails the run")
     replicated.add_cluster_args(parser)
