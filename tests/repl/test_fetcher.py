@@ -125,6 +125,12 @@ async def follow(fetchers: ReplicaFetcherManager, port: int, partition: Partitio
 
 # a single-node pybroker leader -----------------------------------------------------------
 
+@pytest.fixture
+def broker(module_broker: Any) -> Any:
+    """One leader for the module's tests: each has topics of its own, and the one that
+    restarts it leaves it serving on the same port and data."""
+    return module_broker
+
 
 def test_follower_copies_the_leader_byte_for_byte(broker, follower):
     topic = leader_topic(broker, "repl", 3000,
