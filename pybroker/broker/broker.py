@@ -193,7 +193,7 @@ class Broker:
         self._coordinator_started = False
         self._stopped = asyncio.Event()
         self._stats_path = config["stats.file"] or os.path.join(self.data_dir, STATS_FILE)
-        # periodic durable writes of broker files, in order, off the event loop
+        # the broker's own periodic files (the stats file), written in order off the loop
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="pybroker-files")
         self._stats_seq = 0
         self._stats_last: tuple[int, ...] = ()
@@ -479,7 +479,8 @@ class Broker:
             await self._quietly("log dir mover", self.log_dir_mover.close)
         if self._logs_open:  # (else a start refused its settings: nothing to write, or where)
             try:
-                self.write_stats(force=True)  # (while the logs are open: the cleaner's state)
+                # (while the logs are open: the cleaner's state)
+                self.write_stats(force=True, in_thread=False)
             except OSError as exc:  # (the first log directory failed)
                 log.error("writing the stats file failed: %s", exc)
             self.logs.close(clean=True)
@@ -567,8 +568,12 @@ class Broker:
             "request_bytes_peak": self.server.memory.peak if self.server else 0,
         }
 
-    def write_stats(self, force: bool = False) -> None:
-        """Write the stats file if anything changed, or ``force`` (SIGUSR1, shutdown)."""
+    def write_stats(self, force: bool = False, in_thread: bool = True) -> None:
+        """Write the stats file if anything changed, or ``force`` (SIGUSR1, shutdown).
+        The snapshot is taken here; the file is replaced by the files thread unless
+        ``in_thread`` is False (shutdown, after that thread ended): replacing it frees
+        the old file's blocks, which on a file system mounted with ``discard`` waits for
+        the device, and a busy device held the event loop there once a second."""
         stats = self.stats()
         cleaner = self.cleaner
         key = (stats["zero_copy_bytes"], stats["copied_bytes"], stats["requests"],
@@ -581,7 +586,10 @@ class Broker:
         # (only when written: it walks the segments of every compacted log)
         stats["cleaner"] = [dataclasses.asdict(state) for state in cleaner.states()] \
             if cleaner else []
-        write_json(self._stats_path, stats, durable=False)
+        if in_thread:
+            self._writer.submit(_write_stats_file, self._stats_path, stats)
+        else:
+            write_json(self._stats_path, stats, durable=False)
 
     # dispatch ---------------------------------------------------------------------------
 
@@ -678,6 +686,13 @@ class Broker:
                 low, high = max(low, spec[key][0]), min(high, spec[key][1])
             keys.append({"api_key": key, "min_version": low, "max_version": high})
         return {"error_code": int(error), "api_keys": keys, "throttle_time_ms": 0}
+
+
+def _write_stats_file(path: str, stats: dict[str, Any]) -> None:
+    try:
+        write_json(path, stats, durable=False)
+    except OSError as exc:  # (the first log directory failed: its own error says so)
+        log.error("writing the stats file failed: %s", exc)
 
 
 def _new_cluster_id() -> str:
