@@ -51,6 +51,9 @@ log = logging.getLogger("pybroker.cluster.admin")
 DEFAULT_WAIT_S = 30.0
 ELECT_LEADERS, ELECT_LEADERS_VERSION = 43, 2
 CONTROLLER_RETRY_S = 0.1  # pause before asking the controller again (none, or it moved)
+# While a request waits on another broker's controller, how often ZooKeeper is asked
+# whether it still is the controller: one that stopped answers nothing on the channel
+CONTROLLER_CHECK_S = 0.5
 ELECTION_TIMED_OUT = ElectionResult(ErrorCode.REQUEST_TIMED_OUT,
                                     "The election did not show in the metadata in time.")
 TP = tuple[str, int]
@@ -187,10 +190,11 @@ async def ask_controller(node: ClusterNode, api_key: int, api_version: int, requ
     """The active controller's answer to ``request``: ``serve`` (what the control channel
     serves it with at the controller) on this broker's own controller when it is the
     active one, else the request over the control channel to the controller ZooKeeper
-    names. None when there is none to ask, the one asked is no longer it
-    (NOT_CONTROLLER) or it did not answer in ``timeout_s``."""
+    names. None when there is none to ask, the one asked is no longer it (NOT_CONTROLLER,
+    or ZooKeeper names another while it is asked) or it did not answer in ``timeout_s``."""
     from pybroker.cluster.channel import ControlClient
 
+    answer: dict | None
     local = node.controller
     if local is not None and local.is_active:
         answer = dict(await serve(local, request))
@@ -208,14 +212,39 @@ async def ask_controller(node: ClusterNode, api_key: int, api_version: int, requ
                         info.control, exc)
             return None
         try:
-            answer = await client.request(api_key, api_version, request, timeout_s)
+            answer = await _unless_controller_moves(
+                node, controller_id, client.request(api_key, api_version, request, timeout_s))
         except (TimeoutError, ConnectionError):
             return None
         finally:
             client.close()
-    if answer["error_code"] == ErrorCode.NOT_CONTROLLER:  # it moved meanwhile
+    if answer is None or answer["error_code"] == ErrorCode.NOT_CONTROLLER:  # it moved
         return None
     return answer
+
+
+async def _unless_controller_moves(node: ClusterNode, controller_id: int,
+                                   asked: Awaitable[dict]) -> dict | None:
+    """The answer ``asked`` gets from controller ``controller_id``, or None as soon as
+    ZooKeeper names another controller or none. A controller whose broker stopped or
+    hangs answers nothing over the control channel (zmq queues the request), so without
+    this the request would wait out ``controller.socket.timeout.ms`` for a controller that
+    is gone; Kafka's client learns it from the connection closing."""
+    waiting = asyncio.ensure_future(asked)
+    try:
+        while True:
+            done, _ = await asyncio.wait((waiting,), timeout=CONTROLLER_CHECK_S)
+            if done:
+                return waiting.result()
+            try:
+                current = await asyncio.to_thread(node.store.controller_id)
+            except Exception as exc:  # ZooKeeper unreachable: it cannot say, keep waiting
+                log.debug("cannot check the controller: %s", exc)
+                continue
+            if current != controller_id:
+                return None
+    finally:
+        waiting.cancel()
 
 
 async def serve_elect_leaders(controller: Controller | None, request: ElectLeadersRequest

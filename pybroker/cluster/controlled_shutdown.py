@@ -10,7 +10,8 @@ when it is the active one, else over the control channel. The controller
 (``Controller.controlled_shutdown``, one event of its queue) moves leaderships and ISRs
 and answers with the partitions it could not move (``remaining_partitions``: no other
 live ISR member). Until that is empty the broker asks again (each attempt waits at most
-``controller.socket.timeout.ms`` for an answer), ``controlled.shutdown.max.retries``
+``controller.socket.timeout.ms`` for an answer, and gives up on a controller as soon as
+ZooKeeper names another: one that hangs or stopped answers nothing), ``controlled.shutdown.max.retries``
 times in all, ``controlled.shutdown.retry.backoff.ms`` apart (Kafka's
 ``KafkaServer.controlledShutdown``), then shuts down anyway, logging what it still leads.
 

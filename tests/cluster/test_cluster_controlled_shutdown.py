@@ -153,6 +153,31 @@ def test_rolling_restart_loses_nothing(zk_connect, tmp_path):
         check_every_acknowledged_record(cluster, producer, topic)
 
 
+def test_a_controller_that_stops_answering_is_given_up_for_the_next(zk_connect, tmp_path):
+    """The controller ZooKeeper names hangs (SIGSTOP) as a broker stops: the stopping
+    broker's ControlledShutdown to it is given up once ZooKeeper names another (the hung
+    one's session expired), and the next one moves the leaderships, whatever
+    controller.socket.timeout.ms says (ten minutes here, which the test would not
+    outlast)."""
+    settings = {"controller.socket.timeout.ms": 600_000}
+    with LocalCluster(zk_connect, tmp_path, settings=settings) as cluster:
+        cluster.create_topic("handover", PARTITIONS, 3, TOPIC_CONFIGS)
+        hung = cluster.controller_id()
+        before = cluster.describe("handover")
+        stopping = max((b for b in cluster.running() if b != hung),
+                       key=lambda b: len(led_by(before, b)))
+        assert led_by(before, stopping)
+        cluster.pause(hung)
+        assert cluster.stop(stopping) == 0
+        text = cluster.log_text(stopping)
+        assert "controlled shutdown, attempt 1 of 3: no controller answered" in text
+        assert "controlled shutdown: every leadership moved" in text
+        stays = next(b for b in cluster.running())
+        after = cluster.describe("handover", stays)
+        assert all(after[p].leader not in (-1, stopping) for p in range(PARTITIONS)), after
+        cluster.resume(hung)
+
+
 def test_the_only_in_sync_replica_still_shuts_down(zk_connect, tmp_path):
     settings = {"controlled.shutdown.retry.backoff.ms": 200}
     with LocalCluster(zk_connect, tmp_path, settings=settings) as cluster:
