@@ -158,8 +158,9 @@ def test_a_controller_that_stops_answering_is_given_up_for_the_next(zk_connect, 
     broker's ControlledShutdown to it is given up once ZooKeeper names another (the hung
     one's session expired), and the next one moves the leaderships, whatever
     controller.socket.timeout.ms says (ten minutes here, which the test would not
-    outlast)."""
-    settings = {"controller.socket.timeout.ms": 600_000}
+    outlast). The hung controller's session lasts 6 s, so that the stopping broker asks
+    it first even on a loaded machine."""
+    settings = {"controller.socket.timeout.ms": 600_000, "zookeeper.session.timeout.ms": 6000}
     with LocalCluster(zk_connect, tmp_path, settings=settings) as cluster:
         cluster.create_topic("handover", PARTITIONS, 3, TOPIC_CONFIGS)
         hung = cluster.controller_id()
