@@ -111,9 +111,11 @@ _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
-def resident_pages(path: str) -> tuple[int, int]:
-    """(resident pages, pages) of one file, by mincore over a shared read-only mapping
-    (mapping does not read the file; mincore reports the page cache)."""
+def resident_pages(path: str, offset: int = 0, length: int | None = None
+                   ) -> tuple[int, int]:
+    """(resident pages, pages) of one file, or of the pages ``length`` bytes at
+    ``offset`` touch, by mincore over a shared read-only mapping (mapping does not read
+    the file; mincore reports the page cache and, unlike a read, starts no read-ahead)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -130,7 +132,10 @@ def resident_pages(path: str) -> tuple[int, int]:
             vector = ctypes.create_string_buffer(pages)
             if _libc.mincore(address, size, vector) != 0:
                 raise OSError(ctypes.get_errno(), f"mincore {path}")
-            return int((np.frombuffer(vector.raw, np.uint8) & 1).sum()), pages
+            end = size if length is None else min(size, offset + length)
+            first, last = offset // mmap.PAGESIZE, -(-end // mmap.PAGESIZE)
+            touched = np.frombuffer(vector.raw, np.uint8)[first:last]
+            return int((touched & 1).sum()), len(touched)
         finally:
             _libc.munmap(address, size)
     finally:

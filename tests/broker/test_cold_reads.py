@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from bench.driver import pagecache
 from pybroker._native.records import encode_batch
 from pybroker.net.protocol import codec
 from tests.admin.clients import create_topic, unique
@@ -54,13 +55,7 @@ def topic_with(broker: BrokerProcess, batches: int, record_size: int) -> str:
 
 
 def drop_pages(broker: BrokerProcess, topic: str) -> None:
-    for path in glob.glob(os.path.join(broker.data_dir, f"{topic}-0", "*.log")):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)  # dirty pages cannot be dropped
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+    pagecache.drop(glob.glob(os.path.join(broker.data_dir, f"{topic}-0", "*.log")))
 
 
 def fetched(client: WireClient, topic: str) -> bytes:

@@ -3,16 +3,17 @@ indexes, timestamps, truncation, DeleteRecords, retention, reopen."""
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 
 import pytest
 
+from bench.driver import pagecache
 from pybroker._native.records import decode_records, read_batch_header, scan_log
 from pybroker.errors import MessageTooLargeError, OffsetOutOfRangeError
 from pybroker.log.log import Log
 from pybroker.log.log_config import LogConfig
+from pybroker.log.log_segment import LOG_SUFFIX
 from tests.log.helpers import append, make_batch, read_all, region_bytes
 
 SMALL = {"segment.bytes": 4096, "index.interval.bytes": 512, "file.delete.delay.ms": 0}
@@ -122,19 +123,6 @@ def test_a_byte_bounded_read_is_whole_batches_within_an_index_interval_of_full(t
     log.close()
 
 
-def cached_pages(fd: int, offset: int, length: int) -> int:
-    """Pages of the range in the page cache, by cachestat(2) (Linux 6.5+), which starts
-    no read, unlike a RWF_NOWAIT read or the broker's residency test."""
-    class Range(ctypes.Structure):
-        _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
-
-    stat = (ctypes.c_uint64 * 5)()
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(451, fd, ctypes.byref(Range(offset, length)), stat, 0) != 0:
-        raise OSError(ctypes.get_errno(), "cachestat")
-    return stat[0]
-
-
 def test_a_byte_bounded_read_of_cold_data_reads_no_header_past_its_start(tmp_path):
     """Finding where a read ends touches no page of the segment past its first batch
     (on the event loop that would wait for the disk): after a read of 6.5 batches'
@@ -142,14 +130,13 @@ def test_a_byte_bounded_read_of_cold_data_reads_no_header_past_its_start(tmp_pat
     log = open_log(tmp_path / "t-0", {"segment.bytes": 8 << 20})
     infos = [append(log, make_batch(16, 1000, tag=i)) for i in range(64)]  # ~16 KiB each
     append(log, make_batch(1, 10, tag=99))  # the tail the log remembers is not read below
-    segment = log.segments[0]
-    os.fsync(segment.fd)
-    os.posix_fadvise(segment.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    path = log.segments[0].path(LOG_SUFFIX)
+    pagecache.drop([path])
     after = sum(info.size for info in infos[:6])
-    assert cached_pages(segment.fd, 0, segment.size) == 0
+    assert pagecache.resident_pages(path)[0] == 0
     result = log.read(0, after + infos[6].size // 2)
     assert result.size == after
-    assert cached_pages(segment.fd, after, infos[6].size) == 0
+    assert pagecache.resident_pages(path, after, infos[6].size)[0] == 0
     log.close()
 
 

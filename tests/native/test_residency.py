@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from bench.driver import pagecache
 from pybroker._native import zerocopy
 
 MIB = 1 << 20
@@ -84,8 +85,7 @@ def test_a_cold_region_is_read_ahead(segment_path):
     without anyone reading the region itself."""
     fd = os.open(segment_path, os.O_RDONLY)
     try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        pagecache.drop([segment_path])
         assert not zerocopy.region_resident(fd, 0, MIB, ahead=MIB)
         for _ in range(3000):
             if zerocopy.region_resident(fd, 0, 2 * MIB):
@@ -106,8 +106,7 @@ def test_warm_only_send_leaves_a_cold_region_alone(segment_path, kind):
     pipe = zerocopy.SplicePipe() if kind == "splice" else None
     try:
         a.setblocking(False)
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        pagecache.drop([segment_path])
         assert zerocopy.send_region_wait(a.fileno(), fd, 0, 100_000, 1000, 0, pipe,
                                          warm_only=True) == zerocopy.COLD
         # nothing went out: the first bytes the peer gets are those of the cold send
