@@ -6,23 +6,19 @@ And the parsing of Kafka's log-cleaner.log, on lines as Kafka 4.1 writes them.""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 from bench.cleaner import kafka_rounds, pybroker_rounds
+from tests.bench import run_from_root
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 W2_MESSAGES = 20_000
 
 
 def test_one_small_round_against_pybroker(tmp_path):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(
+    done = run_from_root(
         [sys.executable, "-m", "bench.cleaner", "--rounds", "1", "--brokers", "pybroker",
          "--mb", "4", "--keys", "200", "--segment-mib", "1", "--w2-messages",
-         str(W2_MESSAGES), "--timeout", "120", "--out", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+         str(W2_MESSAGES), "--timeout", "120", "--out", str(tmp_path)], timeout=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     result = json.loads((tmp_path / "result.json").read_text())
     (figures,) = [r["pybroker"] for r in result["rounds"]]

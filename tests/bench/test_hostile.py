@@ -11,8 +11,8 @@ import sys
 from typing import Any
 
 from bench.hostile.canary import INTERVAL, Sample, window
+from tests.bench import run_from_root
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PATTERNS = {"idle": 20, "declared-size": 2, "log-injection": 1}
 RESULT_KEYS = {"pattern", "count", "error", "connections", "seconds", "canary", "p99_ratio",
                "cpu_seconds", "log_bytes", "rss_growth_per_connection_kib", "details",
@@ -20,9 +20,7 @@ RESULT_KEYS = {"pattern", "count", "error", "connections", "seconds", "canary", 
 
 
 def hostile(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "bench.hostile", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return run_from_root([sys.executable, "-m", "bench.hostile", *args], timeout=300)
 
 
 def check_canary(canary: dict[str, Any]) -> None:

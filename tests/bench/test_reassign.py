@@ -6,22 +6,19 @@ the speed)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.bench import run_from_root
+
 WINDOWS = ("baseline", "during_move")
 THROTTLE = 100_000_000
 
 
 def test_small_move_reports_every_figure_and_loses_nothing(tmp_path):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(
+    done = run_from_root(
         [sys.executable, "-m", "bench.reassign", "--size", "20MB", "--calibrate", "1",
          "--window", "1", "--rounds", "2", "--warmup", "0.5", "--throttle", str(THROTTLE),
-         "--out", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+         "--out", str(tmp_path)], timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["size_bytes"] == 20_000_000

@@ -5,20 +5,17 @@ every batch sent was stored (never the speed)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.bench import run_from_root
+
 FIGURES = ("single_acks1", "rf3_acks1", "rf3_acksall")
 
 
 def test_one_round_reports_every_figure(tmp_path):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(
+    done = run_from_root(
         [sys.executable, "-m", "bench.replicated", "--seconds", "0.5", "--rounds", "1",
-         "--out", str(tmp_path), "--set", "replica.fetch.wait.max.ms=100"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+         "--out", str(tmp_path), "--set", "replica.fetch.wait.max.ms=100"], timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["cluster_settings"]["replica.fetch.wait.max.ms"] == "100"

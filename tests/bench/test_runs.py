@@ -9,7 +9,8 @@ import subprocess
 import sys
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.bench import ROOT, run_from_root
+
 WORKLOADS = os.path.join(ROOT, "bench", "workloads")
 RESULT_KEYS = {"schema", "workload", "run", "publish", "consume", "counts", "series",
                "broker", "clients", "files"}
@@ -18,9 +19,7 @@ LATENCY_KEYS = {"count", "p50", "p99", "p99.9", "max", "mean", "curve"}
 
 
 def bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_from_root([sys.executable, "-m", "bench", *args], timeout=timeout)
 
 
 def run_workload(broker: Any, out: str, workload: str, *overrides: str) -> dict[str, Any]:
@@ -107,15 +106,13 @@ def test_native_producer_backend(module_broker, tmp_path):
 
 
 def test_compare_one_round_against_the_same_broker_twice(module_broker, tmp_path):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(
+    done = run_from_root(
         [os.path.join(ROOT, "bench", "compare"), "--a", module_broker.bootstrap,
          "--b", module_broker.bootstrap, "--a-pid", str(module_broker.pid),
          "--b-pid", str(module_broker.pid), "--a-name", "first", "--b-name", "second",
          "--rounds", "1", "--duration", "2", "--warmup", "0", "--rate", "2000",
          "--condition-gib", "0.01",
-         "--out", str(tmp_path), os.path.join(WORKLOADS, "e2e-latency.yaml")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+         "--out", str(tmp_path), os.path.join(WORKLOADS, "e2e-latency.yaml")], timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     with open(tmp_path / "compare.json") as f:
         report = json.load(f)

@@ -5,25 +5,23 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
+from tests.bench import run_from_root
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROWS, ROUNDS = 3000, 2
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("spark-ingest"))
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(
+    done = run_from_root(
         [sys.executable, "bench/spark_ingest.py", "--rows", str(ROWS), "--rounds", str(ROUNDS),
-         "--partitions", "3", "--arrow-batch-rows", "500", "--out", out, "--profile"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=840)
+         "--partitions", "3", "--arrow-batch-rows", "500", "--out", out, "--profile"], timeout=840)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     with open(os.path.join(out, "spark_ingest.json")) as f:
         result = json.load(f)

@@ -4,18 +4,14 @@ load and the report has every figure (never the speed)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.bench import run_from_root
 
 
 def test_one_run_reports_plaintext_and_tls(tmp_path):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, "-m", "bench.tls", "--seconds", "0.3",
-                           "--out", str(tmp_path)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = run_from_root([sys.executable, "-m", "bench.tls", "--seconds", "0.3",
+                           "--out", str(tmp_path)], timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["ktls_used"] is False

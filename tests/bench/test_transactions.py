@@ -6,19 +6,15 @@ complete (never the speed)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.bench import run_from_root
 
 
 def test_one_small_round_against_pybroker(tmp_path):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(
+    done = run_from_root(
         [sys.executable, "-m", "bench.transactions", "--rounds", "1", "--brokers", "pybroker",
-         "--seconds", "1", "--warmup", "0.5", "--out", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+         "--seconds", "1", "--warmup", "0.5", "--out", str(tmp_path)], timeout=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     result = json.loads((tmp_path / "result.json").read_text())
     (figures,) = [r["pybroker"] for r in result["rounds"]]
