@@ -566,8 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     command = command_line("bench.spark_ingest", argv)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     machine = machine_facts()
-    with tempfile.TemporaryDirectory(prefix="pybroker-spark-ingest-") as workdir:
-        broker = LocalBroker(workdir).start()
+    with tempfile.TemporaryDirectory(prefix="pybroker-spark-ingest-") as workdir, \
+            LocalBroker(workdir) as broker:
         spark = None
         try:
             spark = start_spark(args)
@@ -575,9 +575,6 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if spark is not None:
                 spark.stop()
-            code = broker.stop()
-        if code != 0:
-            raise RuntimeError(f"broker exited {code}:\n{broker.log_text()[-3000:]}")
     result = summarise(rounds, args, command, started_at, machine)
     result["files"] = ["spark_ingest.json", "spark_ingest.md"] + (
         ["profile-A.md", "pyspy-A.folded"] if args.profile else [])

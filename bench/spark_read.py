@@ -250,8 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     machine = machine_facts()
     rounds = []
-    with tempfile.TemporaryDirectory(prefix="pybroker-spark-read-") as workdir:
-        broker = LocalBroker(workdir).start()
+    with tempfile.TemporaryDirectory(prefix="pybroker-spark-read-") as workdir, \
+            LocalBroker(workdir) as broker:
         spark = None
         try:
             topic, warm = "read-all", "read-warm"
@@ -279,9 +279,6 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if spark is not None:
                 spark.stop()
-            code = broker.stop()
-        if code != 0:
-            raise RuntimeError(f"broker exited {code}:\n{broker.log_text()[-3000:]}")
     result = summarise(rounds, args, command, started_at, machine)
     publish(result, markdown(result), args.out, "spark_read")
     return 0

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from types import TracebackType
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 READY = re.compile(r"ready: listening on (\S+):(\d+)")
@@ -60,6 +61,17 @@ class LocalBroker:
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"broker did not start:\n{self.log_text()[-3000:]}")
+
+    def __enter__(self) -> LocalBroker:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        """Stops the broker; a run that went well fails if the broker did not exit 0 (a
+        clean shutdown is part of what a benchmark run checks)."""
+        code = self.stop()
+        if exc_type is None and code != 0:
+            raise RuntimeError(f"broker exited {code}:\n{self.log_text()[-3000:]}")
 
     @property
     def pid(self) -> int:
