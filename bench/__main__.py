@@ -38,19 +38,18 @@ def run_workload(workload: Workload, bootstrap: str, out_dir: str,
         progress = progress or Progress()
         progress.message(f"conditioning: writing and deleting {condition_gib} GiB")
         conditioned = pagecache.condition(condition_gib, pagecache.conditioning_dir(data_dir))
+    files: dict[str, Any] = {"json": "result.json", "markdown": "result.md"}
     if workload.mode in READ_MODES:
         result = reads.ReadRun(workload, bootstrap, broker_pid, data_dir, progress,
                                rdkafka_performance).execute()
-        result["conditioning"] = conditioned
-        result["files"] = {"json": "result.json", "markdown": "result.md"}
-        report.write(result, out_dir, reads.markdown(result))
-        return result
-    raw = Run(workload, bootstrap, broker_pid, progress).execute()
-    result = report.build_result(raw)
+        text: str | None = reads.markdown(result)
+    else:
+        result = report.build_result(Run(workload, bootstrap, broker_pid, progress).execute())
+        files["charts"] = charts.write(result, out_dir)
+        text = None  # the driver's own report
     result["conditioning"] = conditioned
-    result["files"] = {"json": "result.json", "markdown": "result.md",
-                       "charts": charts.write(result, out_dir)}
-    report.write(result, out_dir)
+    result["files"] = files
+    report.write(result, out_dir, text)
     return result
 
 
