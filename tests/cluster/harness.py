@@ -404,8 +404,10 @@ class LocalCluster:
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3,
                      configs: dict[str, str] | None = None,
                      assignment: list[list[int]] | None = None) -> dict[int, PartitionInfo]:
-        """CreateTopics through a running broker, then waits until every partition has a
-        leader and its whole assignment in the ISR; returns the partitions."""
+        """CreateTopics through a running broker, then waits until every running broker
+        describes every partition with a leader and its whole assignment in the ISR;
+        returns the partitions. The controller's UpdateMetadata reaches the brokers one by
+        one, so one broker's answer says nothing of the others' (as in Kafka)."""
         if assignment is not None:
             partitions, replication_factor = -1, -1
         body = {"topics": [{
@@ -422,10 +424,11 @@ class LocalCluster:
                              what=f"{name}: every partition led, its whole assignment in sync")
 
     def _fully_replicated(self, topic: str) -> dict[int, PartitionInfo] | None:
-        partitions = self.describe(topic)
+        answers = [self.describe(topic, broker_id) for broker_id in self.running()]
+        partitions = answers[0]
         done = partitions and all(p.leader >= 0 and sorted(p.isr) == sorted(p.replicas)
                                   for p in partitions.values())
-        return partitions if done else None
+        return partitions if done and all(a == partitions for a in answers) else None
 
     def wait_for(self, predicate: Callable[[], T], timeout: float = 30.0,
                  what: str = "condition", interval: float = 0.1) -> T:
@@ -595,8 +598,10 @@ def read_all(bootstrap: str, topic: str, partitions: int,
     until each high watermark has reached it: a leader elected a moment ago (a preferred
     leader coming back) answers with its high watermark as a follower knew it, which can
     trail its predecessor's until the followers fetch from it, as in Kafka."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+    leader_moved = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                    KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH}
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "read-all",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "logger": CLIENT_LOG})
@@ -604,10 +609,18 @@ def read_all(bootstrap: str, topic: str, partitions: int,
     deadline = time.monotonic() + timeout
     try:
         while True:
-            ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p),
-                                                      timeout=30)[1]
-                    for p in range(partitions)}
-            if all(ends[p] >= wanted.get(p, 0) for p in ends):
+            try:
+                ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                          timeout=30)[1]
+                        for p in range(partitions)}
+            except KafkaException as e:
+                # A leader moved since the client's metadata (a preferred leader taking
+                # its partitions back): the old one answers NOT_LEADER, and librdkafka
+                # hands that to the caller rather than asking the new leader.
+                if e.args[0].code() not in leader_moved:
+                    raise
+                ends = {}
+            if ends and all(ends[p] >= wanted.get(p, 0) for p in ends):
                 break
             assert time.monotonic() < deadline, (
                 f"high watermarks {ends} below {wanted} after {timeout:.0f} s")
