@@ -22,8 +22,12 @@ COMMITS = 600  # ~400 bytes each: about 60 segments' worth of offset commits
 
 
 def offsets_log_bytes(data_dir: str) -> int:
-    return sum(os.path.getsize(path) for path in
-               glob.glob(os.path.join(data_dir, f"{OFFSETS_TOPIC}-0", "*.log")))
+    while True:
+        try:
+            return sum(os.path.getsize(path) for path in
+                       glob.glob(os.path.join(data_dir, f"{OFFSETS_TOPIC}-0", "*.log")))
+        except FileNotFoundError:
+            continue  # the cleaner swapped a segment between the listing and its stat
 
 
 def committer(bootstrap: str, group: str) -> Any:
