@@ -478,11 +478,8 @@ class Broker:
         if self.log_dir_mover is not None:
             await self._quietly("log dir mover", self.log_dir_mover.close)
         if self._logs_open:  # (else a start refused its settings: nothing to write, or where)
-            try:
-                # (while the logs are open: the cleaner's state)
-                self.write_stats(force=True, in_thread=False)
-            except OSError as exc:  # (the first log directory failed)
-                log.error("writing the stats file failed: %s", exc)
+            # (while the logs are open: the cleaner's state)
+            self.write_stats(force=True, in_thread=False)
             self.logs.close(clean=True)
         stats = self.stats()
         log.info("served %d requests; sent %d bytes zero-copy and %d from memory (%.2f%% "
@@ -589,7 +586,7 @@ class Broker:
         if in_thread:
             self._writer.submit(_write_stats_file, self._stats_path, stats)
         else:
-            write_json(self._stats_path, stats, durable=False)
+            _write_stats_file(self._stats_path, stats)
 
     # dispatch ---------------------------------------------------------------------------
 

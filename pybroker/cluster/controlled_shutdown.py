@@ -11,9 +11,10 @@ when it is the active one, else over the control channel. The controller
 and answers with the partitions it could not move (``remaining_partitions``: no other
 live ISR member). Until that is empty the broker asks again (each attempt waits at most
 ``controller.socket.timeout.ms`` for an answer, and gives up on a controller as soon as
-ZooKeeper names another: one that hangs or stopped answers nothing), ``controlled.shutdown.max.retries``
-times in all, ``controlled.shutdown.retry.backoff.ms`` apart (Kafka's
-``KafkaServer.controlledShutdown``), then shuts down anyway, logging what it still leads.
+ZooKeeper names another: one that hangs or stopped answers nothing),
+``controlled.shutdown.max.retries`` times in all, ``controlled.shutdown.retry.backoff.ms``
+apart (Kafka's ``KafkaServer.controlledShutdown``), then shuts down anyway, logging what
+it still leads.
 
 Once answered, it waits (at most ``controller.socket.timeout.ms``) until the controller's
 LeaderAndIsr has made it a follower of the partitions moved: from then on it answers

@@ -21,7 +21,8 @@ def run(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("spark-ingest"))
     done = run_from_root(
         [sys.executable, "bench/spark_ingest.py", "--rows", str(ROWS), "--rounds", str(ROUNDS),
-         "--partitions", "3", "--arrow-batch-rows", "500", "--out", out, "--profile"], timeout=840)
+         "--partitions", "3", "--arrow-batch-rows", "500", "--out", out, "--profile"],
+        timeout=840)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     with open(os.path.join(out, "spark_ingest.json")) as f:
         result = json.load(f)

@@ -78,8 +78,8 @@ def files_held(broker: Any, names: list[str]) -> list[str]:
     """Files in the partition directories of topics ``names`` the broker holds open or
     mapped. A partition directory itself is not counted: the deleter thread holds one
     open while it removes it, which can be before a large deletion is answered."""
-    data_dir = os.path.realpath(broker.data_dir)
-    prefixes = tuple(os.path.join(data_dir, f"{name}-") for name in names)
+    prefixes = tuple(os.path.join(os.path.realpath(broker.data_dir), f"{name}-")
+                     for name in names)
     held = []
     for fd in os.listdir(f"/proc/{broker.pid}/fd"):
         try:
@@ -88,8 +88,7 @@ def files_held(broker: Any, names: list[str]) -> list[str]:
             pass
     with open(f"/proc/{broker.pid}/maps") as maps:
         held += [line.split(None, 5)[-1].strip() for line in maps]
-    return [path for path in held
-            if path.startswith(prefixes) and os.sep in os.path.relpath(path, data_dir)]
+    return [path for path in held if os.path.dirname(path).startswith(prefixes)]
 
 
 def topic_dirs(broker: Any, name: str) -> list[str]:
